@@ -1,0 +1,69 @@
+# POS Lambda pipeline. `make help` lists the targets; configuration: POS_* env vars
+# (see README, Configuration).
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help setup jars up down status schema topics test test-unit test-integration check demo bench lock clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(INSTALLED): pyproject.toml constraints.txt
+	@bash infra/system-deps.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $@
+
+setup: $(INSTALLED) jars ## install Python deps into .venv and fetch the jars (once)
+
+jars: $(INSTALLED) ## fetch Kafka, Cassandra and Spark jars from Maven Central (once)
+	$(VENV)/bin/pos-infra jars
+
+up: setup ## start Kafka and Cassandra on 127.0.0.1, apply schema, create topics
+	$(VENV)/bin/pos-infra up
+
+down: $(INSTALLED) ## stop Kafka and Cassandra
+	$(VENV)/bin/pos-infra down
+
+status: $(INSTALLED) ## show whether Kafka and Cassandra are ready
+	$(VENV)/bin/pos-infra status
+
+schema: $(INSTALLED) ## (re)apply the Cassandra schema
+	$(VENV)/bin/pos-infra schema
+
+topics: $(INSTALLED) ## create the Kafka topics
+	$(VENV)/bin/pos-infra topics
+
+test: setup ## run all tests (unit + integration; starts the services it needs)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(INSTALLED) ## run the unit tests only (no services)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: setup ## run the integration tests only
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+check: $(INSTALLED) ## lint (ruff) and type-check (mypy)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+demo: up ## run the main job end to end (for now: bring the stack up and report status)
+	$(VENV)/bin/pos-infra status
+
+bench: setup ## benchmarks (side-by-side ratios); filled in by later issues
+	@echo "no benchmarks yet"
+
+lock: $(INSTALLED) ## re-pin constraints.txt from the current environment
+	@{ sed -n '1,2p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.tmp
+	@mv constraints.tmp constraints.txt
+
+clean: down ## stop services and delete all local state (data, logs, checkpoints)
+	rm -rf .state

@@ -1,0 +1,65 @@
+"""Apply the data contract to the running services: Cassandra keyspace and tables,
+Kafka topics with explicit partition counts. Both steps are idempotent."""
+
+from __future__ import annotations
+
+from infra.process import ServiceError
+from infra.settings import Settings
+from schemas import cql
+
+
+def apply_cql(settings: Settings, keyspace: str | None = None) -> int:
+    """Create the keyspace, types and tables; returns the number of statements run."""
+    from cassandra.cluster import Cluster, NoHostAvailable
+
+    ks = keyspace or settings.cassandra_keyspace
+    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    try:
+        session = cluster.connect()
+    except NoHostAvailable as exc:
+        raise ServiceError(
+            f"cannot reach Cassandra at {settings.cassandra_contact_points}:"
+            f"{settings.cassandra_port}: is it running? try `make up` ({exc})"
+        ) from exc
+    try:
+        statements = cql.ddl(ks, settings.cassandra_replication_factor)
+        for stmt in statements:
+            session.execute(stmt, timeout=60)
+        return len(statements)
+    finally:
+        cluster.shutdown()
+
+
+def pipeline_topics(settings: Settings) -> dict[str, int]:
+    return {
+        settings.topic_transactions: settings.topic_partitions,
+        settings.topic_dead_letters: settings.topic_partitions,
+        settings.topic_alerts: settings.topic_partitions,
+    }
+
+
+def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> list[str]:
+    """Create missing topics (name -> partitions); returns the ones created."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    wanted = topics if topics is not None else pipeline_topics(settings)
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    try:
+        existing = set(admin.list_topics(timeout=10).topics)
+    except KafkaException as exc:
+        raise ServiceError(
+            f"cannot reach Kafka at {settings.bootstrap_servers}: is it running? "
+            f"try `make up` ({exc})"
+        ) from exc
+    new = [NewTopic(t, num_partitions=n, replication_factor=settings.topic_replication_factor) for t, n in wanted.items()
+           if t not in existing]
+    if not new:
+        return []
+    for topic, future in admin.create_topics(new, operation_timeout=30).items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise ServiceError(f"could not create topic {topic}: {exc}") from exc
+    return [t.topic for t in new]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install the system packages the local runtime needs, if missing: OpenJDK 17
+# (Kafka, Cassandra and Spark run on it; Cassandra 5.0 refuses newer JDKs) and
+# Maven (fetches their jars). Debian/Ubuntu via apt; elsewhere, say what to install.
+set -euo pipefail
+
+need=()
+if ! ls /usr/lib/jvm/*17*/bin/java >/dev/null 2>&1 && [ -z "${POS_JAVA_HOME:-}" ]; then
+  need+=(openjdk-17-jdk-headless)
+fi
+command -v mvn >/dev/null 2>&1 || need+=(maven)
+command -v python3.11 >/dev/null 2>&1 || need+=(python3.11 python3.11-venv)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "system-deps: installing ${need[*]} ..." >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+else
+  echo "system-deps: missing ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2
+  exit 1
+fi

@@ -1,0 +1,122 @@
+"""CQL DDL for every view, assembled from the contract (schemas/contract.py).
+
+The receipt columns and the line-item UDT come from the contract, so a field added
+there reaches the raw table here. Tables are keyed for the queries users run:
+a store's day (raw receipts, aggregates), a Kafka coordinate (dead letters), an
+alert id (alerts). Aggregates hold absolute values, never counters: a replayed
+micro-batch rewrites the same rows with the same numbers.
+
+Apply with `pos-infra schema` (or `make up`, which does it).
+"""
+
+from __future__ import annotations
+
+from schemas import contract
+
+RAW_TABLE = "receipts_by_store_day"
+AGG_SPEED_TABLE = "agg_15m_speed"
+AGG_BATCH_TABLE = "agg_15m_batch"
+BATCH_RUNS_TABLE = "batch_runs"
+DEAD_LETTERS_TABLE = "dead_letters"
+ALERTS_TABLE = "alerts"
+SPEED_PROGRESS_TABLE = "speed_progress"
+
+
+def keyspace_ddl(keyspace: str, replication_factor: int) -> str:
+    return (
+        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+        f"{{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
+    )
+
+
+def _columns(cols: list[tuple[str, str]]) -> str:
+    return ",\n  ".join(f"{name} {cql_type}" for name, cql_type in cols)
+
+
+def _aggregate_table(keyspace: str, name: str) -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {keyspace}.{name} (
+  operation_id {contract.cql_type_of('operation_id')},
+  day date,
+  window_start timestamp,
+  receipt_count int,
+  item_quantity bigint,
+  revenue decimal,
+  late_count int,
+  PRIMARY KEY ((operation_id, day), window_start)
+) WITH CLUSTERING ORDER BY (window_start ASC)"""
+
+
+def table_ddl(keyspace: str) -> list[str]:
+    """CREATE statements (idempotent) for the UDT and every table, in dependency order."""
+    udt_name, udt_fields = contract.cql_line_item_type()
+    receipt_cols = contract.cql_receipt_columns()
+    return [
+        f"CREATE TYPE IF NOT EXISTS {keyspace}.{udt_name} ({_columns(udt_fields)})",
+        # Raw receipts, one row per natural key, time-sorted within a store-day.
+        # happened_at leads the clustering key for time order; the natural key
+        # follows, so two receipts in the same second of one store never collide
+        # (the field's original ((year_day, operation_id), happened_at) key did).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RAW_TABLE} (
+  day date,
+  {_columns(receipt_cols)},
+  item_quantity bigint,
+  revenue decimal,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  late boolean,
+  PRIMARY KEY ((operation_id, day), happened_at, vendor_fiscal_module, transaction_id)
+)""",
+        _aggregate_table(keyspace, AGG_SPEED_TABLE),
+        _aggregate_table(keyspace, AGG_BATCH_TABLE),
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_RUNS_TABLE} (
+  view text,
+  run_id timeuuid,
+  interval_start timestamp,
+  interval_end timestamp,
+  horizon timestamp,
+  input_rows bigint,
+  duplicates_removed bigint,
+  conflicts bigint,
+  finished_at timestamp,
+  PRIMARY KEY (view, run_id)
+) WITH CLUSTERING ORDER BY (run_id DESC)""",
+        # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{DEAD_LETTERS_TABLE} (
+  kafka_topic text,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  kafka_key blob,
+  raw_value blob,
+  reason text,
+  detail text,
+  PRIMARY KEY ((kafka_topic, kafka_partition), kafka_offset)
+)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{ALERTS_TABLE} (
+  alert_id text PRIMARY KEY,
+  kind text,
+  operation_id {contract.cql_type_of('operation_id')},
+  happened_at timestamp,
+  payload text
+)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{SPEED_PROGRESS_TABLE} (
+  query_name text,
+  batch_id bigint,
+  finished_at timestamp,
+  input_rows bigint,
+  input_rows_per_second double,
+  processed_rows_per_second double,
+  duration_ms bigint,
+  kafka_lag bigint,
+  valid_rows bigint,
+  invalid_rows bigint,
+  resends_absorbed bigint,
+  late_receipts bigint,
+  PRIMARY KEY (query_name, batch_id)
+) WITH CLUSTERING ORDER BY (batch_id DESC)""",
+    ]
+
+
+def ddl(keyspace: str, replication_factor: int = 1) -> list[str]:
+    return [keyspace_ddl(keyspace, replication_factor), *table_ddl(keyspace)]

@@ -1,0 +1,139 @@
+"""Per-micro-batch progress of the streaming jobs: logged, kept in a JSON status file,
+and upserted into the `speed_progress` table (queryable with CQL and `pos-speed status`).
+
+Spark reports rates, durations and Kafka lag through a StreamingQueryListener; the
+views job adds what only it knows (valid, invalid, resends absorbed, late
+receipts) through `BatchCounts`, keyed by (query, batch id) and merged here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+log = logging.getLogger("pos.speed")
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """What the views job learned about one micro-batch."""
+
+    valid_rows: int = 0
+    invalid_rows: int = 0
+    resends_absorbed: int = 0
+    late_receipts: int = 0
+    beyond_lateness_bound: int = 0
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    query_name: str
+    batch_id: int
+    finished_at: datetime
+    input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    duration_ms: int
+    kafka_lag: int | None
+    counts: BatchCounts = field(default_factory=BatchCounts)
+
+    def as_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row.update(row.pop("counts"))
+        return row
+
+    def summary(self) -> str:
+        c = self.counts
+        return (
+            f"{self.query_name} batch {self.batch_id}: {self.input_rows} rows in "
+            f"{self.duration_ms} ms ({self.input_rows_per_second:.0f}/s in, "
+            f"{self.processed_rows_per_second:.0f}/s processed), kafka lag {self.kafka_lag}, "
+            f"valid {c.valid_rows}, invalid {c.invalid_rows}, resends absorbed "
+            f"{c.resends_absorbed}, late {c.late_receipts}, beyond bound "
+            f"{c.beyond_lateness_bound}"
+        )
+
+
+def kafka_lag(sources: list[Any]) -> int | None:
+    """Largest per-partition lag the Kafka source saw (Spark reports min/avg/max)."""
+    lags = []
+    for source in sources:
+        metrics = getattr(source, "metrics", None) or {}
+        if "maxOffsetsBehindLatest" in metrics:
+            lags.append(int(float(metrics["maxOffsetsBehindLatest"])))
+    return max(lags) if lags else None
+
+
+class ProgressRecorder:
+    """Collects counts from foreachBatch and progress from Spark; writes both out."""
+
+    def __init__(self, status_file: Path, writer: Any = None) -> None:
+        self._status_file = status_file
+        self._writer = writer  # callable(dict) persisting a progress row, or None
+        self._counts: dict[tuple[str, int], BatchCounts] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def add_counts(self, query_name: str, batch_id: int, counts: BatchCounts) -> None:
+        with self._lock:
+            self._counts[(query_name, batch_id)] = counts
+
+    def record(self, progress: BatchProgress) -> None:
+        log.info(progress.summary())
+        row = progress.as_row()
+        with self._lock:
+            self._latest[progress.query_name] = row
+            snapshot = dict(self._latest)
+        self._status_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._status_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(snapshot, default=str, indent=2))
+        tmp.replace(self._status_file)  # atomic: readers never see half a file
+        if self._writer is not None:
+            try:
+                self._writer(row)
+            except Exception:  # noqa: BLE001 - metrics must never stop the stream
+                log.exception("could not persist progress of %s", progress.query_name)
+
+    def listener(self) -> StreamingQueryListener:
+        recorder = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+                log.info("query %s started (id %s)", event.name, event.id)
+
+            def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+                p = event.progress
+                name = p.name or str(p.id)
+                with recorder._lock:
+                    counts = recorder._counts.pop((name, p.batchId), BatchCounts())
+                recorder.record(
+                    BatchProgress(
+                        query_name=name,
+                        batch_id=p.batchId,
+                        finished_at=datetime.now(UTC),
+                        input_rows=p.numInputRows,
+                        input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
+                        processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                        duration_ms=int(p.durationMs.get("triggerExecution", 0)),
+                        kafka_lag=kafka_lag(p.sources),
+                        counts=counts,
+                    )
+                )
+
+            def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+                if event.exception:
+                    log.error("query %s failed: %s", event.id, event.exception)
+                else:
+                    log.info("query %s stopped", event.id)
+
+        return _Listener()

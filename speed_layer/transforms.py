@@ -1,0 +1,145 @@
+"""Pure DataFrame -> DataFrame transforms of the speed layer (no session, no I/O).
+
+`check` validates raw Kafka records with the contract's own validator, so the
+stream accepts exactly what the JSON Schema accepts; the rest shape rows for the
+master dataset, the dead letters and the raw receipts table.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
+
+from schemas import contract
+from views.aggregation import window_start
+
+RAW_RECEIPT_COLUMNS = (
+    "operation_id",
+    "day",
+    "happened_at",
+    "vendor_fiscal_module",
+    "transaction_id",
+    "line_items",
+    "item_quantity",
+    "revenue",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "late",
+)
+
+CHECK_TYPE = StructType(
+    [
+        StructField("reason", StringType()),
+        StructField("detail", StringType()),
+        StructField("receipt", contract.spark_receipt_schema()),
+    ]
+)
+
+
+def _check_value(value: bytes | bytearray | None) -> tuple[str | None, str | None, object]:
+    """Run on executors: the contract's validator, as (reason, detail, receipt)."""
+    if value is None:
+        return ("empty_value", "the Kafka record has no value", None)
+    result = contract.parse_message(bytes(value))
+    if isinstance(result, contract.Invalid):
+        return (result.reason, result.detail[:1000], None)
+    return (None, None, contract.receipt_to_spark_row(result))
+
+
+check_udf = F.udf(_check_value, CHECK_TYPE)
+
+
+def check(kafka_records: DataFrame) -> DataFrame:
+    """Kafka records plus `reason` (null when valid), `detail` and the parsed `receipt`."""
+    checked = kafka_records.withColumn("_check", check_udf(F.col("value")))
+    return checked.select(
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("key").alias("kafka_key"),
+        F.col("value").alias("raw_value"),
+        F.col("_check.reason").alias("reason"),
+        F.col("_check.detail").alias("detail"),
+        F.col("_check.receipt").alias("receipt"),
+    )
+
+
+def is_valid() -> Column:
+    return F.col("reason").isNull()
+
+
+def dead_letters(checked: DataFrame) -> DataFrame:
+    """Invalid records, keyed by their Kafka coordinates, with the reason."""
+    return checked.where(~is_valid()).select(
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        "kafka_key",
+        "raw_value",
+        "reason",
+        "detail",
+    )
+
+
+def archive_rows(checked: DataFrame, ingested_at: Column) -> DataFrame:
+    """Master-dataset rows: every record as received, parsed fields where valid.
+
+    `event_day` (the partition column) is the receipt's UTC day, or for invalid
+    records the day they reached Kafka, so the batch layer finds late receipts
+    under the day they belong to.
+    """
+    return checked.select(
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        "kafka_key",
+        "raw_value",
+        ingested_at.alias("ingested_at"),
+        is_valid().alias("valid"),
+        "reason",
+        "detail",
+        "receipt",
+        F.coalesce(F.to_date("receipt.happened_at"), F.to_date("kafka_timestamp")).alias(
+            "event_day"
+        ),
+    )
+
+
+def receipt_rows(checked: DataFrame, late_threshold_s: int, max_lateness_s: int) -> DataFrame:
+    """Valid receipts flattened to the raw-table columns, plus `beyond_bound`.
+
+    late: the record reached Kafka more than the contract's LATE_THRESHOLD after it
+    happened. beyond_bound: later than the speed layer's bound; such receipts are
+    left to the batch layer.
+    """
+    r = checked.where(is_valid())
+    delay = F.unix_timestamp("kafka_timestamp") - F.unix_timestamp("receipt.happened_at")
+    return r.select(
+        F.col("receipt.operation_id").alias("operation_id"),
+        F.to_date("receipt.happened_at").alias("day"),
+        F.col("receipt.happened_at").alias("happened_at"),
+        F.col("receipt.vendor_fiscal_module").alias("vendor_fiscal_module"),
+        F.col("receipt.transaction_id").alias("transaction_id"),
+        F.col("receipt.line_items").alias("line_items"),
+        F.col("receipt.item_quantity").alias("item_quantity"),
+        F.col("receipt.revenue").alias("revenue"),
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        (delay > late_threshold_s).alias("late"),
+        (delay > max_lateness_s).alias("beyond_bound"),
+    )
+
+
+def touched_windows(receipts: DataFrame) -> DataFrame:
+    """(operation_id, day, window_start) of the windows a batch of receipts falls in."""
+    return receipts.select(
+        "operation_id",
+        "day",
+        window_start(F.col("happened_at")).alias("window_start"),
+    ).distinct()

@@ -1,0 +1,108 @@
+"""Pure rendering of the local runtime's configuration (no services)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from infra import cassandra_service, kafka_service
+from infra.settings import Settings, load_settings
+from infra.spark import spark_conf
+
+
+def _props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+
+def test_kafka_binds_loopback_and_single_node_internal_topics(tmp_path: Path) -> None:
+    props = _props(kafka_service.render_server_properties(Settings(), tmp_path))
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:9092"
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:9093"
+    assert props["transaction.state.log.replication.factor"] == "1"
+    assert props["transaction.state.log.min.isr"] == "1"
+    assert props["offsets.topic.replication.factor"] == "1"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["log.dirs"] == str(tmp_path)
+
+
+def test_kafka_ports_are_configurable(tmp_path: Path) -> None:
+    s = Settings(kafka_port=19092, kafka_controller_port=19093)
+    props = _props(kafka_service.render_server_properties(s, tmp_path))
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert s.bootstrap_servers == "127.0.0.1:19092"
+
+
+def test_cassandra_yaml_binds_loopback_with_configured_ports(tmp_path: Path) -> None:
+    yaml = cassandra_service.render_cassandra_yaml(Settings(cassandra_port=19042), tmp_path)
+    assert "listen_address: 127.0.0.1\n" in yaml
+    assert "rpc_address: 127.0.0.1\n" in yaml
+    assert "native_transport_port: 19042\n" in yaml
+    assert f"data_file_directories: [{tmp_path / 'data'}]" in yaml
+
+
+def test_cassandra_jvm_options_have_jamm_agent_and_jdk17_opens(tmp_path: Path) -> None:
+    opts = cassandra_service.jvm_options(Settings(), tmp_path, Path("/jars/jamm-0.4.0.jar"))
+    assert "-javaagent:/jars/jamm-0.4.0.jar" in opts
+    assert "--add-opens=java.base/java.lang=ALL-UNNAMED" in opts
+    assert "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED" in opts
+    assert "-Xmx1G" in opts
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POS_KAFKA_BOOTSTRAP_SERVERS", "broker-a:9092,broker-b:9092")
+    monkeypatch.setenv("POS_CASSANDRA_HOSTS", "cass-a, cass-b")
+    monkeypatch.setenv("POS_SPARK_MASTER", "spark://master:7077")
+    s = load_settings()
+    assert s.bootstrap_servers == "broker-a:9092,broker-b:9092"
+    assert s.cassandra_contact_points == ["cass-a", "cass-b"]
+    assert s.spark_master == "spark://master:7077"
+
+
+def test_settings_reject_bad_values_with_field_name() -> None:
+    with pytest.raises(ValidationError, match="kafka_port"):
+        Settings(kafka_port=70000)
+    with pytest.raises(ValidationError, match="cassandra_keyspace"):
+        Settings(cassandra_keyspace="Bad-Name")
+
+
+def test_settings_are_frozen() -> None:
+    with pytest.raises(ValidationError):
+        Settings().kafka_port = 1  # type: ignore[misc]
+
+
+def _fake_jar_cache(root: Path) -> Path:
+    spark = root / "spark"
+    spark.mkdir(parents=True)
+    for name in ("spark-sql-kafka-0-10_2.12-3.5.7.jar", "spark-cassandra-connector_2.12-3.5.1.jar"):
+        (spark / name).write_bytes(b"")
+    return root
+
+
+def test_spark_conf_local_mode(tmp_path: Path) -> None:
+    conf = spark_conf(Settings(jars_dir=_fake_jar_cache(tmp_path)), "job")
+    assert conf["spark.master"] == "local[*]"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.cassandra.connection.host"] == "127.0.0.1"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert sorted(Path(j).name for j in conf["spark.jars"].split(",")) == [
+        "spark-cassandra-connector_2.12-3.5.1.jar",
+        "spark-sql-kafka-0-10_2.12-3.5.7.jar",
+    ]
+
+
+def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
+    s = Settings(jars_dir=_fake_jar_cache(tmp_path), spark_master="spark://m:7077",
+                 cassandra_hosts="c1,c2")
+    conf = spark_conf(s, "job")
+    assert conf["spark.master"] == "spark://m:7077"
+    assert "spark.driver.bindAddress" not in conf
+    assert conf["spark.cassandra.connection.host"] == "c1,c2"
+
+
+def test_spark_conf_without_jars_says_run_make_jars(tmp_path: Path) -> None:
+    with pytest.raises(Exception, match="make jars"):
+        spark_conf(Settings(jars_dir=tmp_path), "job")
