@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics test test-unit test-integration check demo bench lock clean
+.PHONY: help setup jars up down status schema topics speed speed-once speed-status test test-unit test-integration check demo bench lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +40,15 @@ schema: $(INSTALLED) ## (re)apply the Cassandra schema
 
 topics: $(INSTALLED) ## create the Kafka topics
 	$(VENV)/bin/pos-infra topics
+
+speed: up ## run the speed layer continuously (Ctrl-C stops it gracefully)
+	$(VENV)/bin/pos-speed run
+
+speed-once: up ## run the speed layer over everything in Kafka now, then exit
+	$(VENV)/bin/pos-speed run --available-now
+
+speed-status: $(INSTALLED) ## show the speed layer's last micro-batches
+	$(VENV)/bin/pos-speed status
 
 test: setup ## run all tests (unit + integration; starts the services it needs)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -96,11 +96,11 @@ num_tokens: 16
 allocate_tokens_for_local_replication_factor: 1
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
-data_file_directories: [{root / 'data'}]
-commitlog_directory: {root / 'commitlog'}
-saved_caches_directory: {root / 'saved_caches'}
-hints_directory: {root / 'hints'}
-cdc_raw_directory: {root / 'cdc_raw'}
+data_file_directories: [{root / "data"}]
+commitlog_directory: {root / "commitlog"}
+saved_caches_directory: {root / "saved_caches"}
+hints_directory: {root / "hints"}
+cdc_raw_directory: {root / "cdc_raw"}
 commitlog_sync: periodic
 commitlog_sync_period: 10000ms
 seed_provider:
@@ -194,7 +194,7 @@ def is_ready(settings: Settings, timeout: float = 5.0) -> bool:
         session = cluster.connect()
         session.execute("SELECT release_version FROM system.local", timeout=timeout)
         return True
-    except (NoHostAvailable, OSError, Exception):  # noqa: BLE001 - any failure = not ready
+    except (NoHostAvailable, OSError, Exception):
         return False
     finally:
         cluster.shutdown()

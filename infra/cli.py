@@ -29,8 +29,10 @@ def _say(msg: str) -> None:
 
 def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
     fetched = jars.fetch(settings)
-    _say(f"jars: {'fetched ' + ', '.join(fetched) if fetched else 'up to date'} "
-         f"({settings.jars_dir})")
+    _say(
+        f"jars: {'fetched ' + ', '.join(fetched) if fetched else 'up to date'} "
+        f"({settings.jars_dir})"
+    )
     return 0
 
 
@@ -43,8 +45,10 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
         _say(f"{name}: ready " + (f"in {took:.1f}s" if took else "(was already running)"))
     if not args.only or "cassandra" in args.only:
         n = schema_apply.apply_cql(settings)
-        _say(f"cassandra: schema applied to keyspace '{settings.cassandra_keyspace}' "
-             f"({n} statements)")
+        _say(
+            f"cassandra: schema applied to keyspace '{settings.cassandra_keyspace}' "
+            f"({n} statements)"
+        )
     if not args.only or "kafka" in args.only:
         created = schema_apply.create_topics(settings)
         _say(f"kafka: topics {'created ' + ', '.join(created) if created else 'present'}")
@@ -88,8 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("jars", help="fetch Kafka, Cassandra and Spark jars from Maven Central")
     up = sub.add_parser("up", help="start Kafka and Cassandra, apply schema, create topics")
-    up.add_argument("--only", choices=sorted(SERVICES), action="append",
-                    help="start just this service (repeatable)")
+    up.add_argument(
+        "--only",
+        choices=sorted(SERVICES),
+        action="append",
+        help="start just this service (repeatable)",
+    )
     sub.add_parser("down", help="stop Kafka and Cassandra")
     sub.add_parser("status", help="report readiness; exit 1 unless both are ready")
     sub.add_parser("schema", help="create the Cassandra keyspace and tables")
@@ -97,8 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"jars": cmd_jars, "up": cmd_up, "down": cmd_down, "status": cmd_status,
-            "schema": cmd_schema, "topics": cmd_topics}
+COMMANDS = {
+    "jars": cmd_jars,
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "schema": cmd_schema,
+    "topics": cmd_topics,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

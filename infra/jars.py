@@ -37,14 +37,24 @@ def fetch(settings: Settings, names: tuple[str, ...] = RUNTIMES) -> list[str]:
         if stamp.exists() and stamp.read_text() == _stamp(pom):
             continue
         if mvn is None:
-            raise ServiceError("Maven (`mvn`) not found: install it (Debian: apt-get install maven).")
+            raise ServiceError(
+                "Maven (`mvn`) not found: install it (Debian: apt-get install maven)."
+            )
         print(f"jars: fetching {name} runtime into {out} ...", file=sys.stderr, flush=True)
         if out.exists():
             shutil.rmtree(out)
-        done = subprocess.run(  # noqa: S603
-            [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-             f"-DoutputDirectory={out}"],
-            capture_output=True, text=True,
+        done = subprocess.run(
+            [
+                mvn,
+                "-B",
+                "-q",
+                "-f",
+                str(pom),
+                "dependency:copy-dependencies",
+                f"-DoutputDirectory={out}",
+            ],
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             raise ServiceError(

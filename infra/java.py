@@ -23,7 +23,7 @@ _CANDIDATES = (
 
 def java_major(java: Path) -> int | None:
     try:
-        out = subprocess.run(  # noqa: S603
+        out = subprocess.run(
             [str(java), "-version"], capture_output=True, text=True, timeout=30
         ).stderr
     except (OSError, subprocess.TimeoutExpired):

@@ -161,7 +161,7 @@ def _format_storage(settings: Settings, java: Path, kp: KafkaPaths) -> None:
         kp,
         ["kafka.tools.StorageTool", "format", "-t", _cluster_id(kp), "-c", str(kp.config)],
     )
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)  # noqa: S603
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise ServiceError(f"kafka: formatting storage failed:\n{done.stdout}\n{done.stderr}")
 
@@ -201,7 +201,9 @@ def start(settings: Settings) -> float:
         if wait_for(lambda: is_ready(settings), timeout=READY_TIMEOUT_S, interval=1.0):
             return 0.0
         raise ServiceError(f"kafka: running but not ready; log tail:\n{proc.log_tail()}")
-    require_free_ports("kafka", settings.bind_host, [settings.kafka_port, settings.kafka_controller_port])
+    require_free_ports(
+        "kafka", settings.bind_host, [settings.kafka_port, settings.kafka_controller_port]
+    )
     kp = paths(settings)
     require_free_disk(kp.root, MIN_FREE_DISK, "kafka")
     java = find_java17(settings.java_home)

@@ -7,6 +7,7 @@ tail we show when a JVM dies during start-up.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -47,7 +48,7 @@ class ManagedProcess:
         with open(self.log_file, "ab") as log:
             # A new session detaches the JVM from our terminal, so Ctrl-C in `make up`
             # or the end of a pytest run does not take the service down with it.
-            proc = subprocess.Popen(  # noqa: S603 - argv is built by us, never a shell
+            proc = subprocess.Popen(
                 list(argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -105,15 +106,11 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
-def wait_for(
-    condition: Callable[[], bool], timeout: float, interval: float = 0.5
-) -> bool:
+def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
     """Poll `condition` until it holds or `timeout` seconds pass; True if it held."""
     deadline = time.monotonic() + timeout
     while True:

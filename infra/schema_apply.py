@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from infra.process import ServiceError
 from infra.settings import Settings
-from schemas import cql
 
 
 def apply_cql(settings: Settings, keyspace: str | None = None) -> int:
     """Create the keyspace, types and tables; returns the number of statements run."""
     from cassandra.cluster import Cluster, NoHostAvailable
+
+    from schemas import cql
 
     ks = keyspace or settings.cassandra_keyspace
     cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
@@ -41,7 +42,8 @@ def pipeline_topics(settings: Settings) -> dict[str, int]:
 def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> list[str]:
     """Create missing topics (name -> partitions); returns the ones created."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     wanted = topics if topics is not None else pipeline_topics(settings)
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
@@ -52,8 +54,11 @@ def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> l
             f"cannot reach Kafka at {settings.bootstrap_servers}: is it running? "
             f"try `make up` ({exc})"
         ) from exc
-    new = [NewTopic(t, num_partitions=n, replication_factor=settings.topic_replication_factor) for t, n in wanted.items()
-           if t not in existing]
+    new = [
+        NewTopic(t, num_partitions=n, replication_factor=settings.topic_replication_factor)
+        for t, n in wanted.items()
+        if t not in existing
+    ]
     if not new:
         return []
     for topic, future in admin.create_topics(new, operation_timeout=30).items():

@@ -35,7 +35,7 @@ def _columns(cols: list[tuple[str, str]]) -> str:
 
 def _aggregate_table(keyspace: str, name: str) -> str:
     return f"""CREATE TABLE IF NOT EXISTS {keyspace}.{name} (
-  operation_id {contract.cql_type_of('operation_id')},
+  operation_id {contract.cql_type_of("operation_id")},
   day date,
   window_start timestamp,
   receipt_count int,
@@ -96,7 +96,7 @@ def table_ddl(keyspace: str) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{ALERTS_TABLE} (
   alert_id text PRIMARY KEY,
   kind text,
-  operation_id {contract.cql_type_of('operation_id')},
+  operation_id {contract.cql_type_of("operation_id")},
   happened_at timestamp,
   payload text
 )""",

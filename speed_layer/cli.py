@@ -35,9 +35,18 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
     cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
     session = cluster.connect(settings.cassandra_keyspace)
     cols = (
-        "query_name", "batch_id", "finished_at", "input_rows", "input_rows_per_second",
-        "processed_rows_per_second", "duration_ms", "kafka_lag", "valid_rows", "invalid_rows",
-        "resends_absorbed", "late_receipts",
+        "query_name",
+        "batch_id",
+        "finished_at",
+        "input_rows",
+        "input_rows_per_second",
+        "processed_rows_per_second",
+        "duration_ms",
+        "kafka_lag",
+        "valid_rows",
+        "invalid_rows",
+        "resends_absorbed",
+        "late_receipts",
     )
     stmt = session.prepare(
         f"INSERT INTO {cql.SPEED_PROGRESS_TABLE} ({', '.join(cols)}) "
@@ -50,8 +59,9 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
     return write, cluster
 
 
-def run(settings: Settings, jobs: tuple[str, ...], available_now: bool,
-        topic: str | None = None) -> int:
+def run(
+    settings: Settings, jobs: tuple[str, ...], available_now: bool, topic: str | None = None
+) -> int:
     from infra.spark import build_session
     from speed_layer import archiver_job, views_job
     from speed_layer.progress import ProgressRecorder
@@ -120,7 +130,8 @@ def status(settings: Settings, as_json: bool) -> int:
         print("no micro-batch recorded yet: start the speed layer with `pos-speed run`")
     for r in [] if as_json else rows:
         print(
-            f"{r['query_name']:<20} batch {r['batch_id']} at {r['finished_at']:%Y-%m-%d %H:%M:%S}Z: "
+            f"{r['query_name']:<20} batch {r['batch_id']} "
+            f"at {r['finished_at']:%Y-%m-%d %H:%M:%S}Z: "
             f"{r['input_rows']} rows, {r['input_rows_per_second']:.0f}/s in, "
             f"{r['processed_rows_per_second']:.0f}/s processed, {r['duration_ms']} ms, "
             f"kafka lag {r['kafka_lag']}"
@@ -140,16 +151,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run the streaming jobs")
-    run_p.add_argument("--available-now", action="store_true",
-                       help="process everything available in Kafka, then exit")
-    run_p.add_argument("--jobs", default=",".join(JOBS),
-                       help=f"comma-separated subset of {', '.join(JOBS)} (default: both)")
+    run_p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process everything available in Kafka, then exit",
+    )
+    run_p.add_argument(
+        "--jobs",
+        default=",".join(JOBS),
+        help=f"comma-separated subset of {', '.join(JOBS)} (default: both)",
+    )
     run_p.add_argument("--topic", help="input topic (default: POS_TOPIC_TRANSACTIONS)")
-    run_p.add_argument("--trigger-seconds", type=float,
-                       help="micro-batch interval (POS_SPEED_TRIGGER_SECONDS, default 5)")
+    run_p.add_argument(
+        "--trigger-seconds",
+        type=float,
+        help="micro-batch interval (POS_SPEED_TRIGGER_SECONDS, default 5)",
+    )
     run_p.add_argument("--starting-offsets", help="earliest|latest for a new checkpoint")
-    run_p.add_argument("--max-offsets-per-trigger", type=int,
-                       help="cap on records per micro-batch")
+    run_p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
     st = sub.add_parser("status", help="show the last micro-batch of each query")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     return parser

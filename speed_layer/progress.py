@@ -98,17 +98,17 @@ class ProgressRecorder:
         if self._writer is not None:
             try:
                 self._writer(row)
-            except Exception:  # noqa: BLE001 - metrics must never stop the stream
+            except Exception:
                 log.exception("could not persist progress of %s", progress.query_name)
 
     def listener(self) -> StreamingQueryListener:
         recorder = self
 
         class _Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's API
+            def onQueryStarted(self, event: Any) -> None:
                 log.info("query %s started (id %s)", event.name, event.id)
 
-            def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+            def onQueryProgress(self, event: Any) -> None:
                 p = event.progress
                 name = p.name or str(p.id)
                 with recorder._lock:
@@ -127,10 +127,10 @@ class ProgressRecorder:
                     )
                 )
 
-            def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+            def onQueryIdle(self, event: Any) -> None:
                 pass
 
-            def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+            def onQueryTerminated(self, event: Any) -> None:
                 if event.exception:
                     log.error("query %s failed: %s", event.id, event.exception)
                 else:

@@ -7,7 +7,9 @@ from pyspark.sql import DataFrame, SparkSession
 from infra.settings import Settings
 
 
-def read_transactions(spark: SparkSession, settings: Settings, topic: str | None = None) -> DataFrame:
+def read_transactions(
+    spark: SparkSession, settings: Settings, topic: str | None = None
+) -> DataFrame:
     """A streaming DataFrame of raw Kafka records (key, value, topic, partition, ...)."""
     return (
         spark.readStream.format("kafka")

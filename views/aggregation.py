@@ -38,9 +38,7 @@ AGGREGATE_COLUMNS = (
 
 def window_start(ts: Column) -> Column:
     """Start of the 15-minute UTC window containing `ts`."""
-    return F.timestamp_seconds(
-        F.floor(F.unix_timestamp(ts) / WINDOW_SECONDS) * WINDOW_SECONDS
-    )
+    return F.timestamp_seconds(F.floor(F.unix_timestamp(ts) / WINDOW_SECONDS) * WINDOW_SECONDS)
 
 
 def first_arrivals(receipts: DataFrame) -> DataFrame:

@@ -131,9 +131,14 @@ def test_spark_reads_kafka_and_round_trips_cassandra(
     # 0..29 split by i % 3: k0 = 0+3+...+27, k1 = 1+4+...+28, k2 = 2+5+...+29.
     assert sums == {"k0": 135, "k1": 145, "k2": 155}
 
-    cql.execute("CREATE TABLE IF NOT EXISTS spark_roundtrip (k text PRIMARY KEY, total bigint, at timestamp)")
-    out = parsed.groupBy("k").agg(F.sum("v").alias("total")).withColumn(
-        "at", F.lit(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    cql.execute(
+        "CREATE TABLE IF NOT EXISTS spark_roundtrip "
+        "(k text PRIMARY KEY, total bigint, at timestamp)"
+    )
+    out = (
+        parsed.groupBy("k")
+        .agg(F.sum("v").alias("total"))
+        .withColumn("at", F.lit(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)))
     )
     (
         out.write.format("org.apache.spark.sql.cassandra")

@@ -95,8 +95,9 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
-    s = Settings(jars_dir=_fake_jar_cache(tmp_path), spark_master="spark://m:7077",
-                 cassandra_hosts="c1,c2")
+    s = Settings(
+        jars_dir=_fake_jar_cache(tmp_path), spark_master="spark://m:7077", cassandra_hosts="c1,c2"
+    )
     conf = spark_conf(s, "job")
     assert conf["spark.master"] == "spark://m:7077"
     assert "spark.driver.bindAddress" not in conf

@@ -1,0 +1,35 @@
+"""Unit-test fixtures. Spark here is a library in local mode: no Kafka, no Cassandra."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def local_spark() -> Iterator[Any]:
+    from pyspark.sql import SparkSession
+
+    from infra.java import find_java17
+
+    os.environ["JAVA_HOME"] = str(find_java17(None).parent.parent)
+    # collect() turns timestamps into naive datetimes in the process's zone: pin UTC.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("pos-unit-tests")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    yield spark
+    spark.stop()
