@@ -70,7 +70,7 @@ def table_ddl(keyspace: str) -> list[str]:
         _aggregate_table(keyspace, AGG_SPEED_TABLE),
         _aggregate_table(keyspace, AGG_BATCH_TABLE),
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_RUNS_TABLE} (
-  view text,
+  view_name text,
   run_id timeuuid,
   interval_start timestamp,
   interval_end timestamp,
@@ -79,7 +79,7 @@ def table_ddl(keyspace: str) -> list[str]:
   duplicates_removed bigint,
   conflicts bigint,
   finished_at timestamp,
-  PRIMARY KEY (view, run_id)
+  PRIMARY KEY (view_name, run_id)
 ) WITH CLUSTERING ORDER BY (run_id DESC)""",
         # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{DEAD_LETTERS_TABLE} (
@@ -113,6 +113,7 @@ def table_ddl(keyspace: str) -> list[str]:
   invalid_rows bigint,
   resends_absorbed bigint,
   late_receipts bigint,
+  beyond_lateness_bound bigint,
   PRIMARY KEY (query_name, batch_id)
 ) WITH CLUSTERING ORDER BY (batch_id DESC)""",
     ]

@@ -47,14 +47,17 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
         "invalid_rows",
         "resends_absorbed",
         "late_receipts",
-    )
-    stmt = session.prepare(
-        f"INSERT INTO {cql.SPEED_PROGRESS_TABLE} ({', '.join(cols)}) "
-        f"VALUES ({', '.join('?' for _ in cols)})"
+        "beyond_lateness_bound",
     )
 
     def write(row: dict[str, Any]) -> None:
-        session.execute(stmt, [row.get(c) for c in cols])
+        # Partial rows (counts first, rates later) upsert only the columns they carry.
+        present = [c for c in cols if c in row]
+        session.execute(
+            f"INSERT INTO {cql.SPEED_PROGRESS_TABLE} ({', '.join(present)}) "
+            f"VALUES ({', '.join('%s' for _ in present)})",
+            [row[c] for c in present],
+        )
 
     return write, cluster
 
@@ -132,9 +135,13 @@ def status(settings: Settings, as_json: bool) -> int:
         print(
             f"{r['query_name']:<20} batch {r['batch_id']} "
             f"at {r['finished_at']:%Y-%m-%d %H:%M:%S}Z: "
-            f"{r['input_rows']} rows, {r['input_rows_per_second']:.0f}/s in, "
-            f"{r['processed_rows_per_second']:.0f}/s processed, {r['duration_ms']} ms, "
-            f"kafka lag {r['kafka_lag']}"
+            + (
+                f"{r['input_rows']} rows, {r['input_rows_per_second']:.0f}/s in, "
+                f"{r['processed_rows_per_second']:.0f}/s processed, {r['duration_ms']} ms, "
+                f"kafka lag {r['kafka_lag']}"
+                if r["input_rows"] is not None
+                else "(rates pending)"
+            )
             + (
                 f", valid {r['valid_rows']}, invalid {r['invalid_rows']}, resends absorbed "
                 f"{r['resends_absorbed']}, late {r['late_receipts']}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,23 +42,28 @@ class BatchProgress:
     processed_rows_per_second: float
     duration_ms: int
     kafka_lag: int | None
-    counts: BatchCounts = field(default_factory=BatchCounts)
+    counts: BatchCounts | None = None  # only the views job has counts
 
     def as_row(self) -> dict[str, Any]:
         row = asdict(self)
-        row.update(row.pop("counts"))
+        counts = row.pop("counts")
+        row.update(counts or {})
         return row
 
     def summary(self) -> str:
-        c = self.counts
-        return (
+        text = (
             f"{self.query_name} batch {self.batch_id}: {self.input_rows} rows in "
             f"{self.duration_ms} ms ({self.input_rows_per_second:.0f}/s in, "
-            f"{self.processed_rows_per_second:.0f}/s processed), kafka lag {self.kafka_lag}, "
-            f"valid {c.valid_rows}, invalid {c.invalid_rows}, resends absorbed "
-            f"{c.resends_absorbed}, late {c.late_receipts}, beyond bound "
-            f"{c.beyond_lateness_bound}"
+            f"{self.processed_rows_per_second:.0f}/s processed), kafka lag {self.kafka_lag}"
         )
+        c = self.counts
+        if c is not None:
+            text += (
+                f", valid {c.valid_rows}, invalid {c.invalid_rows}, resends absorbed "
+                f"{c.resends_absorbed}, late {c.late_receipts}, beyond bound "
+                f"{c.beyond_lateness_bound}"
+            )
+        return text
 
 
 def kafka_lag(sources: list[Any]) -> int | None:
@@ -72,7 +77,12 @@ def kafka_lag(sources: list[Any]) -> int | None:
 
 
 class ProgressRecorder:
-    """Collects counts from foreachBatch and progress from Spark; writes both out."""
+    """Collects counts from foreachBatch and progress from Spark; writes both out.
+
+    Counts are written as soon as a batch's work is done (synchronously, inside
+    foreachBatch), so a caller that saw the query finish also sees its counts;
+    Spark's rates arrive a moment later through the listener and are merged in.
+    """
 
     def __init__(self, status_file: Path, writer: Any = None) -> None:
         self._status_file = status_file
@@ -84,12 +94,25 @@ class ProgressRecorder:
     def add_counts(self, query_name: str, batch_id: int, counts: BatchCounts) -> None:
         with self._lock:
             self._counts[(query_name, batch_id)] = counts
+        row = {
+            "query_name": query_name,
+            "batch_id": batch_id,
+            "finished_at": datetime.now(UTC),
+            **asdict(counts),
+        }
+        self._publish(row)
 
     def record(self, progress: BatchProgress) -> None:
         log.info(progress.summary())
-        row = progress.as_row()
+        self._publish(progress.as_row())
+
+    def counts_for(self, query_name: str, batch_id: int) -> BatchCounts | None:
         with self._lock:
-            self._latest[progress.query_name] = row
+            return self._counts.pop((query_name, batch_id), None)
+
+    def _publish(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._latest[row["query_name"]] = row
             snapshot = dict(self._latest)
         self._status_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._status_file.with_suffix(".tmp")
@@ -99,7 +122,7 @@ class ProgressRecorder:
             try:
                 self._writer(row)
             except Exception:
-                log.exception("could not persist progress of %s", progress.query_name)
+                log.exception("could not persist progress of %s", row["query_name"])
 
     def listener(self) -> StreamingQueryListener:
         recorder = self
@@ -111,8 +134,7 @@ class ProgressRecorder:
             def onQueryProgress(self, event: Any) -> None:
                 p = event.progress
                 name = p.name or str(p.id)
-                with recorder._lock:
-                    counts = recorder._counts.pop((name, p.batchId), BatchCounts())
+                counts = recorder.counts_for(name, p.batchId)
                 recorder.record(
                     BatchProgress(
                         query_name=name,

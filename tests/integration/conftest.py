@@ -84,3 +84,27 @@ def spark(settings: Settings) -> Iterator[Any]:
     session = build_session(settings, "pos-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def isolated(
+    settings: Settings, new_topic: Callable[..., str], tmp_path: Any
+) -> Iterator[tuple[Settings, Any]]:
+    """Settings with a fresh keyspace, topic and data dir, and a CQL session on them.
+
+    For tests that compare whole tables with a ledger and so must see only their own rows.
+    """
+    from cassandra.cluster import Cluster
+
+    s = settings.model_copy(
+        update={
+            "cassandra_keyspace": _unique("pos_t"),
+            "topic_transactions": new_topic(partitions=4),
+            "data_dir": tmp_path / "data",
+        }
+    )
+    schema_apply.apply_cql(s)
+    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
+    session = cluster.connect(s.cassandra_keyspace)
+    yield s, session
+    cluster.shutdown()

@@ -1,0 +1,126 @@
+"""Helpers for the speed-layer integration tests: produce with the simulator, run the
+jobs, read the views back and compare them with the producer's ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from infra.settings import Settings
+from schemas import cql as tables
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def env_for(settings: Settings) -> dict[str, str]:
+    """POS_* environment that makes a subprocess use exactly these settings."""
+    env = dict(os.environ)
+    for name, value in settings.model_dump(mode="json").items():
+        if value is not None:
+            env[f"POS_{name.upper()}"] = str(value)
+    return env
+
+
+def simulate(settings: Settings, ledger: Path, *flags: str) -> dict[str, Any]:
+    """Run `pos-producer simulate` into settings.topic_transactions; returns the summary."""
+    cmd = [
+        str(VENV_BIN / "pos-producer"), "simulate",
+        "--topic", settings.topic_transactions,
+        "--bootstrap-servers", settings.bootstrap_servers,
+        "--ledger", str(ledger),
+        "--start", "2026-03-02T08:00:00+00:00",
+        *flags,
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, env=env_for(settings), capture_output=True, timeout=600)
+    summary: dict[str, Any] = json.loads((ledger / "summary.json").read_text())
+    return summary
+
+
+def run_available_now(spark: Any, settings: Settings) -> None:
+    """Both speed jobs over everything in the topic now, in this process's session."""
+    from speed_layer import archiver_job, views_job
+    from speed_layer.progress import ProgressRecorder
+
+    recorder = ProgressRecorder(settings.speed_status_file)
+    queries = [
+        archiver_job.start(spark, settings, available_now=True),
+        views_job.start(spark, settings, recorder, available_now=True),
+    ]
+    for q in queries:
+        q.awaitTermination()
+        assert q.exception() is None, q.exception()
+
+
+def ledger_receipts(ledger: Path) -> dict[tuple[int, int, int], dict[str, Any]]:
+    out = {}
+    for line in (ledger / "receipts.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        out[(r["operation_id"], r["vendor_fiscal_module"], r["transaction_id"])] = r
+    return out
+
+
+def expected_aggregates(ledger: Path) -> dict[tuple[int, datetime], tuple[int, int, Decimal, int]]:
+    """Per (store, window start as naive UTC): count, quantity, revenue, late count.
+
+    Summed here from the ledger's per-receipt lines, independently of views/."""
+    acc: dict[tuple[int, datetime], list[Any]] = {}
+    for r in ledger_receipts(ledger).values():
+        ws = datetime.fromisoformat(r["window_start"]).replace(tzinfo=None)
+        a = acc.setdefault((r["operation_id"], ws), [0, 0, Decimal("0"), 0])
+        a[0] += 1
+        a[1] += int(r["item_quantity"])
+        a[2] += Decimal(r["revenue"])
+        a[3] += 1 if r["late"] else 0
+    return {k: (a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+
+
+def raw_rows(cql: Any) -> dict[tuple[int, int, int], Any]:
+    rows = cql.execute(f"SELECT * FROM {tables.RAW_TABLE}").all()
+    keys = Counter((r.operation_id, r.vendor_fiscal_module, r.transaction_id) for r in rows)
+    dupes = [k for k, n in keys.items() if n > 1]
+    assert not dupes, f"natural keys stored twice: {dupes[:5]}"
+    return {(r.operation_id, r.vendor_fiscal_module, r.transaction_id): r for r in rows}
+
+
+def speed_aggregates(cql: Any) -> dict[tuple[int, datetime], tuple[int, int, Decimal, int]]:
+    rows = cql.execute(f"SELECT * FROM {tables.AGG_SPEED_TABLE}").all()
+    return {
+        (r.operation_id, r.window_start): (
+            r.receipt_count,
+            r.item_quantity,
+            Decimal(r.revenue),
+            r.late_count,
+        )
+        for r in rows
+    }
+
+
+def assert_views_match_ledger(cql: Any, ledger: Path) -> None:
+    expected = ledger_receipts(ledger)
+    stored = raw_rows(cql)
+    assert set(stored) == set(expected), (
+        f"missing {len(set(expected) - set(stored))}, extra {len(set(stored) - set(expected))}"
+    )
+    for key, r in expected.items():
+        row = stored[key]
+        assert (row.item_quantity, Decimal(row.revenue), row.late) == (
+            int(r["item_quantity"]),
+            Decimal(r["revenue"]),
+            r["late"],
+        ), key
+    assert speed_aggregates(cql) == expected_aggregates(ledger)
+
+
+def master_rows(spark: Any, settings: Settings) -> list[Any]:
+    return (
+        spark.read.parquet(str(settings.master_dataset_dir))
+        .select("kafka_topic", "kafka_partition", "kafka_offset", "valid")
+        .collect()
+    )

@@ -1,0 +1,218 @@
+"""Speed layer against real Kafka, Spark and Cassandra, compared with the producer's ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from infra.process import wait_for
+from infra.settings import Settings
+from schemas import cql as tables
+from tests.integration.speed_helpers import (
+    VENV_BIN,
+    assert_views_match_ledger,
+    env_for,
+    expected_aggregates,
+    ledger_receipts,
+    master_rows,
+    raw_rows,
+    run_available_now,
+    simulate,
+    speed_aggregates,
+)
+
+pytestmark = pytest.mark.integration
+
+FAULTS = (
+    "--resend-rate", "0.03",
+    "--malformed-rate", "0.02",
+    "--burst-rate", "0.05",
+    "--late-rate", "0.05", "--late-max-delay", "7200",
+    "--out-of-order-rate", "0.02",
+    "--clock-skew-max", "120",
+)  # fmt: skip
+
+
+def _progress_totals(status_file: Path) -> dict[str, Any]:
+    return json.loads(status_file.read_text())
+
+
+def test_views_and_master_dataset_equal_the_ledger_under_faults(
+    isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    summary = simulate(settings, ledger, "--count", "1500", "--seed", "11", *FAULTS)
+    faults = summary["faults"]
+    assert faults["resend"] > 0 and faults["malformed"] > 0 and faults["late"] > 0
+
+    run_available_now(spark, settings)
+
+    # Resends absorbed, late receipts in their windows, same-second receipts kept.
+    assert_views_match_ledger(cql, ledger)
+    # Malformed messages: every one dead-lettered with a reason, keyed by coordinates.
+    dead = cql.execute(f"SELECT reason, raw_value FROM {tables.DEAD_LETTERS_TABLE}").all()
+    assert len(dead) == faults["malformed"]
+    assert all(r.reason for r in dead)
+    # Master dataset: exactly one row per Kafka message.
+    rows = master_rows(spark, settings)
+    coords = Counter((r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows)
+    assert len(rows) == summary["messages"] == len(coords)
+    assert sum(1 for r in rows if not r.valid) == faults["malformed"]
+
+
+def test_resends_in_a_later_batch_leave_aggregates_unchanged(
+    isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    simulate(
+        settings, ledger, "--count", "300", "--seed", "5", "--output", str(tmp_path / "m.jsonl")
+    )
+    # The simulator wrote the messages to a file; send them, run, then send 40 again.
+    lines = (tmp_path / "m.jsonl").read_bytes().splitlines()
+    _produce(settings, lines)
+    run_available_now(spark, settings)
+    before = speed_aggregates(cql)
+    assert before == expected_aggregates(ledger)
+
+    _produce(settings, lines[:40])
+    run_available_now(spark, settings)
+    assert speed_aggregates(cql) == before
+    assert len(raw_rows(cql)) == 300
+    views = _progress_totals(settings.speed_status_file)["pos-speed-views"]
+    assert views["resends_absorbed"] == 40
+
+
+def _produce(settings: Settings, values: list[bytes], timestamps: list[int] | None = None) -> None:
+    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True})
+    for i, v in enumerate(values):
+        kwargs = {"timestamp": timestamps[i]} if timestamps else {}
+        p.produce(settings.topic_transactions, value=v, **kwargs)
+    assert p.flush(30) == 0
+
+
+def _receipt_json(store: int, device: int, tid: int, at: datetime) -> bytes:
+    return json.dumps(
+        {
+            "happened_at": at.isoformat(),
+            "operation_id": store,
+            "transaction_id": tid,
+            "vendor_fiscal_module": device,
+            "transactions": [{"title": "Espresso", "price": "1.90", "amount": 2}],
+        }
+    ).encode()
+
+
+def test_late_receipts_update_their_window_and_beyond_bound_are_left_to_batch(
+    isolated: tuple[Settings, Any], spark: Any
+) -> None:
+    settings, cql = isolated
+    at = datetime(2026, 3, 2, 9, 3, 0, tzinfo=UTC)
+    ms = lambda d: int(d.timestamp() * 1000)
+    on_time = _receipt_json(1, 1, 1, at)
+    late_2h = _receipt_json(1, 1, 2, at + timedelta(seconds=30))
+    late_3d = _receipt_json(1, 2, 1, at + timedelta(seconds=40))  # beyond the 48 h bound
+    _produce(settings, [on_time], [ms(at)])
+    run_available_now(spark, settings)
+    window = datetime(2026, 3, 2, 9, 0)
+    assert speed_aggregates(cql)[(1, window)][:2] == (1, 2)
+
+    _produce(
+        settings, [late_2h, late_3d], [ms(at + timedelta(hours=2)), ms(at + timedelta(days=3))]
+    )
+    run_available_now(spark, settings)
+    count, qty, revenue, late = speed_aggregates(cql)[(1, window)]
+    assert (count, qty, str(revenue), late) == (2, 4, "7.60", 1)
+    views = _progress_totals(settings.speed_status_file)["pos-speed-views"]
+    assert views["beyond_lateness_bound"] == 1
+    assert views["late_receipts"] == 1
+    # The archiver keeps it for the batch layer.
+    assert len(master_rows(spark, settings)) == 3
+
+
+def test_same_second_receipts_survive_where_the_fields_key_loses_them(
+    isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    simulate(settings, ledger, "--count", "400", "--seed", "3", "--burst-rate", "0.3")
+    run_available_now(spark, settings)
+    expected = ledger_receipts(ledger)
+    same_second = Counter((r["operation_id"], r["happened_at"]) for r in expected.values())
+    assert max(same_second.values()) > 1, "the simulator produced no same-second receipts"
+    assert len(raw_rows(cql)) == len(expected) == 400
+
+    # The field's original table, keyed ((year_day, operation_id), happened_at).
+    cql.execute(
+        "CREATE TABLE old_key (year_day int, operation_id int, happened_at timestamp, "
+        "transaction_id bigint, PRIMARY KEY ((year_day, operation_id), happened_at))"
+    )
+    insert = cql.prepare(
+        "INSERT INTO old_key (year_day, operation_id, happened_at, transaction_id) "
+        "VALUES (?, ?, ?, ?)"
+    )
+    for r in cql.execute(f"SELECT * FROM {tables.RAW_TABLE}"):
+        cql.execute(
+            insert,
+            (r.happened_at.timetuple().tm_yday, r.operation_id, r.happened_at, r.transaction_id),
+        )
+    kept = cql.execute("SELECT COUNT(*) FROM old_key").one()[0]
+    lost = sum(n - 1 for n in same_second.values())
+    assert kept == 400 - lost < 400
+
+
+def test_kill_9_mid_run_then_restart_equals_the_ledger(
+    isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    settings = settings.model_copy(
+        update={"speed_max_offsets_per_trigger": 300, "speed_trigger_seconds": 1.0}
+    )
+    ledger = tmp_path / "ledger"
+    summary = simulate(settings, ledger, "--count", "3000", "--seed", "21", *FAULTS)
+    env = env_for(settings)
+    cmd = [str(VENV_BIN / "pos-speed"), "run"]
+    log = open(tmp_path / "speed.log", "wb")  # noqa: SIM115 - closed below
+    driver = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+    def views_batches_done() -> bool:
+        if driver.poll() is not None:
+            raise AssertionError(f"driver exited early: {(tmp_path / 'speed.log').read_text()}")
+        try:
+            status = json.loads(settings.speed_status_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return False
+        return status.get("pos-speed-views", {}).get("batch_id", -1) >= 2
+
+    try:
+        assert wait_for(views_batches_done, timeout=300, interval=0.2)
+        # Mid-run: some receipts are in, not all.
+        partial = cql.execute(f"SELECT COUNT(*) FROM {tables.RAW_TABLE}").one()[0]
+        assert 0 < partial < 3000
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+        log.close()
+
+    restarted = subprocess.run(
+        [*cmd, "--available-now"], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert restarted.returncode == 0, restarted.stdout[-3000:] + restarted.stderr[-3000:]
+
+    assert_views_match_ledger(cql, ledger)
+    rows = master_rows(spark, settings)
+    coords = Counter((r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows)
+    assert max(coords.values()) == 1
+    assert len(coords) == summary["messages"]
