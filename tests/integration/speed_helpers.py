@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from infra.settings import Settings
+from producer.ledger import expected_aggregates as ledger_expected_aggregates
+from producer.ledger import load_receipts
 from schemas import cql as tables
 
 VENV_BIN = Path(sys.executable).parent
@@ -59,26 +61,15 @@ def run_available_now(spark: Any, settings: Settings) -> None:
 
 
 def ledger_receipts(ledger: Path) -> dict[tuple[int, int, int], dict[str, Any]]:
-    out = {}
-    for line in (ledger / "receipts.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        out[(r["operation_id"], r["vendor_fiscal_module"], r["transaction_id"])] = r
-    return out
+    return load_receipts(ledger)
 
 
 def expected_aggregates(ledger: Path) -> dict[tuple[int, datetime], tuple[int, int, Decimal, int]]:
-    """Per (store, window start as naive UTC): count, quantity, revenue, late count.
-
-    Summed here from the ledger's per-receipt lines, independently of views/."""
-    acc: dict[tuple[int, datetime], list[Any]] = {}
-    for r in ledger_receipts(ledger).values():
-        ws = datetime.fromisoformat(r["window_start"]).replace(tzinfo=None)
-        a = acc.setdefault((r["operation_id"], ws), [0, 0, Decimal("0"), 0])
-        a[0] += 1
-        a[1] += int(r["item_quantity"])
-        a[2] += Decimal(r["revenue"])
-        a[3] += 1 if r["late"] else 0
-    return {k: (a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+    """Ledger aggregates keyed by naive UTC window start, as the driver returns them."""
+    return {
+        (store, ws.replace(tzinfo=None)): v
+        for (store, ws), v in ledger_expected_aggregates(ledger).items()
+    }
 
 
 def raw_rows(cql: Any) -> dict[tuple[int, int, int], Any]:

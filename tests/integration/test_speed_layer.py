@@ -6,13 +6,14 @@ import json
 import os
 import signal
 import subprocess
+import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from infra.process import wait_for
 from infra.settings import Settings
@@ -75,22 +76,43 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
 ) -> None:
     settings, cql = isolated
     ledger = tmp_path / "ledger"
-    simulate(
-        settings, ledger, "--count", "300", "--seed", "5", "--output", str(tmp_path / "m.jsonl")
-    )
-    # The simulator wrote the messages to a file; send them, run, then send 40 again.
-    lines = (tmp_path / "m.jsonl").read_bytes().splitlines()
-    _produce(settings, lines)
+    simulate(settings, ledger, "--count", "300", "--seed", "5")
     run_available_now(spark, settings)
     before = speed_aggregates(cql)
     assert before == expected_aggregates(ledger)
 
-    _produce(settings, lines[:40])
+    # A terminal resends 40 receipts long after: same bytes, same record timestamps.
+    resent = _consume(settings, 40)
+    _produce(settings, [v for v, _ in resent], [ts for _, ts in resent])
     run_available_now(spark, settings)
     assert speed_aggregates(cql) == before
     assert len(raw_rows(cql)) == 300
     views = _progress_totals(settings.speed_status_file)["pos-speed-views"]
     assert views["resends_absorbed"] == 40
+
+
+def _consume(settings: Settings, n: int) -> list[tuple[bytes, int]]:
+    """The first n records of the topic (value, timestamp ms), read_committed."""
+    consumer = Consumer({
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": f"resend-{uuid.uuid4().hex}",
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    })  # fmt: skip
+    consumer.subscribe([settings.topic_transactions])
+    out: list[tuple[bytes, int]] = []
+    try:
+        assert wait_for(lambda: _poll_into(consumer, out, n), timeout=60, interval=0)
+    finally:
+        consumer.close()
+    return out[:n]
+
+
+def _poll_into(consumer: Consumer, out: list[tuple[bytes, int]], n: int) -> bool:
+    msg = consumer.poll(0.5)
+    if msg is not None and not msg.error():
+        out.append((msg.value(), msg.timestamp()[1]))
+    return len(out) >= n
 
 
 def _produce(settings: Settings, values: list[bytes], timestamps: list[int] | None = None) -> None:

@@ -1,0 +1,118 @@
+"""The contract: one source, three representations that agree, and a strict validator."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from schemas import contract
+from schemas.contract import Invalid, Receipt, parse_message
+
+GOOD: dict[str, Any] = {
+    "happened_at": "2017-09-19T22:48:03+02:00",
+    "operation_id": 1,
+    "transaction_id": 42,
+    "vendor_fiscal_module": 123,
+    "transactions": [
+        {"title": "Espresso", "price": "1.90", "amount": 2},
+        {"title": "Croissant", "price": "1.2", "amount": -1},
+    ],
+}
+
+
+def _msg(**changes: Any) -> bytes:
+    doc = json.loads(json.dumps(GOOD))
+    for k, v in changes.items():
+        if v is None:
+            del doc[k]
+        else:
+            doc[k] = v
+    return json.dumps(doc).encode()
+
+
+def test_committed_json_schema_is_the_generated_one() -> None:
+    assert json.loads(contract.SCHEMA_FILE.read_text()) == contract.json_schema()
+
+
+def test_json_schema_spark_and_cql_name_the_same_fields() -> None:
+    schema = contract.json_schema()
+    json_fields = set(schema["properties"])
+    message = contract.spark_message_schema()
+    assert {f.name for f in message.fields} == json_fields
+    items = schema["properties"]["transactions"]["items"]["properties"]
+    assert set(items) == {"title", "price", "amount"}
+    receipt_cols = {f.name for f in contract.spark_receipt_schema().fields}
+    cql_cols = dict(contract.cql_receipt_columns())
+    # JSON's "transactions" is stored as line_items; everything else keeps its name.
+    renamed = {"line_items" if n == "transactions" else n for n in json_fields}
+    assert set(cql_cols) == renamed
+    assert renamed <= receipt_cols
+    assert receipt_cols - renamed == {"item_quantity", "revenue"}
+
+
+def test_types_agree_across_representations() -> None:
+    receipt = {f.name: f.dataType.simpleString() for f in contract.spark_receipt_schema().fields}
+    cql = dict(contract.cql_receipt_columns())
+    spark_to_cql = {"int": "int", "bigint": "bigint", "timestamp": "timestamp"}
+    for name in ("operation_id", "transaction_id", "vendor_fiscal_module", "happened_at"):
+        assert spark_to_cql[receipt[name]] == cql[name], name
+    udt_name, udt = contract.cql_line_item_type()
+    assert cql["line_items"] == f"list<frozen<{udt_name}>>"
+    assert dict(udt) == {"title": "text", "price": "decimal", "amount": "int"}
+    assert receipt["line_items"] == "array<struct<title:string,price:decimal(12,2),amount:int>>"
+    props = contract.json_schema()["properties"]
+    assert props["operation_id"]["type"] == "integer"
+    assert props["happened_at"]["type"] == "string"
+
+
+def test_a_good_message_parses_to_utc_with_decimal_money() -> None:
+    r = parse_message(_msg())
+    assert isinstance(r, Receipt)
+    assert r.happened_at.isoformat() == "2017-09-19T20:48:03+00:00"
+    assert r.natural_key == (1, 123, 42)
+    assert r.item_quantity == 1
+    assert r.revenue == Decimal("2.60")  # 2 x 1.90 - 1 x 1.2
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"{not json", "invalid_json"),
+        (b"\xff\xfe", "invalid_encoding"),
+        (b"[1, 2]", "not_an_object"),
+        (_msg(transaction_id=None), "missing_field:transaction_id"),
+        (_msg(operation_id="1"), "wrong_type:operation_id"),
+        (_msg(operation_id=0), "out_of_range:operation_id"),
+        (_msg(operation_id=2**31), "out_of_range:operation_id"),
+        (_msg(happened_at="2017-09-19T22:48:03"), "bad_timestamp"),  # no offset
+        (_msg(happened_at="1999-12-31T23:59:59Z"), "bad_timestamp"),
+        (_msg(happened_at="2017-02-30T10:00:00Z"), "bad_timestamp"),
+        (_msg(transactions=[]), "no_items"),
+        (_msg(transactions=[{"title": "x", "price": "1.00", "amount": 1}] * 201), "too_many_items"),
+        (_msg(transactions=[{"title": "x", "price": "-1.00", "amount": 1}]), "negative_price"),
+        (_msg(transactions=[{"title": "x", "price": "1.005", "amount": 1}]), "bad_price"),
+        (
+            _msg(transactions=[{"title": "x", "price": 1.5, "amount": 1}]),
+            "wrong_type:transactions.0.price",
+        ),
+        (_msg(transactions=[{"title": "x", "price": "1.00", "amount": 0}]), "zero_amount"),
+        (
+            _msg(transactions=[{"title": "", "price": "1.00", "amount": 1}]),
+            "bad_length:transactions.0.title",
+        ),
+        (_msg(transactions=[{"title": "x", "amount": 1}]), "missing_field:transactions.0.price"),
+        (b"{" + b" " * 70000 + b"}", "too_large"),
+    ],
+)
+def test_bad_messages_get_a_reason(value: bytes, reason: str) -> None:
+    result = parse_message(value)
+    assert isinstance(result, Invalid)
+    assert result.reason == reason
+    assert result.reason.split(":")[0] in contract.REASONS
+
+
+def test_unknown_optional_fields_are_ignored_for_additive_evolution() -> None:
+    assert isinstance(parse_message(_msg(loyalty_card="1234")), Receipt)
