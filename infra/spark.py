@@ -20,6 +20,7 @@ from infra.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+LOG4J2_FILE = Path(__file__).with_name("spark-log4j2.properties")
 REQUIRED_JARS = ("spark-sql-kafka-0-10_2.12-", "spark-cassandra-connector_2.12-")
 
 
@@ -47,6 +48,7 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.cassandra.connection.host": ",".join(settings.cassandra_contact_points),
         "spark.cassandra.connection.port": str(settings.cassandra_port),
         "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
     }
     if settings.spark_master.startswith("local"):
         # One machine: keep the driver on loopback and the UI off.

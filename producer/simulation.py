@@ -130,7 +130,7 @@ def _late_delay_s(rng: random.Random, max_delay_s: float) -> float:
     return float(round(low * (high / low) ** rng.random()))
 
 
-def simulate(config: SimulationConfig) -> SimulationResult:  # noqa: PLR0915 - one story
+def simulate(config: SimulationConfig) -> SimulationResult:
     rng = random.Random(config.seed)
     f = config.faults
     layout = _devices(rng, config.stores, f.clock_skew_max_s)

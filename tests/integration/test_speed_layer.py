@@ -81,9 +81,14 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
     before = speed_aggregates(cql)
     assert before == expected_aggregates(ledger)
 
-    # A terminal resends 40 receipts long after: same bytes, same record timestamps.
+    # A terminal resends 40 receipts a minute later: same key, same bytes.
     resent = _consume(settings, 40)
-    _produce(settings, [v for v, _ in resent], [ts for _, ts in resent])
+    _produce(
+        settings,
+        [v for _, v, _ in resent],
+        [ts + 60_000 for _, _, ts in resent],
+        keys=[k for k, _, _ in resent],
+    )
     run_available_now(spark, settings)
     assert speed_aggregates(cql) == before
     assert len(raw_rows(cql)) == 300
@@ -91,8 +96,8 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
     assert views["resends_absorbed"] == 40
 
 
-def _consume(settings: Settings, n: int) -> list[tuple[bytes, int]]:
-    """The first n records of the topic (value, timestamp ms), read_committed."""
+def _consume(settings: Settings, n: int) -> list[tuple[bytes, bytes, int]]:
+    """The first n records of the topic (key, value, timestamp ms), read_committed."""
     consumer = Consumer({
         "bootstrap.servers": settings.bootstrap_servers,
         "group.id": f"resend-{uuid.uuid4().hex}",
@@ -100,7 +105,7 @@ def _consume(settings: Settings, n: int) -> list[tuple[bytes, int]]:
         "isolation.level": "read_committed",
     })  # fmt: skip
     consumer.subscribe([settings.topic_transactions])
-    out: list[tuple[bytes, int]] = []
+    out: list[tuple[bytes, bytes, int]] = []
     try:
         assert wait_for(lambda: _poll_into(consumer, out, n), timeout=60, interval=0)
     finally:
@@ -108,18 +113,27 @@ def _consume(settings: Settings, n: int) -> list[tuple[bytes, int]]:
     return out[:n]
 
 
-def _poll_into(consumer: Consumer, out: list[tuple[bytes, int]], n: int) -> bool:
+def _poll_into(consumer: Consumer, out: list[tuple[bytes, bytes, int]], n: int) -> bool:
     msg = consumer.poll(0.5)
     if msg is not None and not msg.error():
-        out.append((msg.value(), msg.timestamp()[1]))
+        out.append((msg.key(), msg.value(), msg.timestamp()[1]))
     return len(out) >= n
 
 
-def _produce(settings: Settings, values: list[bytes], timestamps: list[int] | None = None) -> None:
+def _produce(
+    settings: Settings,
+    values: list[bytes],
+    timestamps: list[int] | None = None,
+    keys: list[bytes] | None = None,
+) -> None:
     p = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True})
     for i, v in enumerate(values):
-        kwargs = {"timestamp": timestamps[i]} if timestamps else {}
-        p.produce(settings.topic_transactions, value=v, **kwargs)
+        p.produce(
+            settings.topic_transactions,
+            value=v,
+            key=keys[i] if keys else None,
+            timestamp=timestamps[i] if timestamps else 0,
+        )
     assert p.flush(30) == 0
 
 
