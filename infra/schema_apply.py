@@ -42,10 +42,7 @@ def pipeline_topics(settings: Settings) -> dict[str, int]:
 def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> list[str]:
     """Create missing topics (name -> partitions); returns the ones created."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import (
-        AdminClient,
-        NewTopic,  # type: ignore[attr-defined]
-    )
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     wanted = topics if topics is not None else pipeline_topics(settings)
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})

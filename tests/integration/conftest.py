@@ -28,10 +28,12 @@ def base_settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def services(base_settings: Settings) -> Settings:
-    """Kafka and Cassandra running and ready (started here if they are not)."""
+    """Kafka and Cassandra running and ready: reused if they answer, else started here
+    through the same code as `make up`."""
     jars.fetch(base_settings)
-    kafka_service.start(base_settings)
-    cassandra_service.start(base_settings)
+    for service in (kafka_service, cassandra_service):
+        if not service.is_ready(base_settings):
+            service.start(base_settings)
     return base_settings
 
 
