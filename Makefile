@@ -64,11 +64,18 @@ check: $(INSTALLED) ## lint (ruff) and type-check (mypy)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
 
-demo: up ## run the main job end to end (for now: bring the stack up and report status)
-	$(VENV)/bin/pos-infra status
+DEMO_COUNT ?= 5000
+demo: up ## end to end: simulate receipts with faults into Kafka, run the speed layer, show views
+	$(VENV)/bin/pos-producer simulate --count $(DEMO_COUNT) --seed 7 --ledger .state/demo-ledger \
+	  --resend-rate 0.006 --burst-rate 0.02 --late-rate 0.02 --late-max-delay 7200 \
+	  --malformed-rate 0.005 --clock-skew-max 30
+	$(VENV)/bin/pos-speed run --available-now
+	$(VENV)/bin/pos-speed status
+	$(VENV)/bin/python -m speed_layer.show
 
-bench: setup ## benchmarks (side-by-side ratios); filled in by later issues
-	@echo "no benchmarks yet"
+bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs)
+	$(PY) bench/producer_throughput.py
+	$(PY) bench/speed_layer.py
 
 lock: $(INSTALLED) ## re-pin constraints.txt from the current environment
 	@{ sed -n '1,2p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.tmp

@@ -185,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # py4j logs every callback at INFO; the driver's DC choice is expected on one node.
+    for noisy in ("py4j", "cassandra"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         if args.command == "status":
             return status(load_settings(), args.json)

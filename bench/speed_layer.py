@@ -1,0 +1,203 @@
+"""Speed-layer designs measured side by side on the same Kafka topic, in one run.
+
+    python bench/speed_layer.py [--count 50000]
+
+(a) watermark + dropDuplicatesWithinWatermark + windowed aggregation on the RocksDB
+    state store, append mode (Spark 3.5 requires it for chained stateful operators);
+(b) the pipeline's foreachBatch design: upsert raw receipts, recompute the touched
+    windows' absolute aggregates from the raw table (speed_layer/views_job.py).
+
+For each: backlog throughput (events/s from Kafka into Cassandra, available-now),
+and how many 15-minute windows equal the producer's ledger afterwards. For (b)
+also the latency from producing a receipt to seeing it in its window, with the
+query running continuously (1 s trigger). Needs `make up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from cassandra.cluster import Cluster
+from confluent_kafka import Producer
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from infra import schema_apply
+from infra.process import wait_for
+from infra.settings import Settings, load_settings
+from infra.spark import build_session
+from producer.kafka_sink import produce
+from producer.simulation import FaultConfig, SimulationConfig, encode, simulate
+from schemas import contract
+from schemas import cql as tables
+from speed_layer import cassandra_io, transforms, views_job
+from speed_layer.progress import ProgressRecorder
+from speed_layer.source import read_transactions
+
+
+def _expected(receipts: list[dict[str, Any]]) -> dict[tuple[int, datetime], tuple[Any, ...]]:
+    acc: dict[tuple[int, datetime], list[Any]] = {}
+    for r in receipts:
+        key = (r["operation_id"], datetime.fromisoformat(r["window_start"]).replace(tzinfo=None))
+        a = acc.setdefault(key, [0, 0, Decimal("0"), 0])
+        a[0] += 1
+        a[1] += r["item_quantity"]
+        a[2] += Decimal(r["revenue"])
+        a[3] += int(r["late"])
+    return {k: tuple(v) for k, v in acc.items()}
+
+
+def _stored(session: Any) -> dict[tuple[int, datetime], tuple[Any, ...]]:
+    rows = session.execute(f"SELECT * FROM {tables.AGG_SPEED_TABLE}")
+    return {
+        (r.operation_id, r.window_start): (
+            r.receipt_count,
+            r.item_quantity,
+            Decimal(r.revenue),
+            r.late_count,
+        )
+        for r in rows
+    }
+
+
+def _fresh(settings: Settings, topic: str, tag: str) -> tuple[Settings, Any]:
+    s = settings.model_copy(update={
+        "cassandra_keyspace": f"bench_{tag}_{uuid.uuid4().hex[:6]}",
+        "topic_transactions": topic,
+        "data_dir": Path(tempfile.mkdtemp(prefix=f"bench-{tag}-")),
+    })  # fmt: skip
+    schema_apply.apply_cql(s)
+    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
+    return s, cluster.connect(s.cassandra_keyspace)
+
+
+def design_a(spark: Any, settings: Settings) -> Any:
+    spark.conf.set(
+        "spark.sql.streaming.stateStore.providerClass",
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    )
+    checked = transforms.check(read_transactions(spark, settings))
+    receipts = transforms.receipt_rows(checked, 900, 10**9).drop("beyond_bound")
+    aggregates = (
+        receipts.withWatermark("happened_at", "10 minutes")
+        .dropDuplicatesWithinWatermark(list(contract.NATURAL_KEY))
+        .groupBy("operation_id", F.window("happened_at", "15 minutes"))
+        .agg(
+            F.count(F.lit(1)).cast("int").alias("receipt_count"),
+            F.sum("item_quantity").cast("long").alias("item_quantity"),
+            F.sum("revenue").alias("revenue"),
+            F.sum(F.col("late").cast("int")).cast("int").alias("late_count"),
+        )
+        .select(
+            "operation_id",
+            F.to_date(F.col("window.start")).alias("day"),
+            F.col("window.start").alias("window_start"),
+            "receipt_count", "item_quantity", "revenue", "late_count",
+        )
+    )  # fmt: skip
+
+    def write(batch: DataFrame, _: int) -> None:
+        cassandra_io.upsert(batch, settings.cassandra_keyspace, tables.AGG_SPEED_TABLE)
+
+    return (
+        aggregates.writeStream.queryName("bench-design-a")
+        .outputMode("append")
+        .foreachBatch(write)
+        .option("checkpointLocation", str(settings.checkpoint_dir / "a"))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def backlog(spark: Any, settings: Settings, ledger: list[dict[str, Any]], n: int) -> None:
+    expected = _expected(ledger)
+    results = {}
+    for tag in ("a", "b"):
+        s, session = _fresh(settings, settings.topic_transactions, tag)
+        t0 = time.perf_counter()
+        if tag == "a":
+            q = design_a(spark, s)
+        else:
+            q = views_job.start(spark, s, ProgressRecorder(s.speed_status_file), True)
+        q.awaitTermination()
+        took = time.perf_counter() - t0
+        stored = _stored(session)
+        exact = sum(1 for k, v in expected.items() if stored.get(k) == v)
+        results[tag] = (n / took, exact)
+        print(
+            f"design ({tag}): {n / took:,.0f} events/s over {n} messages ({took:.1f} s); "
+            f"windows equal to the ledger: {exact}/{len(expected)}"
+        )
+    ratio = results["b"][0] / results["a"][0]
+    print(f"throughput (b)/(a) = {ratio:.2f}")
+
+
+def latency(spark: Any, settings: Settings, samples: int = 5) -> None:
+    topic = f"bench.latency.{uuid.uuid4().hex[:8]}"
+    schema_apply.create_topics(settings, {topic: settings.topic_partitions})
+    s, session = _fresh(settings.model_copy(update={"speed_trigger_seconds": 1.0}), topic, "lat")
+    q = views_job.start(spark, s, ProgressRecorder(s.speed_status_file), False)
+    producer = Producer({"bootstrap.servers": s.bootstrap_servers, "enable.idempotence": True})
+    at = datetime.now(UTC).replace(microsecond=0)
+    waits = []
+    for i in range(samples):
+        r = contract.Receipt(
+            at + timedelta(seconds=i), 1, i + 1, 1, (contract.LineItem("Tea", Decimal("1.50"), 1),)
+        )
+        t0 = time.perf_counter()
+        producer.produce(topic, value=encode(r), key=b"1:1")
+        producer.flush(10)
+
+        def visible(count: int = i + 1) -> bool:
+            rows = session.execute(f"SELECT receipt_count FROM {tables.AGG_SPEED_TABLE}")
+            return sum(row.receipt_count for row in rows) >= count
+
+        if not wait_for(visible, timeout=60, interval=0.05):
+            print("receipt not visible within 60 s", file=sys.stderr)
+            break
+        waits.append(time.perf_counter() - t0)
+    q.stop()
+    print(
+        f"design (b) produce-to-visible latency, 1 s trigger: median "
+        f"{statistics.median(waits):.2f} s, max {max(waits):.2f} s over {len(waits)} receipts"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--count", type=int, default=50_000)
+    args = parser.parse_args()
+    settings = load_settings()
+    topic = f"bench.speed.{uuid.uuid4().hex[:8]}"
+    schema_apply.create_topics(settings, {topic: settings.topic_partitions})
+    result = simulate(SimulationConfig(
+        count=args.count, seed=9, start=datetime(2026, 3, 2, 6, tzinfo=UTC),
+        faults=FaultConfig(resend_rate=0.006, late_rate=0.02, late_max_delay_s=4 * 3600,
+                           burst_rate=0.02, malformed_rate=0.005),
+    ))  # fmt: skip
+    produce(result.messages, settings.bootstrap_servers, topic, quiet=True)
+    print(f"produced {len(result.messages)} messages ({args.count} unique receipts) to {topic}")
+    spark = build_session(settings.model_copy(update={"topic_transactions": topic}), "bench")
+    backlog(
+        spark,
+        settings.model_copy(update={"topic_transactions": topic}),
+        result.receipts,
+        len(result.messages),
+    )
+    latency(spark, settings)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
