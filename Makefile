@@ -74,8 +74,8 @@ demo: up ## end to end: simulate receipts with faults into Kafka, run the speed 
 	$(VENV)/bin/python -m speed_layer.show
 
 bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs)
-	$(PY) bench/producer_throughput.py
-	$(PY) bench/speed_layer.py
+	$(PY) bench/producer_idempotence.py
+	$(PY) bench/speed_designs.py
 
 lock: $(INSTALLED) ## re-pin constraints.txt from the current environment
 	@{ sed -n '1,2p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.tmp

@@ -8,7 +8,6 @@ a small heap so Kafka, Cassandra and Spark fit on one 2-core machine.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +15,11 @@ from infra.java import find_java17
 from infra.process import (
     ManagedProcess,
     ServiceError,
+    await_running,
+    launch_until_ready,
     port_open,
     require_free_disk,
     require_free_ports,
-    wait_for,
 )
 from infra.settings import Settings
 
@@ -203,10 +203,8 @@ def is_ready(settings: Settings, timeout: float = 5.0) -> bool:
 def start(settings: Settings) -> float:
     """Start Cassandra unless it runs; returns seconds until CQL answers (0 if it ran)."""
     proc = process(settings)
-    if proc.pid() is not None:
-        if wait_for(lambda: is_ready(settings), timeout=READY_TIMEOUT_S, interval=1.0):
-            return 0.0
-        raise ServiceError(f"cassandra: running but not ready; log tail:\n{proc.log_tail()}")
+    if await_running(proc, lambda: is_ready(settings), READY_TIMEOUT_S):
+        return 0.0
     require_free_ports(
         "cassandra",
         settings.bind_host,
@@ -226,21 +224,7 @@ def start(settings: Settings) -> float:
         classpath,
         "org.apache.cassandra.service.CassandraDaemon",
     ]
-    t0 = time.monotonic()
-    pid = proc.launch(argv)
-
-    def ready_or_dead() -> bool:
-        if proc.pid() != pid:
-            raise ServiceError(
-                f"cassandra: process died during start-up; log tail:\n{proc.log_tail()}"
-            )
-        return is_ready(settings)
-
-    if not wait_for(ready_or_dead, timeout=READY_TIMEOUT_S, interval=1.0):
-        raise ServiceError(
-            f"cassandra: not ready after {READY_TIMEOUT_S:.0f}s; log tail:\n{proc.log_tail()}"
-        )
-    return time.monotonic() - t0
+    return launch_until_ready(proc, argv, lambda: is_ready(settings), READY_TIMEOUT_S)
 
 
 def stop(settings: Settings) -> bool:

@@ -10,7 +10,6 @@ transaction coordinator and its state log to exist).
 from __future__ import annotations
 
 import base64
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,11 @@ from infra.java import find_java17
 from infra.process import (
     ManagedProcess,
     ServiceError,
+    await_running,
+    launch_until_ready,
     port_open,
     require_free_disk,
     require_free_ports,
-    wait_for,
 )
 from infra.settings import Settings
 
@@ -197,10 +197,8 @@ def is_ready(settings: Settings, timeout: float = 5.0) -> bool:
 def start(settings: Settings) -> float:
     """Start the broker unless it runs; returns seconds until ready (0 if it already ran)."""
     proc = process(settings)
-    if proc.pid() is not None:
-        if wait_for(lambda: is_ready(settings), timeout=READY_TIMEOUT_S, interval=1.0):
-            return 0.0
-        raise ServiceError(f"kafka: running but not ready; log tail:\n{proc.log_tail()}")
+    if await_running(proc, lambda: is_ready(settings), READY_TIMEOUT_S):
+        return 0.0
     require_free_ports(
         "kafka", settings.bind_host, [settings.kafka_port, settings.kafka_controller_port]
     )
@@ -211,19 +209,8 @@ def start(settings: Settings) -> float:
     kp.config.write_text(render_server_properties(settings, kp.data))
     kp.log4j.write_text(LOG4J2)
     _format_storage(settings, java, kp)
-    t0 = time.monotonic()
-    pid = proc.launch(_java_argv(settings, java, kp, ["kafka.Kafka", str(kp.config)]))
-
-    def ready_or_dead() -> bool:
-        if proc.pid() != pid:
-            raise ServiceError(f"kafka: process died during start-up; log tail:\n{proc.log_tail()}")
-        return is_ready(settings)
-
-    if not wait_for(ready_or_dead, timeout=READY_TIMEOUT_S, interval=1.0):
-        raise ServiceError(
-            f"kafka: not ready after {READY_TIMEOUT_S:.0f}s; log tail:\n{proc.log_tail()}"
-        )
-    return time.monotonic() - t0
+    argv = _java_argv(settings, java, kp, ["kafka.Kafka", str(kp.config)])
+    return launch_until_ready(proc, argv, lambda: is_ready(settings), READY_TIMEOUT_S)
 
 
 def stop(settings: Settings) -> bool:

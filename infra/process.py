@@ -149,3 +149,33 @@ def require_free_disk(path: Path, min_bytes: int, service: str) -> None:
             f"at least {min_bytes // 2**20} MiB are needed. Free some space or set "
             "POS_STATE_DIR to a larger disk."
         )
+
+
+def await_running(proc: ManagedProcess, ready: Callable[[], bool], timeout: float) -> bool:
+    """If `proc` already runs, wait until it is ready and return True; False if it does not run."""
+    if proc.pid() is None:
+        return False
+    if wait_for(ready, timeout=timeout, interval=1.0):
+        return True
+    raise ServiceError(f"{proc.name}: running but not ready; log tail:\n{proc.log_tail()}")
+
+
+def launch_until_ready(
+    proc: ManagedProcess, argv: Sequence[str], ready: Callable[[], bool], timeout: float
+) -> float:
+    """Launch `argv` as `proc` and await `ready`; seconds taken. A death shows the log tail."""
+    t0 = time.monotonic()
+    pid = proc.launch(argv)
+
+    def ready_or_dead() -> bool:
+        if proc.pid() != pid:
+            raise ServiceError(
+                f"{proc.name}: process died during start-up; log tail:\n{proc.log_tail()}"
+            )
+        return ready()
+
+    if not wait_for(ready_or_dead, timeout=timeout, interval=1.0):
+        raise ServiceError(
+            f"{proc.name}: not ready after {timeout:.0f}s; log tail:\n{proc.log_tail()}"
+        )
+    return time.monotonic() - t0

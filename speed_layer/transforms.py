@@ -29,6 +29,17 @@ RAW_RECEIPT_COLUMNS = (
     "late",
 )
 
+# Kafka source column -> our name (the "kafka_" prefix keeps them apart from receipt fields).
+KAFKA_COLUMNS = {
+    "topic": "kafka_topic",
+    "partition": "kafka_partition",
+    "offset": "kafka_offset",
+    "timestamp": "kafka_timestamp",
+    "key": "kafka_key",
+    "value": "raw_value",
+}
+RECEIPT_FIELDS = tuple(f.name for f in contract.spark_receipt_schema().fields)
+
 CHECK_TYPE = StructType(
     [
         StructField("reason", StringType()),
@@ -55,15 +66,8 @@ def check(kafka_records: DataFrame) -> DataFrame:
     """Kafka records plus `reason` (null when valid), `detail` and the parsed `receipt`."""
     checked = kafka_records.withColumn("_check", check_udf(F.col("value")))
     return checked.select(
-        F.col("topic").alias("kafka_topic"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
-        F.col("timestamp").alias("kafka_timestamp"),
-        F.col("key").alias("kafka_key"),
-        F.col("value").alias("raw_value"),
-        F.col("_check.reason").alias("reason"),
-        F.col("_check.detail").alias("detail"),
-        F.col("_check.receipt").alias("receipt"),
+        *(F.col(source).alias(name) for source, name in KAFKA_COLUMNS.items()),
+        *(F.col(f"_check.{name}").alias(name) for name in ("reason", "detail", "receipt")),
     )
 
 
@@ -73,16 +77,7 @@ def is_valid() -> Column:
 
 def dead_letters(checked: DataFrame) -> DataFrame:
     """Invalid records, keyed by their Kafka coordinates, with the reason."""
-    return checked.where(~is_valid()).select(
-        "kafka_topic",
-        "kafka_partition",
-        "kafka_offset",
-        "kafka_timestamp",
-        "kafka_key",
-        "raw_value",
-        "reason",
-        "detail",
-    )
+    return checked.where(~is_valid()).select(*KAFKA_COLUMNS.values(), "reason", "detail")
 
 
 def archive_rows(checked: DataFrame, ingested_at: Column) -> DataFrame:
@@ -93,12 +88,7 @@ def archive_rows(checked: DataFrame, ingested_at: Column) -> DataFrame:
     under the day they belong to.
     """
     return checked.select(
-        "kafka_topic",
-        "kafka_partition",
-        "kafka_offset",
-        "kafka_timestamp",
-        "kafka_key",
-        "raw_value",
+        *KAFKA_COLUMNS.values(),
         ingested_at.alias("ingested_at"),
         is_valid().alias("valid"),
         "reason",
@@ -120,14 +110,8 @@ def receipt_rows(checked: DataFrame, late_threshold_s: int, max_lateness_s: int)
     r = checked.where(is_valid())
     delay = F.unix_timestamp("kafka_timestamp") - F.unix_timestamp("receipt.happened_at")
     return r.select(
-        F.col("receipt.operation_id").alias("operation_id"),
         F.to_date("receipt.happened_at").alias("day"),
-        F.col("receipt.happened_at").alias("happened_at"),
-        F.col("receipt.vendor_fiscal_module").alias("vendor_fiscal_module"),
-        F.col("receipt.transaction_id").alias("transaction_id"),
-        F.col("receipt.line_items").alias("line_items"),
-        F.col("receipt.item_quantity").alias("item_quantity"),
-        F.col("receipt.revenue").alias("revenue"),
+        *(F.col(f"receipt.{name}").alias(name) for name in RECEIPT_FIELDS),
         "kafka_partition",
         "kafka_offset",
         "kafka_timestamp",

@@ -2,46 +2,18 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from confluent_kafka import Consumer
 
 from producer.kafka_sink import produce
 from producer.simulation import FaultConfig, SimulationConfig, simulate
 from schemas.contract import Receipt, parse_message
+from tests.integration.kafka_helpers import read_committed
 
 pytestmark = pytest.mark.integration
-
-
-def _consume_all(bootstrap: str, topic: str, expect: int, timeout: float = 60) -> list[bytes]:
-    """Every committed record of `topic`, reading on past `expect` until it stays quiet."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"producer-test-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    quiet_polls, deadline = 0, time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline and not (len(values) >= expect and quiet_polls >= 4):
-            msg = consumer.poll(0.5)
-            if msg is None:
-                quiet_polls += 1
-            elif not msg.error():
-                quiet_polls = 0
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def test_n_receipts_with_resends_reach_kafka_exactly(
@@ -61,7 +33,7 @@ def test_n_receipts_with_resends_reach_kafka_exactly(
     stats = produce(result.messages, kafka_bootstrap, topic, quiet=True)
     assert stats.acked == 500 + resends
 
-    values = _consume_all(kafka_bootstrap, topic, expect=500 + resends)
+    values = [r.value for r in read_committed(kafka_bootstrap, topic, expect=500 + resends)]
     assert len(values) == 500 + resends
     receipts = [parse_message(v) for v in values]
     assert all(isinstance(r, Receipt) for r in receipts)

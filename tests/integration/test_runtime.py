@@ -9,51 +9,17 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from infra import cassandra_service, kafka_service
 from infra.settings import Settings
+from tests.integration.kafka_helpers import read_committed
 
 pytestmark = pytest.mark.integration
 
 
-def _read_committed(bootstrap: str, topic: str, expect: int, timeout: float = 30.0) -> list[bytes]:
-    """Consume `topic` from the start with read_committed until `expect` values or timeout.
-
-    Reads on until the high watermark so that messages beyond `expect` (which must
-    not exist) would also be seen.
-    """
-    import time
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    idle_polls = 0
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                idle_polls += 1
-                # Once we have what we expect, a few empty polls prove nothing more comes.
-                if len(values) >= expect and idle_polls >= 4:
-                    break
-                continue
-            idle_polls = 0
-            if msg.error():
-                continue
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
+def _read_committed(bootstrap: str, topic: str, expect: int) -> list[bytes]:
+    return [r.value for r in read_committed(bootstrap, topic, expect, timeout=30)]
 
 
 def _transactional_producer(bootstrap: str) -> Producer:

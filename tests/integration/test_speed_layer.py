@@ -6,18 +6,18 @@ import json
 import os
 import signal
 import subprocess
-import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from infra.process import wait_for
 from infra.settings import Settings
 from schemas import cql as tables
+from tests.integration.kafka_helpers import read_committed
 from tests.integration.speed_helpers import (
     VENV_BIN,
     assert_views_match_ledger,
@@ -76,48 +76,26 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
 ) -> None:
     settings, cql = isolated
     ledger = tmp_path / "ledger"
-    simulate(settings, ledger, "--count", "300", "--seed", "5")
+    summary = simulate(settings, ledger, "--count", "300", "--seed", "5")
     run_available_now(spark, settings)
     before = speed_aggregates(cql)
     assert before == expected_aggregates(ledger)
 
     # A terminal resends 40 receipts a minute later: same key, same bytes.
-    resent = _consume(settings, 40)
+    records = read_committed(settings.bootstrap_servers, settings.topic_transactions,
+                             expect=summary["messages"])  # fmt: skip
+    resent = records[:40]
     _produce(
         settings,
-        [v for _, v, _ in resent],
-        [ts + 60_000 for _, _, ts in resent],
-        keys=[k for k, _, _ in resent],
+        [r.value for r in resent],
+        [r.timestamp_ms + 60_000 for r in resent],
+        keys=[r.key for r in resent],
     )
     run_available_now(spark, settings)
     assert speed_aggregates(cql) == before
     assert len(raw_rows(cql)) == 300
     views = _progress_totals(settings.speed_status_file)["pos-speed-views"]
     assert views["resends_absorbed"] == 40
-
-
-def _consume(settings: Settings, n: int) -> list[tuple[bytes, bytes, int]]:
-    """The first n records of the topic (key, value, timestamp ms), read_committed."""
-    consumer = Consumer({
-        "bootstrap.servers": settings.bootstrap_servers,
-        "group.id": f"resend-{uuid.uuid4().hex}",
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-    })  # fmt: skip
-    consumer.subscribe([settings.topic_transactions])
-    out: list[tuple[bytes, bytes, int]] = []
-    try:
-        assert wait_for(lambda: _poll_into(consumer, out, n), timeout=60, interval=0)
-    finally:
-        consumer.close()
-    return out[:n]
-
-
-def _poll_into(consumer: Consumer, out: list[tuple[bytes, bytes, int]], n: int) -> bool:
-    msg = consumer.poll(0.5)
-    if msg is not None and not msg.error():
-        out.append((msg.key(), msg.value(), msg.timestamp()[1]))
-    return len(out) >= n
 
 
 def _produce(

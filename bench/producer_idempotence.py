@@ -1,6 +1,6 @@
 """Producer throughput with idempotence on and off, side by side in one run.
 
-    python bench/producer_throughput.py [--count 200000] [--rounds 3]
+    python bench/producer_idempotence.py [--count 200000] [--rounds 3]
 
 Generates the receipts once (the pure simulator is not what we measure), then
 sends them to fresh topics alternating on/off per round, and reports events/s
