@@ -69,6 +69,7 @@ def _fresh(settings: Settings, topic: str, tag: str) -> tuple[Settings, Any]:
 
 
 def design_a(spark: Any, settings: Settings, available_now: bool = True) -> Any:
+    cassandra_io.await_tables(spark, settings.cassandra_keyspace, [tables.AGG_SPEED_TABLE])
     spark.conf.set(
         "spark.sql.streaming.stateStore.providerClass",
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",

@@ -7,6 +7,8 @@ micro-batch harmless: it rewrites the same keys with the same absolute values.
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyspark.sql import DataFrame, SparkSession
 
 FORMAT = "org.apache.spark.sql.cassandra"
@@ -23,3 +25,32 @@ def upsert(df: DataFrame, keyspace: str, table: str) -> None:
         .mode("append")  # "append" = INSERT = upsert; "overwrite" would TRUNCATE the table
         .save()
     )
+
+
+def _visible(spark: SparkSession, keyspace: str, table: str) -> bool:
+    try:
+        read_table(spark, keyspace, table).schema  # noqa: B018 - resolving is the check
+        return True
+    except Exception as exc:
+        if "Couldn't find" in str(exc):
+            return False
+        raise
+
+
+def await_tables(
+    spark: SparkSession, keyspace: str, tables: list[str], timeout: float = 30.0
+) -> None:
+    """Block until the connector's schema metadata shows these tables.
+
+    The connector learns about new keyspaces and tables through the driver's
+    debounced schema events, a moment after CREATE returns; a job started right after
+    `pos-infra schema` would otherwise fail its first write.
+    """
+    from infra.process import ServiceError, wait_for
+
+    for table in tables:
+        if not wait_for(partial(_visible, spark, keyspace, table), timeout, interval=0.5):
+            raise ServiceError(
+                f"Cassandra table {keyspace}.{table} not found: apply the schema with "
+                "`make schema` (or `make up`) and check POS_CASSANDRA_KEYSPACE."
+            )

@@ -100,6 +100,16 @@ def archive_rows(checked: DataFrame, ingested_at: Column) -> DataFrame:
     )
 
 
+def arrival_delay_s() -> Column:
+    """Seconds from when a receipt happened to when it reached Kafka."""
+    return F.unix_timestamp("kafka_timestamp") - F.unix_timestamp("receipt.happened_at")
+
+
+def beyond_bound(max_lateness_s: int) -> Column:
+    """A valid receipt too late for the speed views (left to the batch layer)."""
+    return is_valid() & (arrival_delay_s() > max_lateness_s)
+
+
 def receipt_rows(checked: DataFrame, late_threshold_s: int, max_lateness_s: int) -> DataFrame:
     """Valid receipts flattened to the raw-table columns, plus `beyond_bound`.
 
@@ -108,15 +118,14 @@ def receipt_rows(checked: DataFrame, late_threshold_s: int, max_lateness_s: int)
     left to the batch layer.
     """
     r = checked.where(is_valid())
-    delay = F.unix_timestamp("kafka_timestamp") - F.unix_timestamp("receipt.happened_at")
     return r.select(
         F.to_date("receipt.happened_at").alias("day"),
         *(F.col(f"receipt.{name}").alias(name) for name in RECEIPT_FIELDS),
         "kafka_partition",
         "kafka_offset",
         "kafka_timestamp",
-        (delay > late_threshold_s).alias("late"),
-        (delay > max_lateness_s).alias("beyond_bound"),
+        (arrival_delay_s() > late_threshold_s).alias("late"),
+        beyond_bound(max_lateness_s).alias("beyond_bound"),
     )
 
 

@@ -230,3 +230,31 @@ def test_kill_9_mid_run_then_restart_equals_the_ledger(
     coords = Counter((r.kafka_topic, r.kafka_partition, r.kafka_offset) for r in rows)
     assert max(coords.values()) == 1
     assert len(coords) == summary["messages"]
+
+
+def test_sigterm_stops_the_stream_gracefully(
+    isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
+    simulate(settings, tmp_path / "ledger", "--count", "50", "--seed", "2")
+    driver = subprocess.Popen(
+        [str(VENV_BIN / "pos-speed"), "run"],
+        env=env_for(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        assert wait_for(
+            lambda: cql.execute(f"SELECT COUNT(*) FROM {tables.RAW_TABLE}").one()[0] == 50,
+            timeout=300,
+            interval=0.5,
+        )
+        driver.send_signal(signal.SIGTERM)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert driver.returncode == 0, output.decode()[-3000:]
+    assert b"stopping pos-speed-views" in output
