@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
@@ -149,6 +150,7 @@ REASONS = {
     "no_items": "a receipt without line items",
     "too_many_items": f"more than {LIMITS.max_line_items} line items",
     "empty_value": "a Kafka record without value",
+    "internal_error": "the validator itself failed (a bug): kept for replay once fixed",
 }
 
 
@@ -318,6 +320,10 @@ class Invalid:
 
 
 _VALIDATOR = Draft202012Validator(json_schema())
+# The same schema compiled to Python: ~7x faster on the valid path, which is nearly
+# every message. On failure the reference validator above names the reason, so
+# both always judge by the one JSON Schema (a test checks they agree).
+_FAST_VALIDATE = fastjsonschema.compile(json_schema())
 
 
 def _path(error: ValidationError) -> str:
@@ -362,8 +368,12 @@ def parse_message(value: bytes) -> Receipt | Invalid:
         return Invalid("invalid_json", str(exc))
     if not isinstance(doc, dict):
         return Invalid("not_an_object", type(doc).__name__)
-    error = best_match(_VALIDATOR.iter_errors(doc))
-    if error is not None:
+    try:
+        _FAST_VALIDATE(doc)
+    except fastjsonschema.JsonSchemaException as fast_error:
+        error = best_match(_VALIDATOR.iter_errors(doc))
+        if error is None:  # the validators disagree; never seen, but never lose the message
+            return Invalid("schema", str(fast_error)[:500])
         return Invalid(_reason(error), error.message[:500])
     try:
         happened_at = datetime.fromisoformat(doc["happened_at"]).astimezone(UTC)
@@ -371,11 +381,12 @@ def parse_message(value: bytes) -> Receipt | Invalid:
         return Invalid("bad_timestamp", str(exc))
     return Receipt(
         happened_at=happened_at,
-        operation_id=doc["operation_id"],
-        transaction_id=doc["transaction_id"],
-        vendor_fiscal_module=doc["vendor_fiscal_module"],
+        # JSON Schema counts 4.0 as an integer; store it as one.
+        operation_id=int(doc["operation_id"]),
+        transaction_id=int(doc["transaction_id"]),
+        vendor_fiscal_module=int(doc["vendor_fiscal_module"]),
         line_items=tuple(
-            LineItem(i["title"], Decimal(i["price"]), i["amount"])
+            LineItem(i["title"], Decimal(i["price"]), int(i["amount"]))
             for i in doc[LINE_ITEMS_JSON_NAME]
         ),
     )

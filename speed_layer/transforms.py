@@ -53,10 +53,13 @@ def _check_value(value: bytes | bytearray | None) -> tuple[str | None, str | Non
     """Run on executors: the contract's validator, as (reason, detail, receipt)."""
     if value is None:
         return ("empty_value", "the Kafka record has no value", None)
-    result = contract.parse_message(bytes(value))
-    if isinstance(result, contract.Invalid):
-        return (result.reason, result.detail[:1000], None)
-    return (None, None, contract.receipt_to_spark_row(result))
+    try:
+        result = contract.parse_message(bytes(value))
+        if isinstance(result, contract.Invalid):
+            return (result.reason, result.detail[:1000], None)
+        return (None, None, contract.receipt_to_spark_row(result))
+    except Exception as exc:
+        return ("internal_error", f"{type(exc).__name__}: {exc}"[:1000], None)
 
 
 check_udf = F.udf(_check_value, CHECK_TYPE)

@@ -86,6 +86,7 @@ def test_a_good_message_parses_to_utc_with_decimal_money() -> None:
         (_msg(transaction_id=None), "missing_field:transaction_id"),
         (_msg(operation_id="1"), "wrong_type:operation_id"),
         (_msg(operation_id=0), "out_of_range:operation_id"),
+        (_msg(operation_id=True), "wrong_type:operation_id"),
         (_msg(operation_id=2**31), "out_of_range:operation_id"),
         (_msg(happened_at="2017-09-19T22:48:03"), "bad_timestamp"),  # no offset
         (_msg(happened_at="1999-12-31T23:59:59Z"), "bad_timestamp"),
@@ -114,5 +115,40 @@ def test_bad_messages_get_a_reason(value: bytes, reason: str) -> None:
     assert result.reason.split(":")[0] in contract.REASONS
 
 
+def test_integral_numbers_are_integers_as_json_schema_says() -> None:
+    r = parse_message(_msg(transaction_id=4.0))
+    assert isinstance(r, Receipt)
+    assert r.transaction_id == 4 and type(r.transaction_id) is int
+
+
 def test_unknown_optional_fields_are_ignored_for_additive_evolution() -> None:
     assert isinstance(parse_message(_msg(loyalty_card="1234")), Receipt)
+
+
+def test_fast_and_reference_validators_agree_on_a_faulty_stream() -> None:
+    from datetime import UTC, datetime
+
+    from producer.simulation import FaultConfig, SimulationConfig, simulate
+
+    result = simulate(
+        SimulationConfig(
+            count=2000,
+            seed=3,
+            start=datetime(2026, 3, 2, tzinfo=UTC),
+            faults=FaultConfig(malformed_rate=0.3),
+        )
+    )
+    docs = []
+    for m in result.messages:
+        try:
+            docs.append(json.loads(m.value))
+        except ValueError:
+            continue
+    assert len(docs) > 2400
+    for doc in docs:
+        try:
+            contract._FAST_VALIDATE(doc)
+            fast = True
+        except contract.fastjsonschema.JsonSchemaException:
+            fast = False
+        assert fast == contract._VALIDATOR.is_valid(doc), doc
