@@ -10,6 +10,7 @@ jobs run there unchanged.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,10 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     home = os.environ.get("JAVA_HOME")
     if settings.java_home is not None or not home or java_major(Path(home) / "bin" / "java") != 17:
         os.environ["JAVA_HOME"] = str(find_java17(settings.java_home).parent.parent)
+    # Python workers must run this interpreter (the project's venv), not whatever
+    # `python3` is on PATH; on a cluster, point PYSPARK_PYTHON at the workers' env.
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in spark_conf(settings, app_name).items():
         builder = builder.config(key, value)
