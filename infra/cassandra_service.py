@@ -83,8 +83,7 @@ def paths(settings: Settings) -> CassandraPaths:
 
 
 def process(settings: Settings) -> ManagedProcess:
-    root = paths(settings).root
-    return ManagedProcess("cassandra", root / "cassandra.pid", root / "logs" / "console.log")
+    return ManagedProcess.in_state_dir("cassandra", paths(settings).root)
 
 
 def render_cassandra_yaml(settings: Settings, root: Path) -> str:

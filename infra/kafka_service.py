@@ -56,8 +56,7 @@ def paths(settings: Settings) -> KafkaPaths:
 
 
 def process(settings: Settings) -> ManagedProcess:
-    root = paths(settings).root
-    return ManagedProcess("kafka", root / "kafka.pid", root / "logs" / "console.log")
+    return ManagedProcess.in_state_dir("kafka", paths(settings).root)
 
 
 def render_server_properties(settings: Settings, data_dir: Path) -> str:

@@ -31,6 +31,11 @@ class ManagedProcess:
     pid_file: Path
     log_file: Path
 
+    @classmethod
+    def in_state_dir(cls, name: str, root: Path) -> ManagedProcess:
+        """The layout both services use: <root>/<name>.pid and <root>/logs/console.log."""
+        return cls(name, root / f"{name}.pid", root / "logs" / "console.log")
+
     def pid(self) -> int | None:
         """The recorded pid if that process is still alive, else None (stale files are removed)."""
         try:

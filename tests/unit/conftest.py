@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ def local_spark() -> Iterator[Any]:
     from infra.java import find_java17
 
     os.environ["JAVA_HOME"] = str(find_java17(None).parent.parent)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # collect() turns timestamps into naive datetimes in the process's zone: pin UTC.
     os.environ["TZ"] = "UTC"
     time.tzset()
