@@ -14,8 +14,19 @@ from pyspark.sql import DataFrame, SparkSession
 FORMAT = "org.apache.spark.sql.cassandra"
 
 
-def read_table(spark: SparkSession, keyspace: str, table: str) -> DataFrame:
-    return spark.read.format(FORMAT).options(keyspace=keyspace, table=table).load()
+def read_table(
+    spark: SparkSession, keyspace: str, table: str, by_partition_key: bool = False
+) -> DataFrame:
+    """The table as a DataFrame.
+
+    `by_partition_key`: the caller joins it with a small set of partition keys; force
+    the connector's direct join (one read per key) instead of a full scan, which its
+    size heuristic picks for young tables and which grows with the table.
+    """
+    options = {"keyspace": keyspace, "table": table}
+    if by_partition_key:
+        options["directJoinSetting"] = "on"
+    return spark.read.format(FORMAT).options(**options).load()
 
 
 def upsert(df: DataFrame, keyspace: str, table: str) -> None:

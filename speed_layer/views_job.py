@@ -48,10 +48,12 @@ class ViewsBatch:
     def stored_receipts(self, store_days: DataFrame) -> DataFrame:
         """Raw rows already in Cassandra for these (operation_id, day) partitions.
 
-        Joining on the full partition key lets the connector fetch just those
-        partitions (its direct join) instead of scanning the table.
+        Joined on the full partition key with the connector's direct join: a read
+        per touched partition, so a micro-batch's cost does not grow with the table.
         """
-        raw = cassandra_io.read_table(self.spark, self.keyspace, cql.RAW_TABLE)
+        raw = cassandra_io.read_table(
+            self.spark, self.keyspace, cql.RAW_TABLE, by_partition_key=True
+        )
         return raw.join(store_days, ["operation_id", "day"], "inner").select(
             *transforms.RAW_RECEIPT_COLUMNS
         )

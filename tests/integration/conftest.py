@@ -75,6 +75,7 @@ def cql(settings: Settings) -> Iterator[Any]:
     cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
     session = cluster.connect(settings.cassandra_keyspace)
     yield session
+    session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra_keyspace}", timeout=60)
     cluster.shutdown()
 
 
@@ -109,4 +110,5 @@ def isolated(
     cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
     session = cluster.connect(s.cassandra_keyspace)
     yield s, session
+    session.execute(f"DROP KEYSPACE IF EXISTS {s.cassandra_keyspace}", timeout=60)
     cluster.shutdown()

@@ -258,3 +258,20 @@ def test_sigterm_stops_the_stream_gracefully(
             os.killpg(driver.pid, signal.SIGKILL)
     assert driver.returncode == 0, output.decode()[-3000:]
     assert b"stopping pos-speed-views" in output
+
+
+def test_stored_receipts_are_read_per_partition_not_by_scanning(
+    isolated: tuple[Settings, Any], spark: Any
+) -> None:
+    from datetime import date
+
+    from speed_layer.views_job import ViewsBatch
+
+    from speed_layer.cassandra_io import await_tables
+
+    settings, _ = isolated
+    await_tables(spark, settings.cassandra_keyspace, [tables.RAW_TABLE])
+    store_days = spark.createDataFrame([(101, date(2026, 3, 2))], "operation_id int, day date")
+    job = ViewsBatch(spark, settings.cassandra_keyspace, 900, 3600)
+    plan = job.stored_receipts(store_days)._jdf.queryExecution().executedPlan().toString()
+    assert "Cassandra Direct Join" in plan, plan
