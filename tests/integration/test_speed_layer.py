@@ -265,9 +265,8 @@ def test_stored_receipts_are_read_per_partition_not_by_scanning(
 ) -> None:
     from datetime import date
 
-    from speed_layer.views_job import ViewsBatch
-
     from speed_layer.cassandra_io import await_tables
+    from speed_layer.views_job import ViewsBatch
 
     settings, _ = isolated
     await_tables(spark, settings.cassandra_keyspace, [tables.RAW_TABLE])
