@@ -2,7 +2,11 @@
 
 Idempotence is on by default (the broker drops the producer's own retries by
 PID + sequence number); it does not, and cannot, remove application-level
-resends, which are different records carrying the same receipt.
+resends, which are different records carrying the same receipt. Used by
+`pos-producer` (producer/cli.py); in Python:
+
+    check_topic("127.0.0.1:9092", "pos.transactions")
+    stats = produce(result.messages, "127.0.0.1:9092", "pos.transactions")
 """
 
 from __future__ import annotations
@@ -11,11 +15,14 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from producer.simulation import OutgoingMessage
+
+MAX_KEPT_ERRORS = 20
 
 
 class ProducerError(RuntimeError):
@@ -26,14 +33,41 @@ class ProducerError(RuntimeError):
 class DeliveryStats:
     sent: int = 0
     acked: int = 0
-    errors: list[str] = field(default_factory=list)
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)  # the first MAX_KEPT_ERRORS
+    # Seconds from creating the client to the first ack: connection, metadata and,
+    # with idempotence, the producer-id handshake (about 0.5 s with librdkafka).
+    first_ack_s: float | None = None
+    seconds: float = 0.0  # creating the client (or the call) to the end of the flush
 
 
-def check_topic(bootstrap: str, topic: str, create_partitions: int | None = None) -> None:
-    """Fail with a clear message unless Kafka answers and `topic` exists (or is created)."""
+def producer_config(bootstrap: str, idempotence: bool = True) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        # PID + sequence numbers: a retried batch is written once, in order.
+        "enable.idempotence": idempotence,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "log_level": 3,
+    }
+
+
+def check_topic(
+    bootstrap: str,
+    topic: str,
+    create_partitions: int | None = None,
+    replication_factor: int = -1,
+    timeout_s: float = 10.0,
+) -> None:
+    """Fail with a clear message unless Kafka answers and `topic` exists (or is created).
+
+    replication_factor -1 means the broker's default.
+    """
+    # log_level 2: librdkafka's own connection-refused lines would bury our message.
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
     try:
-        md = admin.list_topics(timeout=10)
+        md = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise ProducerError(
             f"cannot reach Kafka at {bootstrap}: is it running? try `make up` ({exc})"
@@ -45,11 +79,9 @@ def check_topic(bootstrap: str, topic: str, create_partitions: int | None = None
             f"topic '{topic}' does not exist on {bootstrap}: create it with `make topics` "
             "or pass --create-topic"
         )
-    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
-
-    futures = admin.create_topics([NewTopic(topic, num_partitions=create_partitions)])
+    new = NewTopic(topic, num_partitions=create_partitions, replication_factor=replication_factor)
     try:
-        futures[topic].result()
+        admin.create_topics([new], operation_timeout=30)[topic].result()
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise ProducerError(f"could not create topic '{topic}': {exc}") from exc
@@ -64,61 +96,78 @@ def produce(
     total: int | None = None,
     progress_every_s: float = 1.0,
     quiet: bool = False,
+    flush_timeout_s: float = 60.0,
+    producer: Producer | None = None,
 ) -> DeliveryStats:
-    """Send messages in order at up to `rate` per second (0 = unlimited); flush; report."""
+    """Send messages in order at up to `rate` per second (0 = unlimited); flush; report.
+
+    Raises ProducerError when any delivery failed (after flushing the rest). On
+    Ctrl-C, flushes what is queued and re-raises KeyboardInterrupt. A `producer`
+    passed in (already connected: benchmarks) is used instead of a new one, and
+    `bootstrap`/`idempotence` are then ignored.
+    """
     stats = DeliveryStats()
-    config = {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": idempotence,
-        "acks": "all",
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        "log_level": 3,
-    }
-    producer = Producer(config)
+    started = last_report = time.monotonic()
+    if producer is None:
+        producer = Producer(producer_config(bootstrap, idempotence))
 
     def on_delivery(err: KafkaError | None, _msg: object) -> None:
         if err is None:
             stats.acked += 1
-        elif len(stats.errors) < 20:
+            if stats.first_ack_s is None:
+                stats.first_ack_s = time.monotonic() - started
+            return
+        stats.failed += 1
+        if len(stats.errors) < MAX_KEPT_ERRORS:
             stats.errors.append(str(err))
 
-    started = last_report = time.monotonic()
-    for msg in messages:
-        if rate > 0:
-            ahead = started + stats.sent / rate - time.monotonic()
-            if ahead > 0:
-                time.sleep(ahead)  # pacing to the requested rate, not synchronisation
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value=msg.value,
-                    key=msg.key,
-                    timestamp=msg.timestamp_ms or 0,
-                    on_delivery=on_delivery,
-                )
-                break
-            except BufferError:
-                producer.poll(0.1)  # local queue full: let deliveries drain
-        stats.sent += 1
-        producer.poll(0)
-        now = time.monotonic()
-        if not quiet and now - last_report >= progress_every_s:
-            last_report = now
-            of = f"/{total}" if total else ""
-            print(
-                f"produced {stats.sent}{of}, acked {stats.acked}, "
-                f"{stats.sent / (now - started):.0f} msg/s",
-                file=sys.stderr,
-                flush=True,
-            )
-    remaining = producer.flush(60)
+    try:
+        for msg in messages:
+            if rate > 0:
+                # Pacing to the requested rate (not synchronisation): serve delivery
+                # reports while waiting for this message's slot.
+                while (ahead := started + stats.sent / rate - time.monotonic()) > 0:
+                    producer.poll(ahead)
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        value=msg.value,
+                        key=msg.key,
+                        timestamp=msg.timestamp_ms,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)  # local queue full: let deliveries drain
+            stats.sent += 1
+            producer.poll(0)
+            now = time.monotonic()
+            if not quiet and now - last_report >= progress_every_s:
+                last_report = now
+                _progress(stats, total, now - started)
+    except KeyboardInterrupt:
+        producer.flush(10)  # what was handed to the client still gets its chance
+        raise
+    remaining = producer.flush(flush_timeout_s)
+    stats.seconds = time.monotonic() - started
+    if not quiet:
+        _progress(stats, total, time.monotonic() - started)
     if remaining:
-        stats.errors.append(f"{remaining} messages still undelivered after 60 s")
+        stats.errors.append(f"{remaining} messages still undelivered after {flush_timeout_s} s")
     if stats.errors:
         raise ProducerError(
-            f"{stats.sent - stats.acked} of {stats.sent} messages failed: "
+            f"{stats.sent - stats.acked} of {stats.sent} messages not delivered to '{topic}': "
             + "; ".join(stats.errors[:5])
         )
     return stats
+
+
+def _progress(stats: DeliveryStats, total: int | None, elapsed_s: float) -> None:
+    of = f"/{total}" if total else ""
+    print(
+        f"produced {stats.sent}{of}, acked {stats.acked}, "
+        f"{stats.sent / max(elapsed_s, 1e-9):.0f} msg/s",
+        file=sys.stderr,
+        flush=True,
+    )

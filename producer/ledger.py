@@ -6,6 +6,12 @@ A directory of plain JSON files that any tool can read:
   line_count, first_sent_at, late, copies (1 + resends).
 - faults.jsonl: one line per injected fault (kind and details).
 - summary.json: counts per fault kind, messages, unique receipts, seed, start, topic.
+
+Expected values are computed by the producer with Python Decimal, independently of
+any Spark code, so comparing a view with `expected_aggregates` is a real check:
+
+    from producer import ledger
+    expected = ledger.expected_aggregates(".state/demo-ledger")
 """
 
 from __future__ import annotations
@@ -15,46 +21,66 @@ from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 NaturalKey = tuple[int, int, int]
+PathLike = str | Path
+
+
+class Aggregate(NamedTuple):
+    """Expected 15-minute aggregate of one store (compares equal to a plain tuple)."""
+
+    receipt_count: int
+    item_quantity: int
+    revenue: Decimal
+    late_count: int
 
 
 def write(
-    path: Path,
+    path: PathLike,
     receipts: Iterable[dict[str, Any]],
     faults: Iterable[dict[str, Any]],
     summary: dict[str, Any],
 ) -> None:
+    path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     for name, lines in (("receipts.jsonl", receipts), ("faults.jsonl", faults)):
         with open(path / name, "w") as out:
             for line in lines:
                 out.write(json.dumps(line, separators=(",", ":")) + "\n")
-    (path / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_summary(path, summary)
 
 
-def load_summary(path: Path) -> dict[str, Any]:
-    summary: dict[str, Any] = json.loads((path / "summary.json").read_text())
+def write_summary(path: PathLike, summary: dict[str, Any]) -> None:
+    # Write-then-rename: a reader never sees half a summary.
+    tmp = Path(path) / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(Path(path) / "summary.json")
+
+
+def load_summary(path: PathLike) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads((Path(path) / "summary.json").read_text())
     return summary
 
 
-def load_receipts(path: Path) -> dict[NaturalKey, dict[str, Any]]:
+def load_receipts(path: PathLike) -> dict[NaturalKey, dict[str, Any]]:
+    """Ledger lines of the unique receipts by natural key."""
     out = {}
-    with open(path / "receipts.jsonl") as lines:
+    with open(Path(path) / "receipts.jsonl") as lines:
         for line in lines:
             r = json.loads(line)
             out[(r["operation_id"], r["vendor_fiscal_module"], r["transaction_id"])] = r
     return out
 
 
-def load_faults(path: Path) -> list[dict[str, Any]]:
-    with open(path / "faults.jsonl") as lines:
+def load_faults(path: PathLike) -> list[dict[str, Any]]:
+    with open(Path(path) / "faults.jsonl") as lines:
         return [json.loads(line) for line in lines]
 
 
-def expected_aggregates(path: Path) -> dict[tuple[int, datetime], tuple[int, int, Decimal, int]]:
-    """(operation_id, window_start UTC) -> (receipt_count, item_quantity, revenue, late_count)."""
+def expected_aggregates(path: PathLike) -> dict[tuple[int, datetime], Aggregate]:
+    """(operation_id, window_start UTC) -> Aggregate(receipt_count, item_quantity, revenue,
+    late_count), summed over the unique receipts (resends counted once)."""
     acc: dict[tuple[int, datetime], list[Any]] = {}
     for r in load_receipts(path).values():
         key = (r["operation_id"], datetime.fromisoformat(r["window_start"]))
@@ -63,4 +89,4 @@ def expected_aggregates(path: Path) -> dict[tuple[int, datetime], tuple[int, int
         a[1] += int(r["item_quantity"])
         a[2] += Decimal(r["revenue"])
         a[3] += 1 if r["late"] else 0
-    return {k: (a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+    return {k: Aggregate(a[0], a[1], a[2], a[3]) for k, a in acc.items()}

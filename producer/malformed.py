@@ -1,5 +1,9 @@
 """Malformed messages of the kinds real stores send, each with the reason the
-contract's validator must give (the ledger records it; tests check it)."""
+contract's validator must give (the ledger records it; tests check it).
+
+Kinds: broken_json (truncated), missing_field, wrong_type, negative_price,
+oversized_list (one line item more than the contract allows).
+"""
 
 from __future__ import annotations
 
@@ -32,8 +36,23 @@ def make(rng: random.Random, like: Receipt) -> tuple[str, bytes, str]:
         del doc[name]
         return kind, json.dumps(doc).encode(), f"missing_field:{name}"
     if kind == "wrong_type":
-        doc["operation_id"] = str(doc["operation_id"])
-        return kind, json.dumps(doc).encode(), "wrong_type:operation_id"
+        # The mistakes seen from real terminals: ids as strings, money as a JSON
+        # number (a float: exactly what the contract forbids), fractional quantities.
+        item = doc["transactions"][0]
+        field, path = rng.choice(
+            [
+                ("operation_id", "operation_id"),
+                ("price", "transactions.0.price"),
+                ("amount", "transactions.0.amount"),
+            ]
+        )
+        if field == "operation_id":
+            doc["operation_id"] = str(doc["operation_id"])
+        elif field == "price":
+            item["price"] = float(item["price"])
+        else:
+            item["amount"] = item["amount"] + 0.5
+        return kind, json.dumps(doc).encode(), f"wrong_type:{path}"
     if kind == "negative_price":
         doc["transactions"][0]["price"] = "-" + doc["transactions"][0]["price"]
         return kind, json.dumps(doc).encode(), "negative_price"

@@ -3,7 +3,11 @@
 `simulate(config)` returns the messages to send (in send order, each with its
 Kafka key and record timestamp) and the ledger: every unique receipt with its
 expected contribution and every injected fault. Nothing here touches Kafka or the
-clock; the same config and seed give the same bytes.
+clock; the same config and seed give the same bytes. The CLI (`pos-producer
+simulate`) is the usual way in; in Python:
+
+    result = simulate(SimulationConfig(count=1000, seed=7, start=datetime(2026, 3, 2, tzinfo=UTC),
+                                       faults=FaultConfig(resend_rate=0.006)))
 
 Time model: a simulated clock advances by exponential gaps shaped by a daily
 traffic curve. A receipt *happens* at clock time plus its device's clock skew and
@@ -18,7 +22,7 @@ import heapq
 import itertools
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -27,12 +31,16 @@ from producer import malformed
 from producer.catalog import HOURLY_TRAFFIC, ITEMS, STORE_UTC_OFFSETS
 from schemas.contract import LATE_THRESHOLD, LIMITS, WINDOW, LineItem, Receipt
 
+REALISTIC_RESEND_RATE = 0.006  # terminals retrying over flaky (GPRS) links
+FAULT_KINDS = ("resend", "burst", "late", "out_of_order", "malformed")
+_LATE_THRESHOLD_MS = int(LATE_THRESHOLD.total_seconds() * 1000)
+
 
 @dataclass(frozen=True)
 class FaultConfig:
-    """Each knob off (0) by default. Rates are per unique receipt."""
+    """Each knob off (0) by default. Rates are per unique receipt (bursts: per arrival)."""
 
-    resend_rate: float = 0.0  # realistic: 0.006 (terminals retrying over GPRS)
+    resend_rate: float = 0.0  # realistic: REALISTIC_RESEND_RATE
     burst_rate: float = 0.0  # a receipt starts a same-second burst in its store
     late_rate: float = 0.0
     late_max_delay_s: float = 6 * 3600.0
@@ -40,23 +48,42 @@ class FaultConfig:
     clock_skew_max_s: float = 0.0
     malformed_rate: float = 0.0
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_rate") and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{f.name} must be between 0 and 1, got {value}")
+        if self.late_max_delay_s <= LATE_THRESHOLD.total_seconds():
+            raise ValueError(
+                f"late_max_delay_s must exceed the contract's LATE_THRESHOLD "
+                f"({LATE_THRESHOLD.total_seconds():.0f} s), got {self.late_max_delay_s}"
+            )
+        if self.clock_skew_max_s < 0:
+            raise ValueError(f"clock_skew_max_s must be >= 0, got {self.clock_skew_max_s}")
+
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    count: int
+    count: int  # unique valid receipts; resends and malformed messages come on top
     seed: int
-    start: datetime
+    start: datetime  # simulated start, tz-aware
     stores: int = 20
     mean_gap_s: float = 2.0  # mean simulated seconds between receipts at peak traffic
     faults: FaultConfig = field(default_factory=FaultConfig)
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or self.stores < 1 or self.mean_gap_s <= 0:
+            raise ValueError("count and stores must be >= 1 and mean_gap_s > 0")
+        if self.start.utcoffset() is None:
+            raise ValueError(f"start must be timezone-aware, got {self.start!r}")
 
 
 @dataclass(frozen=True)
 class OutgoingMessage:
     key: bytes | None
     value: bytes
-    timestamp_ms: int
-    kind: str  # "receipt", "resend" or "malformed:<kind>"
+    timestamp_ms: int  # Kafka record timestamp (CreateTime); 0 lets the client stamp it
+    kind: str  # "receipt", "resend", "malformed:<kind>" or "replay"
 
 
 @dataclass(frozen=True)
@@ -68,6 +95,7 @@ class Device:
 
     @property
     def key(self) -> bytes:
+        # One device's receipts share a key, hence a partition, hence an order.
         return f"{self.operation_id}:{self.vendor_fiscal_module}".encode()
 
 
@@ -77,11 +105,12 @@ class _Planned:
     device: Device
     send_ms: int
     value: bytes
+    held: bool = False  # already delayed by a fault: not reordered again
 
 
 @dataclass(frozen=True)
 class SimulationResult:
-    messages: list[OutgoingMessage]
+    messages: list[OutgoingMessage]  # in send (timestamp) order
     receipts: list[dict[str, Any]]  # ledger lines, one per unique receipt
     faults: list[dict[str, Any]]  # ledger lines, one per injected fault
     summary: dict[str, Any]
@@ -122,18 +151,18 @@ def encode(receipt: Receipt, utc_offset_h: int = 0) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-def _late_delay_s(rng: random.Random, max_delay_s: float) -> float:
-    # Log-uniform between just past the late threshold and the maximum: most late
-    # receipts are minutes late, some hours (beyond any streaming watermark).
-    low = LATE_THRESHOLD.total_seconds() + 1
-    high = max(max_delay_s, low + 1)
-    return float(round(low * (high / low) ** rng.random()))
+def _key(r: Receipt) -> dict[str, int]:
+    return {
+        "operation_id": r.operation_id,
+        "vendor_fiscal_module": r.vendor_fiscal_module,
+        "transaction_id": r.transaction_id,
+    }
 
 
-def simulate(config: SimulationConfig) -> SimulationResult:
-    rng = random.Random(config.seed)
-    f = config.faults
-    layout = _devices(rng, config.stores, f.clock_skew_max_s)
+def _issue_receipts(
+    rng: random.Random, config: SimulationConfig, layout: list[list[Device]]
+) -> tuple[list[_Planned], list[dict[str, Any]]]:
+    """N receipts in issue order, with per-device increasing numbers; bursts as faults."""
     next_tid = {d.vendor_fiscal_module: rng.randint(1, 5000) for ds in layout for d in ds}
     planned: list[_Planned] = []
     faults: list[dict[str, Any]] = []
@@ -153,92 +182,156 @@ def simulate(config: SimulationConfig) -> SimulationResult:
         planned.append(p)
         return p
 
+    burst_rate = config.faults.burst_rate
     while len(planned) < config.count:
         weight = HOURLY_TRAFFIC[clock.hour]
         clock += timedelta(seconds=round(rng.expovariate(weight / config.mean_gap_s)))
         store = rng.choice(layout)
         first = issue(rng.choice(store), clock)
-        if f.burst_rate and rng.random() < f.burst_rate:
+        if burst_rate and rng.random() < burst_rate:
             extra = min(rng.randint(1, 3), config.count - len(planned))
-            for _ in range(extra):
-                issue(rng.choice(store), clock)  # same store, same second
+            if not extra:  # N reached: no room for a burst
+                continue
+            burst = [first, *(issue(rng.choice(store), clock) for _ in range(extra))]
             faults.append(
                 {
                     "kind": "burst",
                     "operation_id": first.device.operation_id,
                     "at": clock.isoformat(),
-                    "receipts": extra + 1,
+                    "receipts": len(burst),
+                    "natural_keys": [list(p.receipt.natural_key) for p in burst],
+                    "detail": f"{len(burst)} receipts of store {first.device.operation_id} "
+                    "in one second",
                 }
             )
+    return planned, faults
 
+
+def _late_delay_s(rng: random.Random, max_delay_s: float) -> float:
+    # Log-uniform between just past the late threshold and the maximum: most late
+    # receipts are minutes late, some hours (beyond any streaming watermark).
+    low = LATE_THRESHOLD.total_seconds() + 1
+    high = max(max_delay_s, low + 1)
+    return float(round(low * (high / low) ** rng.random()))
+
+
+def _delay_late(
+    rng: random.Random, planned: list[_Planned], f: FaultConfig
+) -> list[dict[str, Any]]:
+    faults = []
     for p in planned:
         if f.late_rate and rng.random() < f.late_rate:
-            delay = _late_delay_s(rng, f.late_max_delay_s)
-            p.send_ms += int(delay * 1000)
-            faults.append({"kind": "late", **_key(p.receipt), "delay_s": delay})
+            # The delay counts from happened_at (as the contract's "late" does), so a
+            # skewed device clock cannot make a late fault not late; never before the
+            # receipt's own send time either.
+            happened_ms = _ms(p.receipt.happened_at)
+            draw_ms = int(_late_delay_s(rng, f.late_max_delay_s) * 1000)
+            p.send_ms = max(p.send_ms, happened_ms + draw_ms)
+            delay = (p.send_ms - happened_ms) / 1000
+            p.held = True
+            faults.append(
+                {
+                    "kind": "late",
+                    **_key(p.receipt),
+                    "delay_s": delay,
+                    "detail": f"sent {delay:.0f} s after it was issued",
+                }
+            )
+    return faults
 
-    if f.out_of_order_rate:
-        by_device: dict[int, list[_Planned]] = {}
-        for p in planned:
-            by_device.setdefault(p.device.vendor_fiscal_module, []).append(p)
-        for seq in by_device.values():
-            for a, b in itertools.pairwise(seq):
-                if rng.random() < f.out_of_order_rate and a.send_ms < b.send_ms:
-                    a.send_ms, b.send_ms = b.send_ms + 1, a.send_ms
-                    faults.append(
-                        {
-                            "kind": "out_of_order",
-                            **_key(a.receipt),
-                            "swapped_with": b.receipt.transaction_id,
-                        }
-                    )
 
-    # (send_ms, sequence, message): the sequence keeps equal timestamps in a stable order.
-    outbox: list[tuple[int, int, OutgoingMessage]] = []
-    copies: dict[tuple[int, int, int], int] = {}
+def _reorder(rng: random.Random, planned: list[_Planned], f: FaultConfig) -> list[dict[str, Any]]:
+    """Hold a receipt back until just after its device's next one.
+
+    Only the earlier receipt moves (later), so nothing is sent before it happened;
+    only neighbours less than LATE_THRESHOLD apart swap, so reordering never makes
+    a receipt late (that is the late knob's job). A receipt moves at most once.
+    """
+    if not f.out_of_order_rate:
+        return []
+    faults = []
+    by_device: dict[int, list[_Planned]] = {}
     for p in planned:
-        outbox.append(
-            (p.send_ms, len(outbox), OutgoingMessage(p.device.key, p.value, p.send_ms, "receipt"))
-        )
+        by_device.setdefault(p.device.vendor_fiscal_module, []).append(p)
+    for seq in by_device.values():
+        for a, b in itertools.pairwise(seq):
+            if a.held or b.held or not 0 <= b.send_ms - a.send_ms < _LATE_THRESHOLD_MS:
+                continue
+            if rng.random() < f.out_of_order_rate:
+                held_ms = b.send_ms + 1 - a.send_ms
+                a.send_ms, a.held, b.held = b.send_ms + 1, True, True
+                faults.append(
+                    {
+                        "kind": "out_of_order",
+                        **_key(a.receipt),
+                        "delivered_after": b.receipt.transaction_id,
+                        "held_ms": held_ms,
+                        "detail": f"delivered after receipt {b.receipt.transaction_id} "
+                        "of its device",
+                    }
+                )
+    return faults
+
+
+def _outbox(
+    rng: random.Random, planned: list[_Planned], f: FaultConfig
+) -> tuple[list[OutgoingMessage], dict[tuple[int, int, int], int], list[dict[str, Any]]]:
+    """Messages in send order (resends and malformed siblings added), copies per key."""
+    # (send_ms, sequence, message): the sequence keeps equal timestamps in issue order.
+    heap: list[tuple[int, int, OutgoingMessage]] = []
+    copies: dict[tuple[int, int, int], int] = {}
+    faults: list[dict[str, Any]] = []
+
+    def push(ms: int, key: bytes, value: bytes, kind: str) -> None:
+        heap.append((ms, len(heap), OutgoingMessage(key, value, ms, kind)))
+
+    for p in planned:
+        push(p.send_ms, p.device.key, p.value, "receipt")
         copies[p.receipt.natural_key] = 1
         if f.resend_rate and rng.random() < f.resend_rate:
-            resend_ms = p.send_ms + rng.randint(1000, 30000)
-            outbox.append(
-                (
-                    resend_ms,
-                    len(outbox),
-                    OutgoingMessage(p.device.key, p.value, resend_ms, "resend"),
-                )
-            )
+            # The terminal got no answer and sends the very same bytes again.
+            after_ms = rng.randint(1000, 30000)
+            push(p.send_ms + after_ms, p.device.key, p.value, "resend")
             copies[p.receipt.natural_key] += 1
-            faults.append({"kind": "resend", **_key(p.receipt), "after_ms": resend_ms - p.send_ms})
+            faults.append(
+                {
+                    "kind": "resend",
+                    **_key(p.receipt),
+                    "after_ms": after_ms,
+                    "detail": f"same bytes sent again {after_ms} ms later",
+                }
+            )
         if f.malformed_rate and rng.random() < f.malformed_rate:
             kind, value, reason = malformed.make(rng, p.receipt)
-            outbox.append(
-                (
-                    p.send_ms,
-                    len(outbox),
-                    OutgoingMessage(p.device.key, value, p.send_ms, f"malformed:{kind}"),
-                )
+            push(p.send_ms, p.device.key, value, f"malformed:{kind}")
+            faults.append(
+                {
+                    "kind": "malformed",
+                    "malformed_kind": kind,
+                    "expected_reason": reason,
+                    "detail": f"{kind} message; the validator must say {reason}",
+                }
             )
-            faults.append({"kind": "malformed", "malformed_kind": kind, "expected_reason": reason})
-    heapq.heapify(outbox)
-    messages = [heapq.heappop(outbox)[2] for _ in range(len(outbox))]
+    heapq.heapify(heap)
+    return [heapq.heappop(heap)[2] for _ in range(len(heap))], copies, faults
 
+
+def simulate(config: SimulationConfig) -> SimulationResult:
+    rng = random.Random(config.seed)
+    f = config.faults
+    layout = _devices(rng, config.stores, f.clock_skew_max_s)
+    planned, faults = _issue_receipts(rng, config, layout)
+    faults += _delay_late(rng, planned, f)
+    faults += _reorder(rng, planned, f)
+    messages, copies, more = _outbox(rng, planned, f)
+    faults += more
     receipts = [_ledger_line(p, copies[p.receipt.natural_key]) for p in planned]
     summary = _summary(config, messages, receipts, faults, layout)
     return SimulationResult(messages, receipts, faults, summary)
 
 
-def _key(r: Receipt) -> dict[str, int]:
-    return {
-        "operation_id": r.operation_id,
-        "vendor_fiscal_module": r.vendor_fiscal_module,
-        "transaction_id": r.transaction_id,
-    }
-
-
 def window_start(t: datetime) -> datetime:
+    """Start of the 15-minute UTC window (epoch quarters) containing `t`."""
     seconds = int(WINDOW.total_seconds())
     epoch = int(t.timestamp())
     return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
@@ -268,7 +361,7 @@ def _summary(
     faults: list[dict[str, Any]],
     layout: list[list[Device]],
 ) -> dict[str, Any]:
-    counts = {k: 0 for k in ("resend", "burst", "late", "out_of_order", "malformed")}
+    counts = dict.fromkeys(FAULT_KINDS, 0)
     kinds: dict[str, int] = {}
     for fault in faults:
         counts[fault["kind"]] += 1
@@ -285,6 +378,6 @@ def _summary(
         "skewed_devices": sum(1 for ds in layout for d in ds if d.skew_s),
         "faults": counts,
         "malformed_kinds": kinds,
-        "fault_config": {k: getattr(config.faults, k) for k in config.faults.__dataclass_fields__},
+        "fault_config": {f.name: getattr(config.faults, f.name) for f in fields(config.faults)},
         "max_line_items": LIMITS.max_line_items,
     }

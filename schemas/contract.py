@@ -16,16 +16,20 @@ anything else is a v2 with its own schema file and topic.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
+
+if TYPE_CHECKING:  # pyspark is imported lazily: the producer never needs it
+    from pyspark.sql.types import DataType, StructType
 
 SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name(f"pos_transaction.v{SCHEMA_VERSION}.schema.json")
@@ -48,7 +52,8 @@ class Limits:
     max_transaction_id: int = 2**63 - 1
     max_abs_amount: int = 10_000
     price_integer_digits: int = 10
-    # Years 2000-2099 only: enforced by the timestamp pattern below.
+    # happened_at must fall in [earliest, latest_exclusive): the JSON Schema's pattern
+    # admits local years 2000-2099 only; parse_message also checks the UTC instant.
     earliest: datetime = datetime(2000, 1, 1, tzinfo=UTC)
     latest_exclusive: datetime = datetime(2100, 1, 1, tzinfo=UTC)
 
@@ -56,13 +61,21 @@ class Limits:
 LIMITS = Limits()
 
 # ISO-8601 with a mandatory offset (or Z), seconds precision, optional fraction.
-TIMESTAMP_PATTERN = (
-    r"^20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
-    r"(Z|[+-][0-9]{2}:[0-9]{2})$"
+_TIMESTAMP_SHAPE = (
+    r"-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
+TIMESTAMP_PATTERN = r"^20[0-9]{2}" + _TIMESTAMP_SHAPE  # the schema's: years 2000-2099
+_ANY_YEAR_TIMESTAMP = re.compile(r"^[0-9]{4}" + _TIMESTAMP_SHAPE)  # tells the two reasons apart
 PRICE_PATTERN = rf"^[0-9]{{1,{LIMITS.price_integer_digits}}}(\.[0-9]{{1,2}})?$"
 PRICE_PRECISION, PRICE_SCALE = LIMITS.price_integer_digits + 2, 2
-RECEIPT_REVENUE_PRECISION = 18
+# The largest |revenue| a valid receipt can have (every limit at its maximum) must fit
+# the receipt's decimal type: a Spark decimal overflow fails the whole micro-batch.
+MAX_RECEIPT_REVENUE = (
+    LIMITS.max_line_items
+    * LIMITS.max_abs_amount
+    * (Decimal(10) ** LIMITS.price_integer_digits - Decimal("0.01"))
+)
+RECEIPT_REVENUE_PRECISION = len(str(int(MAX_RECEIPT_REVENUE))) + PRICE_SCALE
 
 
 @dataclass(frozen=True)
@@ -134,6 +147,9 @@ LINE_ITEMS_JSON_NAME = "transactions"
 LINE_ITEMS_COLUMN = "line_items"
 LINE_ITEM_UDT = "line_item"
 
+# Reason codes of Invalid messages (the speed and batch layers dead-letter with the
+# same codes). Codes marked "(:field)" carry the JSON path of the offending field,
+# e.g. "missing_field:transactions.0.price"; `reason_code` strips it.
 REASONS = {
     "too_large": f"message over {LIMITS.max_message_bytes} bytes",
     "invalid_encoding": "not UTF-8",
@@ -143,15 +159,22 @@ REASONS = {
     "wrong_type": "a field has the wrong JSON type (reason carries :field)",
     "out_of_range": "a number outside its bounds (reason carries :field)",
     "bad_length": "a string too short or too long (reason carries :field)",
-    "bad_timestamp": "happened_at not ISO-8601 with offset, or outside 2000-2099",
+    "bad_timestamp": "happened_at is not an ISO-8601 date-time with offset",
+    "timestamp_out_of_range": "happened_at before 2000-01-01 or from 2100-01-01 (UTC)",
     "negative_price": "a price below zero",
     "bad_price": "a price that is not a decimal with at most 2 places",
     "zero_amount": "a line item with quantity 0",
     "no_items": "a receipt without line items",
     "too_many_items": f"more than {LIMITS.max_line_items} line items",
     "empty_value": "a Kafka record without value",
+    "schema_violation": "any other JSON Schema violation (reason carries :field)",
     "internal_error": "the validator itself failed (a bug): kept for replay once fixed",
 }
+
+
+def reason_code(reason: str) -> str:
+    """The code of a reason without its field path: "wrong_type:operation_id" -> "wrong_type"."""
+    return reason.split(":", 1)[0]
 
 
 def json_schema() -> dict[str, Any]:
@@ -181,6 +204,13 @@ def json_schema() -> dict[str, Any]:
     }
 
 
+# Derived per-receipt totals a validated receipt row carries beside its fields.
+RECEIPT_TOTALS = (
+    ("item_quantity", "bigint"),
+    ("revenue", f"decimal({RECEIPT_REVENUE_PRECISION},{PRICE_SCALE})"),
+)
+
+
 def _struct(fields: list[tuple[str, str]]) -> str:
     return "struct<" + ",".join(f"{n}:{t}" for n, t in fields) + ">"
 
@@ -200,13 +230,12 @@ def spark_receipt_ddl() -> str:
         [
             *cols,
             (LINE_ITEMS_COLUMN, f"array<{item}>"),
-            ("item_quantity", "bigint"),
-            ("revenue", f"decimal({RECEIPT_REVENUE_PRECISION},{PRICE_SCALE})"),
+            *RECEIPT_TOTALS,
         ]
     )
 
 
-def _spark_primitive(ddl_type: str) -> Any:
+def _spark_primitive(ddl_type: str) -> DataType:
     from pyspark.sql import types as T
 
     if ddl_type.startswith("decimal("):
@@ -220,7 +249,7 @@ def _spark_primitive(ddl_type: str) -> Any:
     }[ddl_type]
 
 
-def _spark_struct(fields: list[tuple[str, Any]]) -> Any:
+def _spark_struct(fields: list[tuple[str, str | DataType]]) -> StructType:
     from pyspark.sql import types as T
 
     return T.StructType(
@@ -228,7 +257,7 @@ def _spark_struct(fields: list[tuple[str, Any]]) -> Any:
     )
 
 
-def spark_message_schema() -> Any:
+def spark_message_schema() -> StructType:
     """StructType of the raw message for `from_json` (same shape as spark_message_ddl)."""
     from pyspark.sql import types as T
 
@@ -241,7 +270,7 @@ def spark_message_schema() -> Any:
     )
 
 
-def spark_receipt_schema() -> Any:
+def spark_receipt_schema() -> StructType:
     """StructType of a validated receipt row (same shape as spark_receipt_ddl)."""
     from pyspark.sql import types as T
 
@@ -250,8 +279,7 @@ def spark_receipt_schema() -> Any:
         [
             *((f.column_name, f.kind.spark_receipt) for f in SCALAR_FIELDS),
             (LINE_ITEMS_COLUMN, T.ArrayType(item)),
-            ("item_quantity", "bigint"),
-            ("revenue", f"decimal({RECEIPT_REVENUE_PRECISION},{PRICE_SCALE})"),
+            *RECEIPT_TOTALS,
         ]
     )
 
@@ -287,6 +315,11 @@ class Receipt:
     transaction_id: int
     vendor_fiscal_module: int
     line_items: tuple[LineItem, ...]
+
+    def __post_init__(self) -> None:
+        # Receipts hold instants in UTC; a naive or local time here is a caller's bug.
+        if self.happened_at.utcoffset() != timedelta(0):
+            raise ValueError(f"happened_at must be UTC, got {self.happened_at!r}")
 
     @property
     def natural_key(self) -> tuple[int, int, int]:
@@ -337,8 +370,9 @@ def _reason(error: ValidationError) -> str:
         missing = str(error.message).split("'")[1]
         prefix = path if path != "$" else ""
         return f"missing_field:{prefix + '.' if prefix else ''}{missing}"
-    if last == "happened_at":
-        return "bad_timestamp" if v in ("pattern", "maxLength") else f"wrong_type:{path}"
+    if last == "happened_at" and v in ("pattern", "maxLength"):
+        shaped = _ANY_YEAR_TIMESTAMP.match(str(error.instance))
+        return "timestamp_out_of_range" if shaped else "bad_timestamp"
     if last == "price" and v == "pattern":
         return "negative_price" if str(error.instance).lstrip().startswith("-") else "bad_price"
     if last == "amount" and v == "not":
@@ -351,7 +385,7 @@ def _reason(error: ValidationError) -> str:
         "maximum": f"out_of_range:{path}",
         "minLength": f"bad_length:{path}",
         "maxLength": f"bad_length:{path}",
-    }.get(str(v), f"schema:{v}:{path}")
+    }.get(str(v), f"schema_violation:{path}")
 
 
 def parse_message(value: bytes) -> Receipt | Invalid:
@@ -373,12 +407,15 @@ def parse_message(value: bytes) -> Receipt | Invalid:
     except fastjsonschema.JsonSchemaException as fast_error:
         error = best_match(_VALIDATOR.iter_errors(doc))
         if error is None:  # the validators disagree; never seen, but never lose the message
-            return Invalid("schema", str(fast_error)[:500])
+            return Invalid("schema_violation", str(fast_error)[:500])
         return Invalid(_reason(error), error.message[:500])
     try:
         happened_at = datetime.fromisoformat(doc["happened_at"]).astimezone(UTC)
     except ValueError as exc:  # matches the pattern but is no date, e.g. Feb 30
         return Invalid("bad_timestamp", str(exc))
+    # The pattern bounds the local year; an offset can still move the instant across.
+    if not LIMITS.earliest <= happened_at < LIMITS.latest_exclusive:
+        return Invalid("timestamp_out_of_range", f"{happened_at.isoformat()} in UTC")
     return Receipt(
         happened_at=happened_at,
         # JSON Schema counts 4.0 as an integer; store it as one.

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
-from pathlib import Path
+from typing import Any
 
-from producer import ledger
-from producer.simulation import FaultConfig, SimulationConfig, encode, simulate
-from schemas.contract import Invalid, LineItem, Receipt, parse_message
+import pytest
+
+from producer.simulation import FaultConfig, SimulationConfig, encode, simulate, window_start
+from schemas.contract import REASONS, Invalid, LineItem, Receipt, parse_message, reason_code
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
@@ -25,9 +26,19 @@ def _receipts(result) -> list[Receipt]:  # type: ignore[no-untyped-def]
     return [r for r in parsed if isinstance(r, Receipt)]
 
 
+ALL_FAULTS = {
+    "resend_rate": 0.05,
+    "burst_rate": 0.05,
+    "late_rate": 0.05,
+    "out_of_order_rate": 0.05,
+    "clock_skew_max_s": 60,
+    "malformed_rate": 0.05,
+}
+
+
 def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
-    a, b, c = _run(seed=1), _run(seed=1), _run(seed=2)
-    assert [m.value for m in a.messages] == [m.value for m in b.messages]
+    a, b, c = _run(seed=1, **ALL_FAULTS), _run(seed=1, **ALL_FAULTS), _run(seed=2, **ALL_FAULTS)
+    assert a.messages == b.messages and a.receipts == b.receipts and a.faults == b.faults
     assert [m.value for m in a.messages] != [m.value for m in c.messages]
 
 
@@ -39,6 +50,19 @@ def test_knobs_off_means_no_faults_and_exactly_n_messages() -> None:
     assert len(result.messages) == 500 == len(result.receipts)
     assert all(m.kind == "receipt" for m in result.messages)
     assert len({r.natural_key for r in _receipts(result)}) == 500
+    # Sent when issued: the record timestamp is happened_at, nobody is late.
+    for m, r in zip(result.messages, _receipts(result), strict=True):
+        assert m.timestamp_ms == r.happened_at.timestamp() * 1000
+    assert result.summary["late_receipts"] == 0
+
+
+def test_fault_knobs_reject_nonsense() -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        FaultConfig(resend_rate=1.5)
+    with pytest.raises(ValueError, match="LATE_THRESHOLD"):
+        FaultConfig(late_rate=0.1, late_max_delay_s=600)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        SimulationConfig(count=1, seed=1, start=datetime(2026, 3, 2))
 
 
 def test_receipt_numbers_increase_per_device_in_send_order() -> None:
@@ -65,7 +89,23 @@ def test_resends_are_identical_bytes_counted_in_the_ledger() -> None:
     copies = Counter(m.value for m in result.messages)
     assert sum(n - 1 for n in copies.values()) == resends
     assert sum(r["copies"] - 1 for r in result.receipts) == resends
-    assert len({r.natural_key for r in _receipts(result)}) == 1000
+    keys = Counter(r.natural_key for r in _receipts(result))
+    assert len(keys) == 1000
+    assert sum(n - 1 for n in keys.values()) == resends  # duplicate natural keys
+    resent = {
+        (f["operation_id"], f["vendor_fiscal_module"], f["transaction_id"]): f["after_ms"]
+        for f in result.faults
+        if f["kind"] == "resend"
+    }
+    assert {k for k, n in keys.items() if n == 2} == set(resent)
+    stamps: dict[tuple[int, int, int], list[int]] = {}
+    for m in result.messages:
+        r = parse_message(m.value)
+        assert isinstance(r, Receipt)
+        stamps.setdefault(r.natural_key, []).append(m.timestamp_ms)
+    for key, after_ms in resent.items():
+        first, again = stamps[key]
+        assert again - first == after_ms and 1000 <= after_ms <= 30000
 
 
 def test_malformed_messages_fail_validation_with_the_recorded_reason() -> None:
@@ -76,19 +116,25 @@ def test_malformed_messages_fail_validation_with_the_recorded_reason() -> None:
     got = [parse_message(m.value) for m in bad]
     assert all(isinstance(g, Invalid) for g in got)
     assert Counter(g.reason for g in got) == Counter(expected)  # type: ignore[union-attr]
+    assert all(reason_code(r) in REASONS for r in expected)
+    assert {r for r in expected if r.startswith("wrong_type")} == {
+        "wrong_type:operation_id",
+        "wrong_type:transactions.0.price",
+        "wrong_type:transactions.0.amount",
+    }
     assert set(result.summary["malformed_kinds"]) == {
         "broken_json", "missing_field", "wrong_type", "negative_price", "oversized_list",
     }  # fmt: skip
     assert len(result.messages) == 1000 + len(bad)
 
 
+def _key(f: dict[str, Any]) -> tuple[int, int, int]:
+    return (f["operation_id"], f["vendor_fiscal_module"], f["transaction_id"])
+
+
 def test_late_messages_carry_their_delay_in_the_kafka_timestamp() -> None:
     result = _run(count=1000, late_rate=0.1, late_max_delay_s=7200)
-    late = {
-        (f["operation_id"], f["vendor_fiscal_module"], f["transaction_id"]): f["delay_s"]
-        for f in result.faults
-        if f["kind"] == "late"
-    }
+    late = {_key(f): f["delay_s"] for f in result.faults if f["kind"] == "late"}
     assert 50 < len(late) < 150
     for m in result.messages:
         r = parse_message(m.value)
@@ -99,46 +145,94 @@ def test_late_messages_carry_their_delay_in_the_kafka_timestamp() -> None:
             assert 15 * 60 < delay <= 7200
         else:
             assert delay == 0
-    assert {r["late"] for r in result.receipts} == {True, False}
+    assert {_key(r) for r in result.receipts if r["late"]} == set(late)
     assert result.summary["late_receipts"] == len(late)
+    # With skewed device clocks too, every late fault is a late receipt by the
+    # contract's definition, and the recorded delay is still timestamp - happened_at.
+    skewed = _run(count=1000, late_rate=0.1, clock_skew_max_s=600)
+    late_skewed = {_key(f): f["delay_s"] for f in skewed.faults if f["kind"] == "late"}
+    ledger_late = {_key(r) for r in skewed.receipts if r["late"]}
+    assert set(late_skewed) <= ledger_late
+    for m in skewed.messages:
+        r = parse_message(m.value)
+        assert isinstance(r, Receipt)
+        if r.natural_key in late_skewed:
+            assert m.timestamp_ms / 1000 - r.happened_at.timestamp() == late_skewed[r.natural_key]
+    # Some delays go beyond an hour: past any reasonable streaming watermark.
+    assert max(late.values()) > 3600
     # Sent in timestamp order, so late receipts arrive out of event-time order.
     stamps = [m.timestamp_ms for m in result.messages]
     assert stamps == sorted(stamps)
+    happened = [r.happened_at for r in _receipts(result)]
+    assert happened != sorted(happened)
 
 
 def test_bursts_put_several_receipts_of_one_store_in_one_second() -> None:
     result = _run(count=1000, burst_rate=0.1)
-    same_second = Counter((r.operation_id, r.happened_at) for r in _receipts(result))
-    assert max(same_second.values()) >= 2
-    assert result.summary["faults"]["burst"] > 0
-    assert len(result.receipts) == 1000
+    by_key = {r.natural_key: r for r in _receipts(result)}
+    bursts = [f for f in result.faults if f["kind"] == "burst"]
+    assert len(bursts) == result.summary["faults"]["burst"] > 20
+    for f in bursts:
+        members = [by_key[tuple(k)] for k in f["natural_keys"]]  # type: ignore[index]
+        assert 2 <= len(members) == f["receipts"] <= 4
+        assert {r.operation_id for r in members} == {f["operation_id"]}
+        assert {r.happened_at.isoformat() for r in members} == {f["at"]}
+    assert len(result.receipts) == 1000 == len(by_key)
 
 
-def test_out_of_order_delivers_a_receipt_after_its_successor() -> None:
+def test_out_of_order_holds_a_receipt_until_after_its_successor() -> None:
     result = _run(count=1000, out_of_order_rate=0.05)
-    swaps = result.summary["faults"]["out_of_order"]
-    assert swaps > 0
-    inversions = 0
-    last: dict[int, int] = {}
+    held = {_key(f) for f in result.faults if f["kind"] == "out_of_order"}
+    assert len(held) == result.summary["faults"]["out_of_order"] > 10
+    # A receipt is delivered after a higher-numbered receipt of its device exactly
+    # when the knob held it back.
+    delivered_late: set[tuple[int, int, int]] = set()
+    seen: dict[int, list[Receipt]] = {}
     for r in _receipts(result):
-        if r.transaction_id < last.get(r.vendor_fiscal_module, 0):
-            inversions += 1
-        last[r.vendor_fiscal_module] = max(r.transaction_id, last.get(r.vendor_fiscal_module, 0))
-    assert inversions >= 1
+        earlier = seen.setdefault(r.vendor_fiscal_module, [])
+        if any(e.transaction_id > r.transaction_id for e in earlier):
+            delivered_late.add(r.natural_key)
+        earlier.append(r)
+    assert delivered_late == held
+    # Nothing is sent before it happened, and reordering makes nobody late.
+    for m in result.messages:
+        r = parse_message(m.value)
+        assert isinstance(r, Receipt)
+        assert 0 <= m.timestamp_ms / 1000 - r.happened_at.timestamp() <= 15 * 60
+    assert result.summary["late_receipts"] == 0
 
 
 def test_clock_skew_shifts_happened_at_per_device() -> None:
     plain, skewed = _run(count=300), _run(count=300, clock_skew_max_s=120)
     assert skewed.summary["skewed_devices"] > 0
-    offsets = {
-        r.vendor_fiscal_module: m.timestamp_ms / 1000 - r.happened_at.timestamp()
-        for m in skewed.messages
-        for r in [parse_message(m.value)]
-        if isinstance(r, Receipt)
-    }
-    assert any(o != 0 for o in offsets.values())
-    assert all(abs(o) <= 120 for o in offsets.values())
+    offsets: dict[int, set[float]] = {}
+    for m in skewed.messages:
+        r = parse_message(m.value)
+        assert isinstance(r, Receipt)
+        offsets.setdefault(r.vendor_fiscal_module, set()).add(
+            m.timestamp_ms / 1000 - r.happened_at.timestamp()
+        )
+    assert all(len(o) == 1 for o in offsets.values())  # fixed per device
+    assert sum(1 for o in offsets.values() if o != {0}) == skewed.summary["skewed_devices"]
+    assert all(abs(x) <= 120 for o in offsets.values() for x in o)
     assert plain.summary["skewed_devices"] == 0
+
+
+def test_all_faults_at_once_keep_the_books_straight() -> None:
+    result = _run(count=2000, seed=11, **ALL_FAULTS)
+    faults = result.summary["faults"]
+    assert all(n > 0 for n in faults.values()), faults
+    assert (
+        result.summary["messages"]
+        == len(result.messages)
+        == (2000 + faults["resend"] + faults["malformed"])
+    )
+    valid = _receipts(result)
+    assert len(valid) == 2000 + faults["resend"]
+    assert len({r.natural_key for r in valid}) == 2000 == len(result.receipts)
+    assert sum(r["copies"] for r in result.receipts) == len(valid)
+    assert result.summary["late_receipts"] == sum(1 for r in result.receipts if r["late"])
+    assert all(f["detail"] for f in result.faults)
 
 
 def test_encode_prints_local_time_with_offset() -> None:
@@ -151,34 +245,11 @@ def test_encode_prints_local_time_with_offset() -> None:
     )
 
 
-def test_ledger_expected_aggregates_of_a_hand_made_example(tmp_path: Path) -> None:
-    lines = [
-        {"operation_id": 1, "vendor_fiscal_module": 2, "transaction_id": 1,
-         "window_start": "2026-03-02T08:00:00+00:00", "item_quantity": 2, "revenue": "3.80",
-         "late": False},
-        {"operation_id": 1, "vendor_fiscal_module": 2, "transaction_id": 2,
-         "window_start": "2026-03-02T08:00:00+00:00", "item_quantity": -1, "revenue": "-1.90",
-         "late": True},
-        {"operation_id": 1, "vendor_fiscal_module": 3, "transaction_id": 1,
-         "window_start": "2026-03-02T08:15:00+00:00", "item_quantity": 1, "revenue": "0.10",
-         "late": False},
-    ]  # fmt: skip
-    ledger.write(tmp_path, lines, [], {"messages": 3})
-    w = lambda m: datetime(2026, 3, 2, 8, m, tzinfo=UTC)
-    assert ledger.expected_aggregates(tmp_path) == {
-        (1, w(0)): (2, 1, Decimal("1.90"), 1),
-        (1, w(15)): (1, 1, Decimal("0.10"), 0),
-    }
-    assert ledger.load_summary(tmp_path) == {"messages": 3}
-
-
-def test_the_fields_original_key_loses_same_second_receipts() -> None:
-    """((year_day, operation_id), happened_at) overwrote receipts; the natural key does not."""
-    result = _run(count=1000, burst_rate=0.2)
-    receipts = _receipts(result)
-    old_key = {
-        ((r.happened_at.timetuple().tm_yday, r.operation_id), r.happened_at): r for r in receipts
-    }
-    natural = {r.natural_key: r for r in receipts}
-    assert len(natural) == 1000
-    assert len(old_key) < 1000
+def test_window_start_is_the_utc_quarter_hour() -> None:
+    cet = timezone(timedelta(hours=1))
+    assert window_start(datetime(2026, 3, 2, 8, 14, 59, tzinfo=UTC)) == datetime(
+        2026, 3, 2, 8, 0, tzinfo=UTC
+    )
+    assert window_start(datetime(2026, 3, 2, 9, 15, tzinfo=cet)) == datetime(
+        2026, 3, 2, 8, 15, tzinfo=UTC
+    )
