@@ -30,6 +30,8 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from adapters import cassandra as cassandra_io
+from adapters.kafka import read_transactions
 from infra import schema_apply
 from infra.process import wait_for
 from infra.settings import Settings, load_settings
@@ -39,9 +41,9 @@ from producer.kafka_sink import produce
 from producer.simulation import FaultConfig, SimulationConfig, encode, simulate
 from schemas import contract
 from schemas import cql as tables
-from speed_layer import cassandra_io, transforms, views_job
+from speed_layer import views_job
 from speed_layer.progress import ProgressRecorder
-from speed_layer.source import read_transactions
+from views import records as transforms
 
 
 def _stored(session: Any) -> dict[tuple[int, datetime], tuple[Any, ...]]:
@@ -75,7 +77,7 @@ def design_a(spark: Any, settings: Settings, available_now: bool = True) -> Any:
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     )
     checked = transforms.check(read_transactions(spark, settings))
-    receipts = transforms.receipt_rows(checked, 900, 10**9).drop("beyond_bound")
+    receipts = transforms.receipt_rows(checked, 900 * 10**6, 10**15).drop("beyond_bound")
     aggregates = (
         receipts.withWatermark("happened_at", "10 minutes")
         .dropDuplicatesWithinWatermark(list(contract.NATURAL_KEY))

@@ -40,30 +40,11 @@ def pipeline_topics(settings: Settings) -> dict[str, int]:
 
 
 def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> list[str]:
-    """Create missing topics (name -> partitions); returns the ones created."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    """Create missing topics (name -> partitions; default: the pipeline's); returns those
+    created. The one implementation lives in the Kafka adapter."""
+    from adapters import kafka
 
     wanted = topics if topics is not None else pipeline_topics(settings)
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    try:
-        existing = set(admin.list_topics(timeout=10).topics)
-    except KafkaException as exc:
-        raise ServiceError(
-            f"cannot reach Kafka at {settings.bootstrap_servers}: is it running? "
-            f"try `make up` ({exc})"
-        ) from exc
-    new = [
-        NewTopic(t, num_partitions=n, replication_factor=settings.topic_replication_factor)
-        for t, n in wanted.items()
-        if t not in existing
-    ]
-    if not new:
-        return []
-    for topic, future in admin.create_topics(new, operation_timeout=30).items():
-        try:
-            future.result()
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise ServiceError(f"could not create topic {topic}: {exc}") from exc
-    return [t.topic for t in new]
+    return kafka.create_topics(
+        settings.bootstrap_servers, wanted, settings.topic_replication_factor
+    )

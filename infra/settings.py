@@ -75,6 +75,31 @@ class Settings(BaseSettings):
         description="Master dataset and checkpoints (any Hadoop URI on a cluster).",
     )
 
+    # --- Airflow (local batch scheduler, `pos-infra airflow up`) ----------------
+    airflow_port: int = Field(
+        default=8080, ge=1, le=65535, description="Airflow API server and UI (bind_host only)."
+    )
+    airflow_parallelism: int = Field(
+        default=2,
+        ge=1,
+        description="Task slots of the LocalExecutor; it forks this many workers at start, "
+        "so keep it near the core count.",
+    )
+    airflow_admin_user: str = Field(
+        default="admin",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Admin login of Airflow's simple auth manager; its password is generated "
+        "once into $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated.",
+    )
+    airflow_dags_dir: Path = Field(
+        default=PROJECT_ROOT / "dags", description="The DAGs folder Airflow parses."
+    )
+    airflow_sql_alchemy_conn: str = Field(
+        default="",
+        description="Airflow metadata DB; empty means SQLite under the state dir (local "
+        "development only: use PostgreSQL for anything real).",
+    )
+
     # --- speed layer ---------------------------------------------------------
     speed_trigger_seconds: float = Field(
         default=5.0, gt=0, description="Micro-batch trigger interval of the streaming jobs."
@@ -92,6 +117,18 @@ class Settings(BaseSettings):
         gt=0,
         description="Receipts arriving later than this after they happened skip the speed "
         "views (counted in progress) and are left to the batch layer.",
+    )
+    speed_max_restarts: int = Field(
+        default=5,
+        ge=0,
+        description="A failed streaming query (Cassandra or Kafka unreachable) restarts from "
+        "its checkpoint this many times in a row, with backoff, before pos-speed exits.",
+    )
+    speed_crash_point: str | None = Field(
+        default=None,
+        pattern=r"^(after_raw_rows|after_receipt_keys)$",
+        description="Testing only: SIGKILL the speed layer at this point of a micro-batch "
+        "(after_raw_rows, after_receipt_keys) to prove that the replay converges.",
     )
 
     @property

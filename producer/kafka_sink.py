@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import KafkaError, Producer
 
+from adapters import kafka
+from infra.process import ServiceError
 from producer.simulation import OutgoingMessage
 
 MAX_KEPT_ERRORS = 20
@@ -64,27 +65,13 @@ def check_topic(
 
     replication_factor -1 means the broker's default.
     """
-    # log_level 2: librdkafka's own connection-refused lines would bury our message.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
     try:
-        md = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise ProducerError(
-            f"cannot reach Kafka at {bootstrap}: is it running? try `make up` ({exc})"
-        ) from exc
-    if topic in md.topics:
-        return
-    if create_partitions is None:
-        raise ProducerError(
-            f"topic '{topic}' does not exist on {bootstrap}: create it with `make topics` "
-            "or pass --create-topic"
-        )
-    new = NewTopic(topic, num_partitions=create_partitions, replication_factor=replication_factor)
-    try:
-        admin.create_topics([new], operation_timeout=30)[topic].result()
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise ProducerError(f"could not create topic '{topic}': {exc}") from exc
+        kafka.require_topic(
+            bootstrap, topic, create_partitions, replication_factor, timeout_s,
+            hint="create it with `make topics` or pass --create-topic",
+        )  # fmt: skip
+    except ServiceError as exc:
+        raise ProducerError(str(exc)) from exc
 
 
 def produce(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import fastjsonschema
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError, best_match
 
 if TYPE_CHECKING:  # pyspark is imported lazily: the producer never needs it
@@ -65,7 +66,8 @@ _TIMESTAMP_SHAPE = (
     r"-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 )
 TIMESTAMP_PATTERN = r"^20[0-9]{2}" + _TIMESTAMP_SHAPE  # the schema's: years 2000-2099
-_ANY_YEAR_TIMESTAMP = re.compile(r"^[0-9]{4}" + _TIMESTAMP_SHAPE)  # tells the two reasons apart
+# Tells the two reasons apart; `\Z`, since Python's `$` also matches before a final "\n".
+_ANY_YEAR_TIMESTAMP = re.compile(r"^[0-9]{4}" + _TIMESTAMP_SHAPE.removesuffix("$") + r"\Z")
 PRICE_PATTERN = rf"^[0-9]{{1,{LIMITS.price_integer_digits}}}(\.[0-9]{{1,2}})?$"
 PRICE_PRECISION, PRICE_SCALE = LIMITS.price_integer_digits + 2, 2
 # The largest |revenue| a valid receipt can have (every limit at its maximum) must fit
@@ -168,6 +170,7 @@ REASONS = {
     "too_many_items": f"more than {LIMITS.max_line_items} line items",
     "empty_value": "a Kafka record without value",
     "schema_violation": "any other JSON Schema violation (reason carries :field)",
+    "unrepresentable": "accepted, but a value does not fit its Spark type (a contract bug)",
     "internal_error": "the validator itself failed (a bug): kept for replay once fixed",
 }
 
@@ -334,13 +337,11 @@ class Receipt:
         return sum((i.price * i.amount for i in self.line_items), Decimal("0.00"))
 
     def to_json(self) -> dict[str, Any]:
+        """The message this receipt came from (money as strings, time with offset)."""
         return {
-            "happened_at": self.happened_at.isoformat(),
-            "operation_id": self.operation_id,
-            "transaction_id": self.transaction_id,
-            "vendor_fiscal_module": self.vendor_fiscal_module,
+            **{f.name: _json_value(getattr(self, f.column_name)) for f in SCALAR_FIELDS},
             LINE_ITEMS_JSON_NAME: [
-                {"title": i.title, "price": str(i.price), "amount": i.amount}
+                {f.name: _json_value(getattr(i, f.column_name)) for f in LINE_ITEM_FIELDS}
                 for i in self.line_items
             ],
         }
@@ -352,7 +353,19 @@ class Invalid:
     detail: str = field(default="")
 
 
-_VALIDATOR = Draft202012Validator(json_schema())
+def _ecma_pattern(
+    validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    # JSON Schema patterns are ECMA-262: `$` is the end of the string. Python's `$`
+    # also matches before a final newline, so "...Z\n" would pass the reference
+    # validator and fail the compiled one (which rewrites `$` to `\Z`, as we do here).
+    if isinstance(instance, str) and not re.search(_DOLLAR.sub(r"\\Z", pattern), instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+_DOLLAR = re.compile(r"(?<!\\)\$")
+_ReferenceValidator = validators.extend(Draft202012Validator, {"pattern": _ecma_pattern})
+_VALIDATOR = _ReferenceValidator(json_schema())
 # The same schema compiled to Python: ~7x faster on the valid path, which is nearly
 # every message. On failure the reference validator above names the reason, so
 # both always judge by the one JSON Schema (a test checks they agree).
@@ -388,8 +401,21 @@ def _reason(error: ValidationError) -> str:
     }.get(str(v), f"schema_violation:{path}")
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN and Infinity; JSON does not.
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_message(value: bytes) -> Receipt | Invalid:
-    """Validate one raw message against the contract; never raises on bad input."""
+    """Validate one raw message against the contract; never raises on bad input.
+
+    Beyond the JSON Schema it enforces what JSON Schema cannot say: numbers with a
+    fraction or exponent are never integers (`1e17` and `1.0` are floats, not ids:
+    they could alias another receipt), money is never a JSON number, NaN/Infinity and
+    integers of more than 4300 digits are not JSON we accept, the date exists, the
+    UTC instant is within the limits, and every text is valid Unicode (a lone
+    surrogate such as "\\ud800" would fail any UTF-8 writer downstream).
+    """
     if len(value) > LIMITS.max_message_bytes:
         return Invalid("too_large", f"{len(value)} bytes")
     try:
@@ -397,16 +423,18 @@ def parse_message(value: bytes) -> Receipt | Invalid:
     except UnicodeDecodeError as exc:
         return Invalid("invalid_encoding", str(exc))
     try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return Invalid("invalid_json", str(exc))
+        # Decimal floats: neither validator counts a Decimal as an integer, and no
+        # number is ever rounded through a binary float.
+        doc = json.loads(text, parse_float=Decimal, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        return Invalid("invalid_json", str(exc)[:500])
     if not isinstance(doc, dict):
         return Invalid("not_an_object", type(doc).__name__)
     try:
         _FAST_VALIDATE(doc)
     except fastjsonschema.JsonSchemaException as fast_error:
         error = best_match(_VALIDATOR.iter_errors(doc))
-        if error is None:  # the validators disagree; never seen, but never lose the message
+        if error is None:  # the validators disagree (a test proves they do not)
             return Invalid("schema_violation", str(fast_error)[:500])
         return Invalid(_reason(error), error.message[:500])
     try:
@@ -416,29 +444,38 @@ def parse_message(value: bytes) -> Receipt | Invalid:
     # The pattern bounds the local year; an offset can still move the instant across.
     if not LIMITS.earliest <= happened_at < LIMITS.latest_exclusive:
         return Invalid("timestamp_out_of_range", f"{happened_at.isoformat()} in UTC")
+    items = doc[LINE_ITEMS_JSON_NAME]
+    for n, item in enumerate(items):
+        try:
+            item["title"].encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return Invalid("invalid_encoding", f"{LINE_ITEMS_JSON_NAME}.{n}.title: {exc}"[:500])
     return Receipt(
         happened_at=happened_at,
-        # JSON Schema counts 4.0 as an integer; store it as one.
-        operation_id=int(doc["operation_id"]),
-        transaction_id=int(doc["transaction_id"]),
-        vendor_fiscal_module=int(doc["vendor_fiscal_module"]),
+        **{f.column_name: doc[f.name] for f in SCALAR_FIELDS if f.kind is not TIMESTAMP},
         line_items=tuple(
-            LineItem(i["title"], Decimal(i["price"]), int(i["amount"]))
-            for i in doc[LINE_ITEMS_JSON_NAME]
+            LineItem(**{f.column_name: _typed(f, i[f.name]) for f in LINE_ITEM_FIELDS})
+            for i in items
         ),
     )
 
 
+def _typed(spec: FieldSpec, value: Any) -> Any:
+    return Decimal(value) if spec.kind is MONEY else value
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value) if isinstance(value, Decimal) else value
+
+
 def receipt_to_spark_row(r: Receipt) -> tuple[Any, ...]:
-    """A Receipt as a tuple in spark_receipt_schema() order."""
+    """A Receipt as a tuple in spark_receipt_schema() order (fields, items, totals)."""
     return (
-        r.happened_at,
-        r.operation_id,
-        r.transaction_id,
-        r.vendor_fiscal_module,
-        [(i.title, i.price, i.amount) for i in r.line_items],
-        r.item_quantity,
-        r.revenue,
+        *(getattr(r, f.column_name) for f in SCALAR_FIELDS),
+        [tuple(getattr(i, f.column_name) for f in LINE_ITEM_FIELDS) for i in r.line_items],
+        *(getattr(r, name) for name, _ in RECEIPT_TOTALS),
     )
 
 

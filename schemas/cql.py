@@ -20,6 +20,11 @@ BATCH_RUNS_TABLE = "batch_runs"
 DEAD_LETTERS_TABLE = "dead_letters"
 ALERTS_TABLE = "alerts"
 SPEED_PROGRESS_TABLE = "speed_progress"
+# One row per natural key: the winning copy, wherever its happened_at puts it. The
+# speed layer looks incoming copies up here (a direct join on the partition key),
+# so a resend is found across windows, days and store partitions.
+RECEIPT_KEYS_TABLE = "receipt_keys"
+CONFLICTS_TABLE = "conflicts"
 
 
 def keyspace_ddl(keyspace: str, replication_factor: int) -> str:
@@ -67,6 +72,43 @@ def table_ddl(keyspace: str) -> list[str]:
   late boolean,
   PRIMARY KEY ((operation_id, day), happened_at, vendor_fiscal_module, transaction_id)
 )""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_TABLE} (
+  {_columns(receipt_cols)},
+  day date,
+  item_quantity bigint,
+  revenue decimal,
+  content_hash text,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  late boolean,
+  beyond_bound boolean,
+  PRIMARY KEY ((operation_id, vendor_fiscal_module, transaction_id))
+)""",
+        # Copies that differ from their receipt's winner, both versions side by side,
+        # by the winner's store-day (the serving layer's question) and the copy's
+        # Kafka coordinates (a replay rewrites the same row).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{CONFLICTS_TABLE} (
+  {_columns(receipt_cols)},
+  {_columns([(f"winner_{n}", t) for n, t in receipt_cols if n not in contract.NATURAL_KEY])},
+  winner_day date,
+  day date,
+  item_quantity bigint,
+  revenue decimal,
+  content_hash text,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  winner_item_quantity bigint,
+  winner_revenue decimal,
+  winner_content_hash text,
+  winner_kafka_partition int,
+  winner_kafka_offset bigint,
+  winner_kafka_timestamp timestamp,
+  differs list<text>,
+  PRIMARY KEY ((operation_id, winner_day), vendor_fiscal_module, transaction_id,
+               kafka_partition, kafka_offset)
+)""",
         _aggregate_table(keyspace, AGG_SPEED_TABLE),
         _aggregate_table(keyspace, AGG_BATCH_TABLE),
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_RUNS_TABLE} (
@@ -112,6 +154,7 @@ def table_ddl(keyspace: str) -> list[str]:
   valid_rows bigint,
   invalid_rows bigint,
   resends_absorbed bigint,
+  conflicts bigint,
   late_receipts bigint,
   beyond_lateness_bound bigint,
   PRIMARY KEY (query_name, batch_id)

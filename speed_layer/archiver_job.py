@@ -13,23 +13,19 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from adapters import kafka
 from infra.settings import Settings
-from speed_layer import transforms
-from speed_layer.source import read_transactions
+from speed_layer.triggers import with_trigger
+from views import records
 
 QUERY_NAME = "pos-speed-archiver"
 
 
-def start(
-    spark: SparkSession,
-    settings: Settings,
-    available_now: bool = False,
-    topic: str | None = None,
-) -> StreamingQuery:
-    checked = transforms.check(read_transactions(spark, settings, topic))
+def start(spark: SparkSession, settings: Settings, available_now: bool = False) -> StreamingQuery:
+    checked = records.check(kafka.read_transactions(spark, settings))
     # Ingest time is the one wall-clock value we keep; it is taken here in the shell
     # (per micro-batch), never inside a transform.
-    rows = transforms.archive_rows(checked, F.current_timestamp())
+    rows = records.archive_rows(checked, F.current_timestamp())
     writer = (
         rows.writeStream.queryName(QUERY_NAME)
         .format("parquet")
@@ -38,9 +34,4 @@ def start(
         .partitionBy("event_day")
         .outputMode("append")
     )
-    writer = (
-        writer.trigger(availableNow=True)
-        if available_now
-        else writer.trigger(processingTime=f"{settings.speed_trigger_seconds} seconds")
-    )
-    return writer.start()
+    return with_trigger(writer, settings, available_now).start()

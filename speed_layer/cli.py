@@ -18,11 +18,18 @@ import logging
 import signal
 import sys
 import threading
-from typing import Any
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from infra.process import ServiceError
 from infra.settings import Settings, load_settings
 from schemas import cql
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
 
 JOBS = ("archiver", "views")
 log = logging.getLogger("pos.speed")
@@ -46,6 +53,7 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
         "valid_rows",
         "invalid_rows",
         "resends_absorbed",
+        "conflicts",
         "late_receipts",
         "beyond_lateness_bound",
     )
@@ -62,51 +70,80 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
     return write, cluster
 
 
-def run(
-    settings: Settings, jobs: tuple[str, ...], available_now: bool, topic: str | None = None
-) -> int:
+def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
+    from adapters import kafka
     from infra.spark import build_session
     from speed_layer import archiver_job, views_job
     from speed_layer.progress import ProgressRecorder
 
+    # Spark would fail later with a Java stack trace; say what to do instead.
+    kafka.require_topic(settings.bootstrap_servers, settings.topic_transactions)
     spark = build_session(settings, "pos-speed-layer")
     writer, cluster = _progress_writer(settings)
     recorder = ProgressRecorder(settings.speed_status_file, writer)
     spark.streams.addListener(recorder.listener())
-    queries = []
+    starters: dict[str, Callable[[], StreamingQuery]] = {}
     if "archiver" in jobs:
-        queries.append(archiver_job.start(spark, settings, available_now, topic))
+        starters["archiver"] = lambda: archiver_job.start(spark, settings, available_now)
     if "views" in jobs:
-        queries.append(views_job.start(spark, settings, recorder, available_now, topic))
-    log.info("started %s (available-now: %s)", ", ".join(q.name for q in queries), available_now)
+        starters["views"] = lambda: views_job.start(spark, settings, recorder, available_now)
+    queries = {job: start() for job, start in starters.items()}
+    log.info("started %s (available-now: %s)", ", ".join(starters), available_now)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    failed = None
+    failures: Counter[str] = Counter()
+    failed: str | None = None
     try:
         # Short waits keep the main thread free to receive signals between them.
-        while not stop.is_set() and any(q.isActive for q in queries):
-            for q in queries:
-                if not q.isActive and q.exception() is not None:
-                    failed = q
-                    stop.set()
+        while not stop.is_set() and queries:
             spark.streams.awaitAnyTermination(1)
             spark.streams.resetTerminated()
+            for job, q in list(queries.items()):
+                if q.isActive:
+                    if q.lastProgress is not None:
+                        failures[job] = 0  # it made progress since its last restart
+                    continue
+                if q.exception() is None:  # available-now: drained, done
+                    del queries[job]
+                    continue
+                failures[job] += 1
+                cause = _first_line(q.exception())
+                if failures[job] > settings.speed_max_restarts:
+                    failed = f"{q.name} failed {failures[job]} times in a row; last: {cause}"
+                    stop.set()
+                    break
+                delay = min(2 ** failures[job], 30)
+                log.warning(
+                    "%s failed (%s); restarting from its checkpoint in %d s (%d of %d)",
+                    q.name, cause, delay, failures[job], settings.speed_max_restarts,
+                )  # fmt: skip
+                # A retry delay (Cassandra or Kafka coming back), not synchronisation.
+                if not stop.wait(delay):
+                    queries[job] = starters[job]()
     finally:
-        for q in queries:
+        for q in queries.values():
             if q.isActive:
                 log.info("stopping %s", q.name)
                 q.stop()
-        for q in queries:
-            if q.exception() is not None:
-                failed = q
         spark.stop()
         cluster.shutdown()
     if failed is not None:
-        log.error("query %s failed: %s", failed.name, failed.exception())
+        log.error(
+            "%s. Fix the cause and run `pos-speed run` again: it resumes from its "
+            "checkpoint under %s.",
+            failed,
+            settings.checkpoint_dir,
+        )
         return 1
     return 0
+
+
+def _first_line(exc: object) -> str:
+    """The gist of a query's exception (Spark's text carries a whole JVM stack trace)."""
+    text = str(getattr(exc, "desc", None) or exc).strip()
+    return (text.splitlines() or ["unknown error"])[0][:300]
 
 
 def status(settings: Settings, as_json: bool) -> int:
@@ -144,7 +181,7 @@ def status(settings: Settings, as_json: bool) -> int:
             )
             + (
                 f", valid {r['valid_rows']}, invalid {r['invalid_rows']}, resends absorbed "
-                f"{r['resends_absorbed']}, late {r['late_receipts']}"
+                f"{r['resends_absorbed']}, conflicts {r['conflicts']}, late {r['late_receipts']}"
                 if r["valid_rows"] is not None
                 else ""
             )
@@ -195,18 +232,20 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(jobs) - set(JOBS))
         if unknown or not jobs:
             parser.error(f"--jobs: unknown job(s) {unknown}; choose from {', '.join(JOBS)}")
-        settings = load_settings(
-            speed_trigger_seconds=args.trigger_seconds,
-            speed_starting_offsets=args.starting_offsets,
-            speed_max_offsets_per_trigger=args.max_offsets_per_trigger,
-        )
-        return run(settings, jobs, args.available_now, args.topic)
+        try:
+            settings = load_settings(
+                topic_transactions=args.topic,
+                speed_trigger_seconds=args.trigger_seconds,
+                speed_starting_offsets=args.starting_offsets,
+                speed_max_offsets_per_trigger=args.max_offsets_per_trigger,
+            )
+        except ValidationError as exc:  # a bad flag or POS_* value
+            print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
+            return 2
+        return run(settings, jobs, args.available_now)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except ValueError as exc:  # pydantic ValidationError: a bad flag or POS_* value
-        print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

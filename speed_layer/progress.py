@@ -28,6 +28,7 @@ class BatchCounts:
     valid_rows: int = 0
     invalid_rows: int = 0
     resends_absorbed: int = 0
+    conflicts: int = 0
     late_receipts: int = 0
     beyond_lateness_bound: int = 0
 
@@ -60,7 +61,8 @@ class BatchProgress:
         if c is not None:
             text += (
                 f", valid {c.valid_rows}, invalid {c.invalid_rows}, resends absorbed "
-                f"{c.resends_absorbed}, late {c.late_receipts}, beyond bound "
+                f"{c.resends_absorbed}, conflicts {c.conflicts}, late {c.late_receipts}, "
+                f"beyond bound "
                 f"{c.beyond_lateness_bound}"
             )
         return text

@@ -1,39 +1,52 @@
-"""Speed views: Kafka -> validate -> dead letters, raw receipts, 15-minute aggregates.
+"""Speed views: Kafka -> validate -> dead letters, receipts, conflicts, 15-minute aggregates.
 
-Design (b) of the issue, chosen for freshness and bounded state (see README, Speed
-layer): each micro-batch, in `foreachBatch`,
-  1. validates records with the contract's validator; invalid ones are upserted
-     into `dead_letters` keyed by Kafka coordinates, with the reason;
-  2. reads the raw rows already stored for the store-days the batch touches and
-     keeps, per natural key, the earliest Kafka arrival (`views.first_arrivals`):
-     a resend of a stored receipt is absorbed, never written again;
-  3. upserts the new first arrivals into `receipts_by_store_day`;
-  4. recomputes the absolute aggregates of just the touched windows from all their
-     receipts (`views.aggregate_15m`, the batch layer's own function) and
-     upserts them into `agg_15m_speed`.
-A replayed micro-batch (after a crash) repeats the same reads and upserts and
-lands on the same rows: effectively once without Spark state. Receipts that
-arrive more than `speed_max_lateness_hours` after they happened are counted and
-left to the batch layer.
+Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
+  1. check records with the contract's validator (`views.records`); invalid ones are
+     upserted into `dead_letters`, keyed by Kafka coordinates, with the reason;
+  2. look up the natural keys of the valid copies in `receipt_keys` (a direct join:
+     one read per key) and decide with the shared winner rule (`views.winners`):
+     new receipts win, a stored winner stays, other copies are resends or conflicts;
+  3. upsert conflicts (both versions), the winners' raw rows, then their keys;
+  4. recompute the absolute aggregates of the windows the winners fall in, from the
+     stored receipts of those store-days plus the winners (`views.aggregate_15m`,
+     the batch layer's function), and upsert them into `agg_15m_speed`.
+Every write is an upsert of values that depend only on the micro-batch and what the
+previous micro-batches stored, so a micro-batch replayed after a crash at any point
+(even between two of these writes) lands on the same rows: effectively once,
+without Spark state. Receipts that reach Kafka more than `speed_max_lateness_hours`
+after they happened are recorded in `receipt_keys` (so their resends are known)
+but left out of the speed views: the batch layer takes them.
 
 Run it with `pos-speed run` (see speed_layer/cli.py).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from adapters import cassandra, kafka
 from infra.settings import Settings
 from schemas import contract, cql
-from speed_layer import cassandra_io, transforms
 from speed_layer.progress import BatchCounts, ProgressRecorder
-from views.aggregation import aggregate_15m, first_arrivals
+from speed_layer.triggers import with_trigger
+from views import records
+from views.aggregation import AGGREGATE_COLUMNS, aggregate_15m
+from views.winners import CONFLICT_COLUMNS, conflicts_of, decide_batch
 
 QUERY_NAME = "pos-speed-views"
+# receipt_keys holds every receipt row column; the raw table all but these two.
+RAW_COLUMNS = tuple(
+    c for c in records.RECEIPT_ROW_COLUMNS if c not in ("content_hash", "beyond_bound")
+)
+CRASH_POINTS = ("after_raw_rows", "after_receipt_keys")
+log = logging.getLogger("pos.speed")
 
 
 @dataclass(frozen=True)
@@ -42,78 +55,98 @@ class ViewsBatch:
 
     spark: SparkSession
     keyspace: str
-    late_threshold_s: int
-    max_lateness_s: int
+    late_threshold_us: int
+    max_lateness_us: int
+    # Testing only: kill this process (SIGKILL) at this point of the next micro-batch
+    # that writes receipts, to prove a replay converges (see tests/integration).
+    crash_point: str | None = None
 
-    def stored_receipts(self, store_days: DataFrame) -> DataFrame:
-        """Raw rows already in Cassandra for these (operation_id, day) partitions.
+    def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+        return cassandra.lookup(self.spark, self.keyspace, table, keys, columns)
 
-        Joined on the full partition key with the connector's direct join: a read
-        per touched partition, so a micro-batch's cost does not grow with the table.
-        """
-        raw = cassandra_io.read_table(
-            self.spark, self.keyspace, cql.RAW_TABLE, by_partition_key=True
-        )
-        return raw.join(store_days, ["operation_id", "day"], "inner").select(
-            *transforms.RAW_RECEIPT_COLUMNS
-        )
+    def _write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
+        cassandra.upsert(df, self.keyspace, table, columns)
+
+    def _maybe_crash(self, point: str) -> None:
+        if self.crash_point == point:
+            log.warning("crash point %s reached: killing this process (testing)", point)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def process(self, batch: DataFrame) -> BatchCounts:
-        checked = transforms.check(batch).persist()
+        checked = records.check(batch).persist()
         try:
             return self._process_checked(checked)
         finally:
             checked.unpersist()
 
     def _process_checked(self, checked: DataFrame) -> BatchCounts:
-        # Every Spark job costs a fixed overhead per micro-batch; the counts come from
-        # one pass over the (persisted) validated batch.
-        receipts = transforms.receipt_rows(checked, self.late_threshold_s, self.max_lateness_s)
+        # Each Spark job costs a fixed overhead per micro-batch: the counts come from
+        # one pass over the (persisted) checked batch.
         stats = checked.agg(
-            F.count(F.when(~transforms.is_valid(), 1)).alias("invalid"),
-            F.count(F.when(transforms.is_valid(), 1)).alias("valid"),
-            F.count(F.when(transforms.beyond_bound(self.max_lateness_s), 1)).alias("beyond"),
+            F.count(F.when(~records.is_valid(), 1)).alias("invalid"),
+            F.count(F.when(records.is_valid(), 1)).alias("valid"),
         ).collect()[0]  # a global aggregate has exactly one row
-        invalid_rows, valid_rows, beyond = (int(stats[c]) for c in ("invalid", "valid", "beyond"))
+        invalid_rows, valid_rows = int(stats["invalid"]), int(stats["valid"])
         if invalid_rows:
-            cassandra_io.upsert(transforms.dead_letters(checked), self.keyspace,
-                                cql.DEAD_LETTERS_TABLE)  # fmt: skip
-        if valid_rows == beyond:
-            return BatchCounts(valid_rows, invalid_rows, 0, 0, beyond)
+            self._write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
+        if not valid_rows:
+            return BatchCounts(valid_rows, invalid_rows)
 
-        incoming = receipts.where(~F.col("beyond_bound")).drop("beyond_bound")
-        store_days = incoming.select("operation_id", "day").distinct()
-        # Everything known for the touched store-days, one row per natural key:
-        # materialised before we write, so the writes below cannot feed back into it.
-        known = first_arrivals(
-            self.stored_receipts(store_days).unionByName(incoming)
-        ).localCheckpoint()
-        # Rows of this batch that won their natural key: first arrivals to write.
-        # (In a replayed batch they are already stored; rewriting them is a no-op.)
-        winners = known.join(
-            incoming.select("kafka_partition", "kafka_offset"),
-            ["kafka_partition", "kafka_offset"],
-            "left_semi",
-        ).persist()
-        won = winners.agg(
-            F.count(F.lit(1)).alias("rows"), F.count(F.when(F.col("late"), 1)).alias("late")
-        ).collect()[0]
-        new_rows, late = int(won["rows"]), int(won["late"])
-        if new_rows:
-            cassandra_io.upsert(winners, self.keyspace, cql.RAW_TABLE)
-        winners.unpersist()
+        incoming = records.receipt_rows(checked, self.late_threshold_us, self.max_lateness_us)
+        stored = self._lookup(
+            cql.RECEIPT_KEYS_TABLE,
+            incoming.select(*contract.NATURAL_KEY),
+            records.RECEIPT_ROW_COLUMNS,
+        )
+        decision = decide_batch(incoming, stored)
+        # Materialised once: the writes below must not change what was decided.
+        winners = decision.winners.localCheckpoint()
+        duplicates = decision.duplicates.localCheckpoint()
+        counts = self._counts(winners, duplicates, valid_rows, invalid_rows)
+        if counts.conflicts:
+            self._write(conflicts_of(duplicates), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
 
-        windows = transforms.touched_windows(incoming)
+        in_view = winners.where(~F.col("beyond_bound"))
+        self._write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
+        self._maybe_crash("after_raw_rows")
+        self._write(winners, cql.RECEIPT_KEYS_TABLE, records.RECEIPT_ROW_COLUMNS)
+        self._maybe_crash("after_receipt_keys")
+
+        # Winners never move, so a window only ever gains receipts: the touched
+        # windows are those of the winners, recomputed from everything they hold.
+        windows = records.windows_of(in_view)
+        store_days = windows.select("operation_id", "day")
+        known = (
+            self._lookup(cql.RAW_TABLE, store_days, RAW_COLUMNS)
+            .unionByName(in_view.select(*RAW_COLUMNS))
+            .dropDuplicates(list(contract.NATURAL_KEY))  # a replay finds its own rows
+        )
         aggregates = aggregate_15m(known).join(
             windows, ["operation_id", "day", "window_start"], "left_semi"
         )
-        cassandra_io.upsert(aggregates, self.keyspace, cql.AGG_SPEED_TABLE)
+        self._write(aggregates, cql.AGG_SPEED_TABLE, AGGREGATE_COLUMNS)
+        return counts
+
+    @staticmethod
+    def _counts(
+        winners: DataFrame, duplicates: DataFrame, valid_rows: int, invalid_rows: int
+    ) -> BatchCounts:
+        won = winners.agg(
+            F.count(F.when(~F.col("beyond_bound"), 1)).alias("in_view"),
+            F.count(F.when(~F.col("beyond_bound") & F.col("late"), 1)).alias("late"),
+            F.count(F.when(F.col("beyond_bound"), 1)).alias("beyond"),
+        ).collect()[0]
+        lost = duplicates.agg(
+            F.count(F.when(~F.col("conflict"), 1)).alias("resends"),
+            F.count(F.when(F.col("conflict"), 1)).alias("conflicts"),
+        ).collect()[0]
         return BatchCounts(
             valid_rows=valid_rows,
             invalid_rows=invalid_rows,
-            resends_absorbed=valid_rows - beyond - new_rows,
-            late_receipts=late,
-            beyond_lateness_bound=beyond,
+            resends_absorbed=int(lost["resends"]),
+            conflicts=int(lost["conflicts"]),
+            late_receipts=int(won["late"]),
+            beyond_lateness_bound=int(won["beyond"]),
         )
 
 
@@ -122,36 +155,34 @@ def start(
     settings: Settings,
     recorder: ProgressRecorder,
     available_now: bool = False,
-    topic: str | None = None,
 ) -> StreamingQuery:
     """Start the named views query; returns the StreamingQuery."""
-    from speed_layer.source import read_transactions
-
     job = ViewsBatch(
         spark=spark,
         keyspace=settings.cassandra_keyspace,
-        late_threshold_s=int(contract.LATE_THRESHOLD.total_seconds()),
-        max_lateness_s=int(settings.speed_max_lateness_hours * 3600),
+        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
+        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        crash_point=settings.speed_crash_point,
     )
-
-    cassandra_io.await_tables(
+    cassandra.await_tables(
         spark,
         settings.cassandra_keyspace,
-        [cql.RAW_TABLE, cql.AGG_SPEED_TABLE, cql.DEAD_LETTERS_TABLE],
+        [
+            cql.RAW_TABLE,
+            cql.RECEIPT_KEYS_TABLE,
+            cql.CONFLICTS_TABLE,
+            cql.AGG_SPEED_TABLE,
+            cql.DEAD_LETTERS_TABLE,
+        ],
     )
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         recorder.add_counts(QUERY_NAME, batch_id, job.process(batch))
 
     writer = (
-        read_transactions(spark, settings, topic)
+        kafka.read_transactions(spark, settings)
         .writeStream.queryName(QUERY_NAME)
         .foreachBatch(on_batch)
         .option("checkpointLocation", str(settings.checkpoint_dir / "views"))
     )
-    writer = (
-        writer.trigger(availableNow=True)
-        if available_now
-        else writer.trigger(processingTime=f"{settings.speed_trigger_seconds} seconds")
-    )
-    return writer.start()
+    return with_trigger(writer, settings, available_now).start()

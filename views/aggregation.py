@@ -3,8 +3,7 @@
 Lambda architectures classically drift because the speed and the batch layer each
 implement "the same" aggregation. Here both call these pure DataFrame transforms:
 
-- `first_arrivals`: one row per natural key, the copy that reached Kafka first
-  (ties broken by partition and offset, so the choice is deterministic).
+- `window_start`: the 15-minute UTC window of an instant.
 - `aggregate_15m`: absolute 15-minute aggregates per store from deduplicated
   receipts: receipt count, item quantity, revenue (decimal), late-receipt count.
 
@@ -15,15 +14,17 @@ pinned to UTC by infra.spark, which `to_date` relies on.
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
-from schemas.contract import NATURAL_KEY, WINDOW
+from schemas.contract import WINDOW
 
 WINDOW_SECONDS = int(WINDOW.total_seconds())
-# Receipt revenue is decimal(18,2); a window's sum gets room for 10^6 receipts.
-REVENUE_TYPE = DecimalType(24, 2)
+# Spark's widest decimal: a window's sum of receipt revenues (each up to
+# contract.MAX_RECEIPT_REVENUE, 17 integer digits) overflows only past ~10^19 receipts;
+# a narrower type would turn an overflow into a null (or an error) for the window.
+REVENUE_TYPE = DecimalType(38, 2)
 
 AGGREGATE_COLUMNS = (
     "operation_id",
@@ -39,18 +40,6 @@ AGGREGATE_COLUMNS = (
 def window_start(ts: Column) -> Column:
     """Start of the 15-minute UTC window containing `ts`."""
     return F.timestamp_seconds(F.floor(F.unix_timestamp(ts) / WINDOW_SECONDS) * WINDOW_SECONDS)
-
-
-def first_arrivals(receipts: DataFrame) -> DataFrame:
-    """Keep one row per natural key: the earliest Kafka arrival."""
-    order = Window.partitionBy(*NATURAL_KEY).orderBy(
-        "kafka_timestamp", "kafka_partition", "kafka_offset"
-    )
-    return (
-        receipts.withColumn("_arrival_rank", F.row_number().over(order))
-        .where(F.col("_arrival_rank") == 1)
-        .drop("_arrival_rank")
-    )
 
 
 def aggregate_15m(receipts: DataFrame) -> DataFrame:

@@ -260,17 +260,21 @@ def test_sigterm_stops_the_stream_gracefully(
     assert b"stopping pos-speed-views" in output
 
 
-def test_stored_receipts_are_read_per_partition_not_by_scanning(
+def test_stored_rows_are_read_per_partition_key_not_by_scanning(
     isolated: tuple[Settings, Any], spark: Any
 ) -> None:
     from datetime import date
 
-    from speed_layer.cassandra_io import await_tables
-    from speed_layer.views_job import ViewsBatch
+    from adapters.cassandra import await_tables, lookup
 
     settings, _ = isolated
-    await_tables(spark, settings.cassandra_keyspace, [tables.RAW_TABLE])
+    ks = settings.cassandra_keyspace
+    await_tables(spark, ks, [tables.RAW_TABLE, tables.RECEIPT_KEYS_TABLE])
     store_days = spark.createDataFrame([(101, date(2026, 3, 2))], "operation_id int, day date")
-    job = ViewsBatch(spark, settings.cassandra_keyspace, 900, 3600)
-    plan = job.stored_receipts(store_days)._jdf.queryExecution().executedPlan().toString()
-    assert "Cassandra Direct Join" in plan, plan
+    keys = spark.createDataFrame(
+        [(101, 7, 42)], "operation_id int, vendor_fiscal_module int, transaction_id bigint"
+    )
+    for table, wanted in ((tables.RAW_TABLE, store_days), (tables.RECEIPT_KEYS_TABLE, keys)):
+        rows = lookup(spark, ks, table, wanted, ("operation_id", "day"))
+        plan = rows._jdf.queryExecution().executedPlan().toString()
+        assert "Cassandra Direct Join" in plan, plan

@@ -237,10 +237,16 @@ def test_receipts_hold_utc_instants_only() -> None:
         Receipt(datetime(2026, 3, 2, 8, tzinfo=timezone(timedelta(hours=1))), 1, 1, 1, item)
 
 
-def test_integral_numbers_are_integers_as_json_schema_says() -> None:
-    r = parse_message(_msg(transaction_id=4.0))
-    assert isinstance(r, Receipt)
-    assert r.transaction_id == 4 and type(r.transaction_id) is int
+@pytest.mark.parametrize(
+    "raw",
+    [b"4.0", b"1e17", b"100000000000000001.0", b"4E0"],
+)
+def test_ids_written_as_floats_are_wrong_types_not_aliases(raw: bytes) -> None:
+    # 100000000000000001.0 is 1e17 as a binary float: accepting it would store the
+    # receipt under another receipt's number.
+    message = _msg(transaction_id=1).replace(b'"transaction_id": 1', b'"transaction_id": ' + raw)
+    result = parse_message(message)
+    assert isinstance(result, Invalid) and result.reason == "wrong_type:transaction_id"
 
 
 def test_unknown_optional_fields_are_ignored_for_additive_evolution() -> None:

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from views.aggregation import aggregate_15m, first_arrivals
+from views.aggregation import aggregate_15m
 
 RECEIPTS = StructType(
     [
@@ -73,16 +73,3 @@ def test_aggregate_15m_window_edges_returns_and_decimals(local_spark: Any) -> No
         (2, date(2026, 2, 28), naive(2026, 2, 28, 23, 0), 1, 1, Decimal("1.00"), 0),
         (2, date(2026, 3, 1), naive(2026, 3, 1, 21, 45), 1, 1, Decimal("9.99"), 0),
     ]
-
-
-def test_first_arrivals_keeps_earliest_copy_deterministically(local_spark: Any) -> None:
-    t = _utc(2026, 3, 1, 12, 0, 0)
-    rows = [
-        _receipt(1, 1, t, 1, "1.00", ts=t + timedelta(seconds=30), partition=0, offset=9),
-        _receipt(1, 1, t, 1, "1.00", ts=t + timedelta(seconds=1), partition=0, offset=5),
-        _receipt(1, 1, t, 1, "1.00", ts=t + timedelta(seconds=1), partition=0, offset=3),
-        _receipt(1, 2, t, 2, "2.00", ts=t, partition=1, offset=0),
-    ]
-    df = local_spark.createDataFrame(rows, RECEIPTS)
-    got = sorted((r.transaction_id, r.kafka_offset) for r in first_arrivals(df).collect())
-    assert got == [(1, 3), (2, 0)]

@@ -1,4 +1,4 @@
-"""Cassandra adapter for DataFrames (Spark Cassandra Connector), one place for its options.
+"""Cassandra adapter for Spark jobs (Spark Cassandra Connector): one place for its options.
 
 Writes are upserts by primary key: the connector turns every row into an INSERT,
 which Cassandra applies as last-write-wins per cell. That is what makes a replayed
@@ -29,7 +29,21 @@ def read_table(
     return spark.read.format(FORMAT).options(**options).load()
 
 
-def upsert(df: DataFrame, keyspace: str, table: str) -> None:
+def lookup(
+    spark: SparkSession, keyspace: str, table: str, keys: DataFrame, columns: tuple[str, ...]
+) -> DataFrame:
+    """The rows of `table` whose partition key is among `keys` (a small DataFrame).
+
+    A direct join (one read per key): a micro-batch's cost does not grow with the table.
+    """
+    rows = read_table(spark, keyspace, table, by_partition_key=True)
+    return rows.join(keys.distinct(), keys.columns, "inner").select(*columns)
+
+
+def upsert(df: DataFrame, keyspace: str, table: str, columns: tuple[str, ...] = ()) -> None:
+    """Write `df` (or just `columns` of it) as INSERTs: upserts by primary key."""
+    if columns:
+        df = df.select(*columns)
     (
         df.write.format(FORMAT)
         .options(keyspace=keyspace, table=table)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schemas import contract
-from speed_layer.transforms import _check_value
+from views.records import _check_value
 
 
 def test_empty_value_is_a_dead_letter() -> None:

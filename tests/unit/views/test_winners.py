@@ -1,0 +1,153 @@
+"""The winner rule, resends and conflicts on literal rows (local Spark, no services).
+
+`decide_batch` is the speed layer's decision for one micro-batch, tested here without
+Cassandra: the stored winners are a literal DataFrame too.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.testing import assertDataFrameEqual
+
+from views.records import RECEIPT_ROW_COLUMNS
+from views.winners import decide_batch, resolve
+
+ROW_DDL = (
+    "operation_id int, day date, happened_at timestamp, transaction_id bigint, "
+    "vendor_fiscal_module int, line_items array<struct<title:string,price:decimal(12,2),"
+    "amount:int>>, item_quantity bigint, revenue decimal(19,2), content_hash string, "
+    "kafka_partition int, kafka_offset bigint, kafka_timestamp timestamp, late boolean, "
+    "beyond_bound boolean"
+)
+T0 = datetime(2026, 3, 2, 23, 59, 59, 600000, tzinfo=UTC)
+TEA = [("Tea", Decimal("1.50"), 2)]
+CAKE = [("Cake", Decimal("4.00"), 1)]
+
+
+def _copy(
+    tid: int,
+    offset: int,
+    at: datetime = T0,
+    items: list[tuple[str, Decimal, int]] = TEA,
+    partition: int = 0,
+    sent: datetime | None = None,
+) -> tuple[Any, ...]:
+    """A receipt row of store 1, device 7; the hash stands for (happened_at, items)."""
+    qty = sum(i[2] for i in items)
+    revenue = sum((i[1] * i[2] for i in items), Decimal("0.00"))
+    digest = f"{at.isoformat()}|{items}"
+    sent = sent or at + timedelta(seconds=5)
+    return (1, at.date(), at, tid, 7, items, qty, revenue, digest, partition, offset, sent,
+            False, False)  # fmt: skip
+
+
+def _rows(spark: Any, *rows: tuple[Any, ...]) -> DataFrame:
+    df = spark.createDataFrame(list(rows), ROW_DDL)
+    assert tuple(df.columns) == RECEIPT_ROW_COLUMNS  # the literal schema is the real one
+    return df
+
+
+def _coords(df: DataFrame) -> DataFrame:
+    return df.select("transaction_id", "kafka_partition", "kafka_offset")
+
+
+def _expect(spark: Any, *rows: tuple[int, int, int]) -> DataFrame:
+    return spark.createDataFrame(
+        list(rows), "transaction_id bigint, kafka_partition int, kafka_offset bigint"
+    )
+
+
+def test_first_copy_in_kafka_order_wins_whatever_the_producer_clock_says(
+    local_spark: Any,
+) -> None:
+    incoming = _rows(
+        local_spark,
+        _copy(1, offset=3, sent=T0 + timedelta(seconds=40)),
+        # A later copy stamped earlier by its producer: it does not win.
+        _copy(1, offset=9, sent=T0 - timedelta(hours=1)),
+        _copy(2, offset=4),
+    )
+    decision = decide_batch(incoming, _rows(local_spark))
+    assertDataFrameEqual(_coords(decision.winners), _expect(local_spark, (1, 0, 3), (2, 0, 4)))
+    assertDataFrameEqual(
+        decision.duplicates.select(
+            "transaction_id", "kafka_offset", "winner_kafka_offset", "conflict", "differs"
+        ),
+        local_spark.createDataFrame(
+            [(1, 9, 3, False, [])],
+            "transaction_id bigint, kafka_offset bigint, winner_kafka_offset bigint, "
+            "conflict boolean, differs array<string>",
+        ),
+    )
+
+
+def test_a_stored_winner_stays_and_a_copy_across_midnight_is_a_conflict(
+    local_spark: Any,
+) -> None:
+    stored = _rows(local_spark, _copy(1, offset=3))  # 23:59:59.6 on 2 March
+    rounded = T0.replace(microsecond=0) + timedelta(seconds=1)  # 00:00:00 on 3 March
+    incoming = _rows(local_spark, _copy(1, offset=20, at=rounded), _copy(2, offset=21))
+    decision = decide_batch(incoming, stored)
+    assertDataFrameEqual(_coords(decision.winners), _expect(local_spark, (2, 0, 21)))
+    assertDataFrameEqual(
+        decision.conflicts.select(
+            "transaction_id",
+            "day",
+            "kafka_offset",
+            "winner_day",
+            "winner_kafka_offset",
+            "differs",
+        ),
+        local_spark.createDataFrame(
+            [(1, date(2026, 3, 3), 20, date(2026, 3, 2), 3, ["happened_at"])],
+            "transaction_id bigint, day date, kafka_offset bigint, winner_day date, "
+            "winner_kafka_offset bigint, differs array<string>",
+        ),
+    )
+
+
+def test_a_copy_with_other_items_is_a_conflict_with_both_versions(local_spark: Any) -> None:
+    stored = _rows(local_spark, _copy(1, offset=3))
+    decision = decide_batch(_rows(local_spark, _copy(1, offset=8, items=CAKE)), stored)
+    assert decision.winners.count() == 0
+    [conflict] = decision.conflicts.collect()
+    assert (conflict.line_items[0].title, conflict.winner_line_items[0].title) == ("Cake", "Tea")
+    assert (conflict.revenue, conflict.winner_revenue) == (Decimal("4.00"), Decimal("3.00"))
+    assert conflict.differs == ["line_items"]
+
+
+def test_a_replayed_batch_rewrites_its_own_winners(local_spark: Any) -> None:
+    # The failed attempt stored receipt 1 (offset 3) before the crash; the replay
+    # meets it in the stored winners and must rewrite it, not count it as a resend.
+    stored = _rows(local_spark, _copy(1, offset=3))
+    incoming = _rows(local_spark, _copy(1, offset=3), _copy(1, offset=5), _copy(2, offset=6))
+    decision = decide_batch(incoming, stored)
+    assertDataFrameEqual(_coords(decision.winners), _expect(local_spark, (1, 0, 3), (2, 0, 6)))
+    assertDataFrameEqual(
+        decision.duplicates.select("transaction_id", "kafka_partition", "kafka_offset"),
+        _expect(local_spark, (1, 0, 5)),
+    )
+
+
+def test_batch_resolution_picks_the_same_winners_from_all_copies(local_spark: Any) -> None:
+    copies = _rows(
+        local_spark,
+        _copy(1, offset=3),
+        _copy(1, offset=20, at=T0 + timedelta(days=1)),  # another day: a conflict
+        _copy(1, offset=21),  # same content: a resend
+        _copy(2, offset=6, partition=1),
+        _copy(2, offset=2, partition=2),  # copies in two partitions: lower partition wins
+    )
+    result = resolve(copies)
+    assertDataFrameEqual(_coords(result.winners), _expect(local_spark, (1, 0, 3), (2, 1, 6)))
+    assertDataFrameEqual(
+        result.duplicates.select("transaction_id", "kafka_offset", "conflict"),
+        local_spark.createDataFrame(
+            [(1, 20, True), (1, 21, False), (2, 2, False)],
+            "transaction_id bigint, kafka_offset bigint, conflict boolean",
+        ),
+    )

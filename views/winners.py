@@ -1,0 +1,131 @@
+"""One receipt per natural key: the winner rule, resends and conflicts (shared core).
+
+**The winner rule.** Of all copies of a receipt (same `operation_id`,
+`vendor_fiscal_module`, `transaction_id`, wherever their `happened_at` puts them),
+the winner is the copy that comes first in Kafka's own order: the lowest
+`(kafka_partition, kafka_offset)`. Records are keyed by device, so all copies of a
+receipt share a partition and this is simply the first one Kafka appended; the
+record timestamp (chosen by the producer's clock) plays no part. The winner's
+content, `happened_at` and `late` flag are the receipt's.
+
+Every other copy is a *duplicate*: a **resend** when its content hash equals the
+winner's, a **conflict** otherwise (kept with both versions, never dropped).
+
+The batch layer applies `resolve` to every copy in the master dataset. The speed
+layer applies `decide_batch` to one micro-batch and the winners it stored before:
+a stored winner is final (it never moves, so a window never loses a receipt). Both
+give the same winners, since the speed layer reads each partition in offset order;
+only copies of one receipt spread over several partitions (a producer that does not
+key by device) can be resolved differently, and only when they reach the speed
+layer in different micro-batches: the speed layer then keeps its first choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from schemas.contract import NATURAL_KEY
+from views.records import COORDINATES
+
+# Columns describing one version of a receipt in a conflict (the copy's, and the
+# winner's with a `winner_` prefix).
+VERSION_COLUMNS = (
+    "day",
+    "happened_at",
+    "line_items",
+    "item_quantity",
+    "revenue",
+    "content_hash",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+)
+CONFLICT_COLUMNS = (
+    *NATURAL_KEY,
+    *VERSION_COLUMNS,
+    *(f"winner_{c}" for c in VERSION_COLUMNS),
+    "differs",
+)
+_RANK = "_copy_rank"
+_STORED = "_stored"
+
+
+def _ranked(copies: DataFrame, *first: str) -> DataFrame:
+    """Copies numbered 1, 2, ... per natural key in winner order (`first` columns lead)."""
+    order = Window.partitionBy(*NATURAL_KEY).orderBy(*first, *COORDINATES)
+    return copies.withColumn(_RANK, F.row_number().over(order))
+
+
+def _differs(copy: str, winner: str) -> Column:
+    """Names of the fields in which a copy differs from the winner."""
+    fields = ("happened_at", "line_items")
+    return F.array_compact(
+        F.array(
+            *(
+                F.when(~F.col(f"{copy}.{f}").eqNullSafe(F.col(f"{winner}.{f}")), F.lit(f))
+                for f in fields
+            )
+        )
+    )
+
+
+def _duplicates(ranked: DataFrame) -> DataFrame:
+    """Every copy that lost, with its winner's version and `conflict`/`differs`."""
+    winners = ranked.where(F.col(_RANK) == 1).alias("w")
+    losers = ranked.where(F.col(_RANK) > 1).alias("c")
+    return losers.join(winners, [F.col(f"c.{k}") == F.col(f"w.{k}") for k in NATURAL_KEY]).select(
+        *(F.col(f"c.{k}").alias(k) for k in NATURAL_KEY),
+        *(F.col(f"c.{c}").alias(c) for c in VERSION_COLUMNS),
+        *(F.col(f"w.{c}").alias(f"winner_{c}") for c in VERSION_COLUMNS),
+        (F.col("c.content_hash") != F.col("w.content_hash")).alias("conflict"),
+        _differs("c", "w").alias("differs"),
+    )
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What became of a set of copies."""
+
+    winners: DataFrame  # one receipt row per natural key
+    duplicates: DataFrame  # every other copy: CONFLICT_COLUMNS + `conflict`
+
+    @property
+    def conflicts(self) -> DataFrame:
+        return conflicts_of(self.duplicates)
+
+
+def conflicts_of(duplicates: DataFrame) -> DataFrame:
+    """The duplicates whose content differs from their winner's, as CONFLICT_COLUMNS."""
+    return duplicates.where("conflict").select(*CONFLICT_COLUMNS)
+
+
+def resolve(copies: DataFrame) -> Resolution:
+    """Apply the winner rule to all copies (receipt rows) at once: the batch layer's view."""
+    ranked = _ranked(copies)
+    winners = ranked.where(F.col(_RANK) == 1).drop(_RANK)
+    return Resolution(winners, _duplicates(ranked))
+
+
+def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
+    """One speed micro-batch: which incoming copies win, which are resends or conflicts.
+
+    incoming: this micro-batch's receipt rows. stored: the winners already recorded for
+    the natural keys it touches (same columns). A stored winner always stays winner.
+    `winners` are the incoming copies that won: new receipts, plus (in a micro-batch
+    replayed after a crash) copies already stored by the failed attempt, recognised by
+    their Kafka coordinates, so that the replay rewrites the very same rows.
+    """
+    again = stored.join(incoming.select(*COORDINATES), list(COORDINATES), "left_semi")
+    fresh = incoming.join(stored.select(*COORDINATES), list(COORDINATES), "left_anti")
+    candidates = stored.withColumn(_STORED, F.lit(0)).unionByName(
+        fresh.withColumn(_STORED, F.lit(1))
+    )
+    ranked = _ranked(candidates, _STORED).drop(_STORED)
+    new_winners = ranked.where(F.col(_RANK) == 1).join(
+        fresh.select(*COORDINATES), list(COORDINATES), "left_semi"
+    )
+    winners = new_winners.drop(_RANK).unionByName(again)
+    return Resolution(winners, _duplicates(ranked))
