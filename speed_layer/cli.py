@@ -74,7 +74,7 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     from adapters import kafka
     from infra.spark import build_session
     from speed_layer import archiver_job, views_job
-    from speed_layer.progress import ProgressRecorder
+    from speed_layer.progress import ProgressRecorder, first_line
 
     # Spark would fail later with a Java stack trace; say what to do instead.
     kafka.require_topic(settings.bootstrap_servers, settings.topic_transactions)
@@ -109,7 +109,7 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
                     del queries[job]
                     continue
                 failures[job] += 1
-                cause = _first_line(q.exception())
+                cause = first_line(q.exception())
                 if failures[job] > settings.speed_max_restarts:
                     failed = f"{q.name} failed {failures[job]} times in a row; last: {cause}"
                     stop.set()
@@ -138,12 +138,6 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
         )
         return 1
     return 0
-
-
-def _first_line(exc: object) -> str:
-    """The gist of a query's exception (Spark's text carries a whole JVM stack trace)."""
-    text = str(getattr(exc, "desc", None) or exc).strip()
-    return (text.splitlines() or ["unknown error"])[0][:300]
 
 
 def status(settings: Settings, as_json: bool) -> int:

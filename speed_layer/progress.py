@@ -78,6 +78,12 @@ def kafka_lag(sources: list[Any]) -> int | None:
     return max(lags) if lags else None
 
 
+def first_line(exc: object) -> str:
+    """The gist of a query's exception (Spark's text carries a whole JVM stack trace)."""
+    text = str(getattr(exc, "desc", None) or exc).strip()
+    return (text.splitlines() or ["unknown error"])[0][:300]
+
+
 class ProgressRecorder:
     """Collects counts from foreachBatch and progress from Spark; writes both out.
 
@@ -156,7 +162,7 @@ class ProgressRecorder:
 
             def onQueryTerminated(self, event: Any) -> None:
                 if event.exception:
-                    log.error("query %s failed: %s", event.id, event.exception)
+                    log.error("query %s failed: %s", event.id, first_line(event.exception))
                 else:
                     log.info("query %s stopped", event.id)
 

@@ -115,3 +115,51 @@ def master_rows(spark: Any, settings: Settings) -> list[Any]:
         .select("kafka_topic", "kafka_partition", "kafka_offset", "valid")
         .collect()
     )
+
+
+def produce_raw(
+    settings: Settings,
+    values: list[bytes],
+    timestamps: list[int] | None = None,
+    keys: list[bytes | None] | None = None,
+) -> None:
+    """Produce these exact records (CreateTime in ms) to settings.topic_transactions."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True})
+    for i, v in enumerate(values):
+        p.produce(
+            settings.topic_transactions,
+            value=v,
+            key=keys[i] if keys else None,
+            timestamp=timestamps[i] if timestamps else 0,
+        )
+    assert p.flush(30) == 0
+
+
+def receipt_json(
+    store: int,
+    device: int,
+    tid: int,
+    at: datetime | str,
+    items: list[dict[str, Any]] | None = None,
+) -> bytes:
+    """A valid message; `at` as a datetime or the exact text of happened_at."""
+    return json.dumps(
+        {
+            "happened_at": at if isinstance(at, str) else at.isoformat(),
+            "operation_id": store,
+            "transaction_id": tid,
+            "vendor_fiscal_module": device,
+            "transactions": items or [{"title": "Espresso", "price": "1.90", "amount": 2}],
+        }
+    ).encode()
+
+
+def device_key(store: int, device: int) -> bytes:
+    """The producer's record key: all copies of a device's receipts share a partition."""
+    return f"{store}:{device}".encode()
+
+
+def ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from infra.process import wait_for
 from infra.settings import Settings
@@ -25,7 +24,9 @@ from tests.integration.speed_helpers import (
     expected_aggregates,
     ledger_receipts,
     master_rows,
+    produce_raw,
     raw_rows,
+    receipt_json,
     run_available_now,
     simulate,
     speed_aggregates,
@@ -85,7 +86,7 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
     records = read_committed(settings.bootstrap_servers, settings.topic_transactions,
                              expect=summary["messages"])  # fmt: skip
     resent = records[:40]
-    _produce(
+    produce_raw(
         settings,
         [r.value for r in resent],
         [r.timestamp_ms + 60_000 for r in resent],
@@ -98,50 +99,21 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
     assert views["resends_absorbed"] == 40
 
 
-def _produce(
-    settings: Settings,
-    values: list[bytes],
-    timestamps: list[int] | None = None,
-    keys: list[bytes] | None = None,
-) -> None:
-    p = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True})
-    for i, v in enumerate(values):
-        p.produce(
-            settings.topic_transactions,
-            value=v,
-            key=keys[i] if keys else None,
-            timestamp=timestamps[i] if timestamps else 0,
-        )
-    assert p.flush(30) == 0
-
-
-def _receipt_json(store: int, device: int, tid: int, at: datetime) -> bytes:
-    return json.dumps(
-        {
-            "happened_at": at.isoformat(),
-            "operation_id": store,
-            "transaction_id": tid,
-            "vendor_fiscal_module": device,
-            "transactions": [{"title": "Espresso", "price": "1.90", "amount": 2}],
-        }
-    ).encode()
-
-
 def test_late_receipts_update_their_window_and_beyond_bound_are_left_to_batch(
     isolated: tuple[Settings, Any], spark: Any
 ) -> None:
     settings, cql = isolated
     at = datetime(2026, 3, 2, 9, 3, 0, tzinfo=UTC)
     ms = lambda d: int(d.timestamp() * 1000)
-    on_time = _receipt_json(1, 1, 1, at)
-    late_2h = _receipt_json(1, 1, 2, at + timedelta(seconds=30))
-    late_3d = _receipt_json(1, 2, 1, at + timedelta(seconds=40))  # beyond the 48 h bound
-    _produce(settings, [on_time], [ms(at)])
+    on_time = receipt_json(1, 1, 1, at)
+    late_2h = receipt_json(1, 1, 2, at + timedelta(seconds=30))
+    late_3d = receipt_json(1, 2, 1, at + timedelta(seconds=40))  # beyond the 48 h bound
+    produce_raw(settings, [on_time], [ms(at)])
     run_available_now(spark, settings)
     window = datetime(2026, 3, 2, 9, 0)
     assert speed_aggregates(cql)[(1, window)][:2] == (1, 2)
 
-    _produce(
+    produce_raw(
         settings, [late_2h, late_3d], [ms(at + timedelta(hours=2)), ms(at + timedelta(days=3))]
     )
     run_available_now(spark, settings)
