@@ -13,13 +13,15 @@ checkpoint on the next start, and the sinks make that replay harmless.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import signal
+import subprocess
 import sys
 import threading
-from collections import Counter
-from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -27,11 +29,14 @@ from pydantic import ValidationError
 from infra.process import ServiceError
 from infra.settings import Settings, load_settings
 from schemas import cql
+from speed_layer import SUPERVISOR_PID_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 JOBS = ("archiver", "views")
+# The driver's exit code for "a query failed, start me again" (sysexits EX_TEMPFAIL).
+EXIT_RETRY = 75
 log = logging.getLogger("pos.speed")
 
 
@@ -71,6 +76,9 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
 
 
 def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
+    """One Spark application running the jobs; EXIT_RETRY when a query failed."""
+    from pyspark.errors import StreamingQueryException
+
     from adapters import kafka
     from infra.spark import build_session
     from speed_layer import archiver_job, views_job
@@ -78,66 +86,99 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
 
     # Spark would fail later with a Java stack trace; say what to do instead.
     kafka.require_topic(settings.bootstrap_servers, settings.topic_transactions)
-    spark = build_session(settings, "pos-speed-layer")
-    writer, cluster = _progress_writer(settings)
-    recorder = ProgressRecorder(settings.speed_status_file, writer)
-    spark.streams.addListener(recorder.listener())
-    starters: dict[str, Callable[[], StreamingQuery]] = {}
-    if "archiver" in jobs:
-        starters["archiver"] = lambda: archiver_job.start(spark, settings, available_now)
-    if "views" in jobs:
-        starters["views"] = lambda: views_job.start(spark, settings, recorder, available_now)
-    queries = {job: start() for job, start in starters.items()}
-    log.info("started %s (available-now: %s)", ", ".join(starters), available_now)
-
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    failures: Counter[str] = Counter()
+    spark = build_session(settings, "pos-speed-layer")
+    cluster = None
+    queries: list[StreamingQuery] = []
     failed: str | None = None
     try:
+        writer, cluster = _progress_writer(settings)
+        recorder = ProgressRecorder(settings.speed_status_file, writer)
+        spark.streams.addListener(recorder.listener())
+        if "archiver" in jobs:
+            queries.append(archiver_job.start(spark, settings, available_now))
+        if "views" in jobs:
+            queries.append(views_job.start(spark, settings, recorder, available_now))
+        log.info("started %s (available-now: %s)", ", ".join(jobs), available_now)
         # Short waits keep the main thread free to receive signals between them.
-        while not stop.is_set() and queries:
-            spark.streams.awaitAnyTermination(1)
+        while not stop.is_set() and any(q.isActive for q in queries):
+            with contextlib.suppress(StreamingQueryException):  # examined just below
+                spark.streams.awaitAnyTermination(1)
             spark.streams.resetTerminated()
-            for job, q in list(queries.items()):
-                if q.isActive:
-                    if q.lastProgress is not None:
-                        failures[job] = 0  # it made progress since its last restart
-                    continue
-                if q.exception() is None:  # available-now: drained, done
-                    del queries[job]
-                    continue
-                failures[job] += 1
-                cause = first_line(q.exception())
-                if failures[job] > settings.speed_max_restarts:
-                    failed = f"{q.name} failed {failures[job]} times in a row; last: {cause}"
-                    stop.set()
-                    break
-                delay = min(2 ** failures[job], 30)
-                log.warning(
-                    "%s failed (%s); restarting from its checkpoint in %d s (%d of %d)",
-                    q.name, cause, delay, failures[job], settings.speed_max_restarts,
-                )  # fmt: skip
-                # A retry delay (Cassandra or Kafka coming back), not synchronisation.
-                if not stop.wait(delay):
-                    queries[job] = starters[job]()
+            broken = [q for q in queries if not q.isActive and q.exception() is not None]
+            if broken:
+                failed = f"{broken[0].name} failed: {first_line(broken[0].exception())}"
+                break
+    except Exception as exc:  # e.g. Cassandra unreachable while the queries start
+        failed = f"could not start: {first_line(exc)}"
     finally:
-        for q in queries.values():
+        for q in queries:
             if q.isActive:
                 log.info("stopping %s", q.name)
                 q.stop()
         spark.stop()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
     if failed is not None:
-        log.error(
-            "%s. Fix the cause and run `pos-speed run` again: it resumes from its "
-            "checkpoint under %s.",
-            failed,
-            settings.checkpoint_dir,
-        )
-        return 1
+        log.error("%s", failed)
+        return EXIT_RETRY
     return 0
+
+
+def supervise(settings: Settings, driver_argv: list[str]) -> int:
+    """Run the driver in a child process; after a failure, start a fresh one.
+
+    A fresh process, not a restarted query: after Cassandra comes back, the
+    connector's cached session in the old JVM can block for good in a schema refresh.
+    The new driver resumes from the checkpoints, and every sink write is an upsert of
+    values recomputed from what is stored, so nothing is lost or counted twice.
+    """
+    stop = threading.Event()
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _: object) -> None:
+        stop.set()
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)  # the driver stops its queries gracefully
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    failures = 0
+    while True:
+        progress_before = _mtime(settings.speed_status_file)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "speed_layer.cli", *driver_argv],
+            env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},
+        )
+        code = child.wait()
+        if stop.is_set() or code != EXIT_RETRY:
+            return code if code >= 0 else 128 - code  # killed by signal N: 128 + N
+        # Consecutive failures only: a driver that got work done starts the count anew.
+        failures = 1 if _mtime(settings.speed_status_file) > progress_before else failures + 1
+        if failures > settings.speed_max_restarts:
+            log.error(
+                "the speed layer failed %d times in a row (see above). Fix the cause and run "
+                "`pos-speed run` again: it resumes from its checkpoints under %s.",
+                failures, settings.checkpoint_dir,
+            )  # fmt: skip
+            return 1
+        delay = min(2**failures, 30)
+        log.warning(
+            "restarting from its checkpoint in %d s (%d of %d consecutive restarts)",
+            delay, failures, settings.speed_max_restarts,
+        )  # fmt: skip
+        # A retry delay (giving Cassandra or Kafka time to come back), not synchronisation.
+        if stop.wait(delay):
+            return 0
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
 
 
 def status(settings: Settings, as_json: bool) -> int:
@@ -207,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_p.add_argument("--starting-offsets", help="earliest|latest for a new checkpoint")
     run_p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+    # The supervisor starts the driver (the Spark application) with this flag.
+    run_p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     st = sub.add_parser("status", help="show the last micro-batch of each query")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
@@ -236,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValidationError as exc:  # a bad flag or POS_* value
             print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
             return 2
-        return run(settings, jobs, args.available_now)
+        if args.driver:
+            return run(settings, jobs, args.available_now)
+        return supervise(settings, [*(argv if argv is not None else sys.argv[1:]), "--driver"])
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -78,10 +79,25 @@ def kafka_lag(sources: list[Any]) -> int | None:
     return max(lags) if lags else None
 
 
+_CAUSE = re.compile(r"(?:Caused by: |^\s*)((?:[a-z]\w*\.)+\w*(?:Exception|Error)\b.*)")
+_WRAPPERS = ("py4j.", "pyspark.", "org.apache.spark.sql.streaming.StreamingQueryException")
+
+
 def first_line(exc: object) -> str:
-    """The gist of a query's exception (Spark's text carries a whole JVM stack trace)."""
-    text = str(getattr(exc, "desc", None) or exc).strip()
-    return (text.splitlines() or ["unknown error"])[0][:300]
+    """The gist of a query's exception: its root cause in one line.
+
+    Spark's text nests a Python traceback, py4j wrappers and whole JVM stack traces;
+    the innermost Java exception that is not a wrapper says what went wrong.
+    """
+    parts = (getattr(exc, "desc", None), getattr(exc, "stackTrace", None))
+    text = "\n".join(str(p) for p in parts if p) or str(exc)
+    causes = [
+        m.group(1)
+        for line in text.splitlines()
+        if (m := _CAUSE.match(line)) and not m.group(1).startswith(_WRAPPERS)
+    ]
+    gist = causes[-1] if causes else (text.splitlines() or ["unknown error"])[0]
+    return gist[:300]
 
 
 class ProgressRecorder:

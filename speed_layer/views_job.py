@@ -34,6 +34,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from adapters import cassandra, kafka
 from infra.settings import Settings
 from schemas import contract, cql
+from speed_layer import SUPERVISOR_PID_ENV
 from speed_layer.progress import BatchCounts, ProgressRecorder
 from speed_layer.triggers import with_trigger
 from views import records
@@ -46,6 +47,7 @@ RAW_COLUMNS = tuple(
     c for c in records.RECEIPT_ROW_COLUMNS if c not in ("content_hash", "beyond_bound")
 )
 CRASH_POINTS = ("after_raw_rows", "after_receipt_keys")
+
 log = logging.getLogger("pos.speed")
 
 
@@ -69,7 +71,10 @@ class ViewsBatch:
 
     def _maybe_crash(self, point: str) -> None:
         if self.crash_point == point:
-            log.warning("crash point %s reached: killing this process (testing)", point)
+            log.warning("crash point %s reached: kill -9 of the speed layer (testing)", point)
+            supervisor = os.environ.get(SUPERVISOR_PID_ENV)
+            if supervisor:  # the whole speed layer dies, as with `kill -9` of both
+                os.kill(int(supervisor), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def process(self, batch: DataFrame) -> BatchCounts:

@@ -163,3 +163,32 @@ def device_key(store: int, device: int) -> bytes:
 
 def ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
+
+
+def plan(ledger: Path, count: int, seed: int, stores: int = 5) -> list[Any]:
+    """Simulate (with resends and malformed messages) into a ledger; return the messages
+    to send, so that a test can send them in parts around a fault."""
+    from datetime import UTC
+
+    from producer import ledger as ledger_files
+    from producer.simulation import FaultConfig, SimulationConfig
+    from producer.simulation import simulate as run_simulation
+
+    result = run_simulation(
+        SimulationConfig(
+            count=count,
+            seed=seed,
+            start=datetime(2026, 3, 2, 8, tzinfo=UTC),
+            stores=stores,
+            faults=FaultConfig(resend_rate=0.05, malformed_rate=0.02, late_rate=0.05,
+                               late_max_delay_s=7200),
+        )
+    )  # fmt: skip
+    ledger_files.write(ledger, result.receipts, result.faults, result.summary)
+    return result.messages
+
+
+def send(settings: Settings, messages: list[Any]) -> None:
+    from producer.kafka_sink import produce
+
+    produce(messages, settings.bootstrap_servers, settings.topic_transactions, quiet=True)

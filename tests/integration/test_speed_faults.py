@@ -1,0 +1,188 @@
+"""Faults beyond kill -9 between micro-batches, against real services.
+
+- kill -9 inside a micro-batch, between the raw-row write and the aggregate write;
+- Cassandra restarted while the speed layer runs;
+- the Kafka broker killed (-9) and restarted while the speed layer runs.
+After each, the views equal the producer's ledger.
+
+The service restarts act on the same local Kafka and Cassandra every other test uses;
+each test waits until they answer again before it returns.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra import cassandra_service, kafka_service
+from infra.process import wait_for
+from infra.settings import Settings
+from schemas import cql as tables
+from tests.integration.speed_helpers import (
+    VENV_BIN,
+    assert_views_match_ledger,
+    env_for,
+    plan,
+    send,
+    simulate,
+)
+
+pytestmark = pytest.mark.integration
+
+FAULTS = ("--resend-rate", "0.05", "--malformed-rate", "0.02", "--late-rate", "0.05",
+          "--late-max-delay", "7200", "--clock-skew-max", "60")  # fmt: skip
+
+
+def _speed(settings: Settings, *args: str) -> list[str]:
+    return [str(VENV_BIN / "pos-speed"), "run", *args]
+
+
+def _run_to_end(settings: Settings) -> None:
+    """`pos-speed run --available-now` as a user runs it after a failure."""
+    done = subprocess.run(
+        _speed(settings, "--available-now"),
+        env=env_for(settings),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _raw_count(cql: Any) -> int:
+    return int(cql.execute(f"SELECT COUNT(*) FROM {tables.RAW_TABLE}").one()[0])
+
+
+@pytest.mark.parametrize("point", ["after_raw_rows", "after_receipt_keys"])
+def test_kill_9_inside_a_micro_batch_converges_on_replay(
+    isolated: tuple[Settings, Any], tmp_path: Path, point: str
+) -> None:
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    simulate(settings, ledger, "--count", "800", "--seed", "31", *FAULTS)
+    crashing = settings.model_copy(update={"speed_crash_point": point})
+    crashed = subprocess.run(
+        _speed(crashing, "--available-now", "--jobs", "views"),
+        env=env_for(crashing),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    # The crash came after the raw rows, before the aggregates.
+    assert _raw_count(cql) > 0
+    assert cql.execute(f"SELECT COUNT(*) FROM {tables.AGG_SPEED_TABLE}").one()[0] == 0
+
+    _run_to_end(settings)
+    assert_views_match_ledger(cql, ledger)
+
+
+def _start_driver(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    out = open(log, "wb")  # noqa: SIM115 - the child keeps it; closed with the test's tmp dir
+    return subprocess.Popen(
+        _speed(settings),
+        env=env_for(settings),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _stop_driver(driver: subprocess.Popen[bytes]) -> None:
+    if driver.poll() is None:
+        driver.send_signal(signal.SIGTERM)
+        try:
+            driver.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+
+
+def _hard_kill(pid: int | None) -> None:
+    assert pid is not None, "the service is not managed by this project's runtime"
+    os.killpg(pid, signal.SIGKILL)
+    assert wait_for(lambda: not _alive(pid), timeout=30, interval=0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_cassandra_restart_while_running(isolated: tuple[Settings, Any], tmp_path: Path) -> None:
+    settings, cql = isolated
+    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
+    ledger = tmp_path / "ledger"
+    messages = plan(ledger, count=600, seed=41)
+    half = len(messages) // 2
+    send(settings, messages[:half])
+    log = tmp_path / "speed.log"
+    driver = _start_driver(settings, log)
+    try:
+        assert wait_for(lambda: _raw_count(cql) > 0, timeout=300, interval=0.5), log.read_text()
+        _hard_kill(cassandra_service.process(settings).pid())
+        # More receipts arrive while Cassandra is down: the next micro-batch fails.
+        send(settings, messages[half:])
+        assert wait_for(lambda: "restarting from its checkpoint" in log.read_text()
+                        or driver.poll() is not None, timeout=300, interval=0.5)  # fmt: skip
+        cassandra_service.start(settings)
+        # It recovers on its own (restarting its queries from their checkpoints).
+        assert wait_for(
+            lambda: driver.poll() is not None or _matches(cql, ledger),
+            timeout=300,
+            interval=1,
+        ), log.read_text()[-5000:]
+        assert driver.poll() is None, log.read_text()[-5000:]
+    finally:
+        _stop_driver(driver)
+        if not cassandra_service.is_ready(settings):
+            cassandra_service.start(settings)
+    assert_views_match_ledger(cql, ledger)
+
+
+def _matches(cql: Any, ledger: Path) -> bool:
+    """The views equal the ledger now (False while Cassandra is away or work remains)."""
+    try:
+        assert_views_match_ledger(cql, ledger)
+        return True
+    except Exception:  # AssertionError, or Cassandra not answering yet
+        return False
+
+
+def test_kafka_broker_hard_restart_while_running(
+    isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
+    ledger = tmp_path / "ledger"
+    messages = plan(ledger, count=600, seed=51)
+    half = len(messages) // 2
+    send(settings, messages[:half])
+    log = tmp_path / "speed.log"
+    driver = _start_driver(settings, log)
+    try:
+        assert wait_for(lambda: _raw_count(cql) > 0, timeout=300, interval=0.5), log.read_text()
+        _hard_kill(kafka_service.process(settings).pid())
+        kafka_service.start(settings)
+        send(settings, messages[half:])
+        assert wait_for(
+            lambda: driver.poll() is not None or _matches(cql, ledger),
+            timeout=300,
+            interval=1,
+        ), log.read_text()[-5000:]
+        if driver.poll() is not None:  # it gave up with a message: resume from the checkpoint
+            assert "resumes from its checkpoint" in log.read_text(), log.read_text()[-5000:]
+            _run_to_end(settings)
+    finally:
+        _stop_driver(driver)
+        if not kafka_service.is_ready(settings):
+            kafka_service.start(settings)
+    assert_views_match_ledger(cql, ledger)
