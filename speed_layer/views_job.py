@@ -27,7 +27,7 @@ import os
 import signal
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -39,13 +39,22 @@ from speed_layer.progress import BatchCounts, ProgressRecorder
 from speed_layer.triggers import with_trigger
 from views import records
 from views.aggregation import AGGREGATE_COLUMNS, aggregate_15m
-from views.winners import CONFLICT_COLUMNS, conflicts_of, decide_batch
+from views.winners import CONFLICT_COLUMNS, decide_batch
 
 QUERY_NAME = "pos-speed-views"
 # receipt_keys holds every receipt row column; the raw table all but these two.
 RAW_COLUMNS = tuple(
     c for c in records.RECEIPT_ROW_COLUMNS if c not in ("content_hash", "beyond_bound")
 )
+KEY_BUCKET = "key_bucket"
+KEY_COLUMNS = (*records.RECEIPT_ROW_COLUMNS, KEY_BUCKET)  # receipt_keys' columns
+
+
+def key_bucket() -> Column:
+    """The receipt_keys partition of a receipt number (see schemas/cql.py)."""
+    return F.floor(F.col("transaction_id") / cql.KEY_BUCKET_SIZE).cast("long")
+
+
 CRASH_POINTS = ("after_raw_rows", "after_receipt_keys")
 
 log = logging.getLogger("pos.speed")
@@ -97,24 +106,24 @@ class ViewsBatch:
         if not valid_rows:
             return BatchCounts(valid_rows, invalid_rows)
 
-        incoming = records.receipt_rows(checked, self.late_threshold_us, self.max_lateness_us)
-        stored = self._lookup(
-            cql.RECEIPT_KEYS_TABLE,
-            incoming.select(*contract.NATURAL_KEY),
-            records.RECEIPT_ROW_COLUMNS,
+        incoming = records.receipt_rows(
+            checked, self.late_threshold_us, self.max_lateness_us
+        ).withColumn(KEY_BUCKET, key_bucket())
+        buckets = incoming.select("operation_id", "vendor_fiscal_module", KEY_BUCKET)
+        stored = self._lookup(cql.RECEIPT_KEYS_TABLE, buckets, KEY_COLUMNS).join(
+            incoming.select(*contract.NATURAL_KEY), list(contract.NATURAL_KEY), "left_semi"
         )
-        decision = decide_batch(incoming, stored)
         # Materialised once: the writes below must not change what was decided.
-        winners = decision.winners.localCheckpoint()
-        duplicates = decision.duplicates.localCheckpoint()
+        decision = decide_batch(incoming, stored).materialised()
+        winners, duplicates = decision.winners, decision.duplicates
         counts = self._counts(winners, duplicates, valid_rows, invalid_rows)
         if counts.conflicts:
-            self._write(conflicts_of(duplicates), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+            self._write(decision.conflicts, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
 
         in_view = winners.where(~F.col("beyond_bound"))
         self._write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
         self._maybe_crash("after_raw_rows")
-        self._write(winners, cql.RECEIPT_KEYS_TABLE, records.RECEIPT_ROW_COLUMNS)
+        self._write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
         self._maybe_crash("after_receipt_keys")
 
         # Winners never move, so a window only ever gains receipts: the touched

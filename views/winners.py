@@ -51,6 +51,7 @@ CONFLICT_COLUMNS = (
 )
 _RANK = "_copy_rank"
 _STORED = "_stored"
+_INCOMING = "_incoming"  # the copy is in the input (not only a stored winner)
 
 
 def _ranked(copies: DataFrame, *first: str) -> DataFrame:
@@ -75,7 +76,7 @@ def _differs(copy: str, winner: str) -> Column:
 def _duplicates(ranked: DataFrame) -> DataFrame:
     """Every copy that lost, with its winner's version and `conflict`/`differs`."""
     winners = ranked.where(F.col(_RANK) == 1).alias("w")
-    losers = ranked.where(F.col(_RANK) > 1).alias("c")
+    losers = ranked.where((F.col(_RANK) > 1) & F.col(_INCOMING)).alias("c")
     return losers.join(winners, [F.col(f"c.{k}") == F.col(f"w.{k}") for k in NATURAL_KEY]).select(
         *(F.col(f"c.{k}").alias(k) for k in NATURAL_KEY),
         *(F.col(f"c.{c}").alias(c) for c in VERSION_COLUMNS),
@@ -87,14 +88,32 @@ def _duplicates(ranked: DataFrame) -> DataFrame:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What became of a set of copies."""
+    """Every copy ranked per natural key; winners and duplicates derive from it.
 
-    winners: DataFrame  # one receipt row per natural key
-    duplicates: DataFrame  # every other copy: CONFLICT_COLUMNS + `conflict`
+    `ranked` is what to materialise once (the window sort is the expensive part);
+    `winners` and `duplicates` are cheap selections of it.
+    """
+
+    ranked: DataFrame  # copies + _copy_rank (1 = winner) + _incoming
+
+    @property
+    def winners(self) -> DataFrame:
+        """The winners to write: one receipt row per natural key won by an incoming copy."""
+        won = self.ranked.where((F.col(_RANK) == 1) & F.col(_INCOMING))
+        return won.drop(_RANK, _INCOMING)
+
+    @property
+    def duplicates(self) -> DataFrame:
+        """Every copy that lost, with its winner's version and `conflict`/`differs`."""
+        return _duplicates(self.ranked)
 
     @property
     def conflicts(self) -> DataFrame:
         return conflicts_of(self.duplicates)
+
+    def materialised(self) -> Resolution:
+        """The same resolution, computed once (a local checkpoint of `ranked`)."""
+        return Resolution(self.ranked.localCheckpoint())
 
 
 def conflicts_of(duplicates: DataFrame) -> DataFrame:
@@ -104,9 +123,7 @@ def conflicts_of(duplicates: DataFrame) -> DataFrame:
 
 def resolve(copies: DataFrame) -> Resolution:
     """Apply the winner rule to all copies (receipt rows) at once: the batch layer's view."""
-    ranked = _ranked(copies)
-    winners = ranked.where(F.col(_RANK) == 1).drop(_RANK)
-    return Resolution(winners, _duplicates(ranked))
+    return Resolution(_ranked(copies.withColumn(_INCOMING, F.lit(True))))
 
 
 def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
@@ -118,14 +135,14 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
     replayed after a crash) copies already stored by the failed attempt, recognised by
     their Kafka coordinates, so that the replay rewrites the very same rows.
     """
-    again = stored.join(incoming.select(*COORDINATES), list(COORDINATES), "left_semi")
-    fresh = incoming.join(stored.select(*COORDINATES), list(COORDINATES), "left_anti")
-    candidates = stored.withColumn(_STORED, F.lit(0)).unionByName(
-        fresh.withColumn(_STORED, F.lit(1))
+    coords = list(COORDINATES)
+    mine = incoming.select(*coords).withColumn(_INCOMING, F.lit(True))
+    kept = (
+        stored.join(mine, coords, "left").fillna(False, [_INCOMING]).withColumn(_STORED, F.lit(0))
     )
-    ranked = _ranked(candidates, _STORED).drop(_STORED)
-    new_winners = ranked.where(F.col(_RANK) == 1).join(
-        fresh.select(*COORDINATES), list(COORDINATES), "left_semi"
+    fresh = (
+        incoming.join(stored.select(*coords), coords, "left_anti")
+        .withColumn(_INCOMING, F.lit(True))
+        .withColumn(_STORED, F.lit(1))
     )
-    winners = new_winners.drop(_RANK).unionByName(again)
-    return Resolution(winners, _duplicates(ranked))
+    return Resolution(_ranked(kept.unionByName(fresh), _STORED).drop(_STORED))

@@ -244,7 +244,7 @@ def test_stored_rows_are_read_per_partition_key_not_by_scanning(
     await_tables(spark, ks, [tables.RAW_TABLE, tables.RECEIPT_KEYS_TABLE])
     store_days = spark.createDataFrame([(101, date(2026, 3, 2))], "operation_id int, day date")
     keys = spark.createDataFrame(
-        [(101, 7, 42)], "operation_id int, vendor_fiscal_module int, transaction_id bigint"
+        [(101, 7, 0)], "operation_id int, vendor_fiscal_module int, key_bucket bigint"
     )
     for table, wanted in ((tables.RAW_TABLE, store_days), (tables.RECEIPT_KEYS_TABLE, keys)):
         rows = lookup(spark, ks, table, wanted, ("operation_id", "day"))

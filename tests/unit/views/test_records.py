@@ -1,0 +1,167 @@
+"""Record-level core on literal rows and generated input, in local Spark.
+
+The worst receipt the contract accepts is computed from `LIMITS` (not from the code
+under test) and pushed through every derived type; generated messages at, inside and
+beyond every bound go through `records.check`, the very transform the stream runs.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from schemas import contract
+from schemas.contract import LIMITS
+from views import records
+from views.aggregation import REVENUE_TYPE, aggregate_15m
+
+# The worst case, from the limits alone.
+MAX_PRICE = Decimal(10) ** LIMITS.price_integer_digits - Decimal("0.01")
+WORST_REVENUE = LIMITS.max_line_items * LIMITS.max_abs_amount * MAX_PRICE
+WORST_ITEMS = [{"title": "x" * LIMITS.max_title_chars, "price": str(MAX_PRICE),
+                "amount": -LIMITS.max_abs_amount}] * LIMITS.max_line_items  # fmt: skip
+WORST = json.dumps(
+    {
+        "happened_at": "2099-12-31T23:59:59.999999Z",
+        "operation_id": LIMITS.max_store_or_device_id,
+        "transaction_id": LIMITS.max_transaction_id,
+        "vendor_fiscal_module": LIMITS.max_store_or_device_id,
+        "transactions": WORST_ITEMS,
+    }
+).encode()
+KAFKA_DDL = (
+    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
+)
+
+
+def _kafka(spark: Any, values: list[bytes | None]) -> Any:
+    at = datetime(2026, 3, 2, 9, tzinfo=UTC)
+    rows = [(None, v, "t", 0, n, at) for n, v in enumerate(values)]
+    return spark.createDataFrame(rows, KAFKA_DDL)
+
+
+def test_the_worst_accepted_receipt_fits_every_derived_type(local_spark: Any) -> None:
+    assert len(WORST) <= LIMITS.max_message_bytes
+    checked = records.check(_kafka(local_spark, [WORST]))
+    rows = records.receipt_rows(checked, 900 * 10**6, 48 * 3600 * 10**6)
+    [row] = rows.collect()
+    assert row.revenue == -WORST_REVENUE == Decimal("-19999999999980000.00")
+    assert row.item_quantity == -LIMITS.max_line_items * LIMITS.max_abs_amount
+    assert row.transaction_id == LIMITS.max_transaction_id
+    # A window of a million such receipts still fits the aggregate's revenue type.
+    digits = REVENUE_TYPE.precision - REVENUE_TYPE.scale
+    assert Decimal(10) ** digits > WORST_REVENUE * 10**6
+    [agg] = aggregate_15m(rows).collect()
+    assert (agg.receipt_count, agg.revenue) == (1, -WORST_REVENUE)
+    # Parquet stores the same Spark types (the master dataset's `receipt` column).
+    assert records.RECEIPT_SCHEMA["revenue"].dataType.simpleString() == "decimal(19,2)"
+
+
+def test_a_value_that_would_not_fit_becomes_a_dead_letter_not_a_failed_task() -> None:
+    receipt_row = (datetime(2026, 3, 2, tzinfo=UTC), 1, 1, 1, [], 0, Decimal("1E+17"))
+    problem = records._unfit(receipt_row, records.RECEIPT_SCHEMA, "")
+    assert problem == "revenue: 1E+17 does not fit decimal(19,2)"
+    assert records._unfit((None, 2**31, 1, 1, [], 0, None), records.RECEIPT_SCHEMA, "") == (
+        "operation_id: 2147483648 does not fit int"
+    )
+
+
+def test_check_splits_records_into_receipts_and_dead_letters(local_spark: Any) -> None:
+    good = json.dumps(
+        {
+            "happened_at": "2026-03-02T09:00:00.5+01:00",
+            "operation_id": 1,
+            "transaction_id": 2,
+            "vendor_fiscal_module": 3,
+            "transactions": [{"title": "Tea", "price": "1.5", "amount": 2}],
+        }
+    ).encode()
+    checked = records.check(_kafka(local_spark, [good, b"{", None]))
+    assertDataFrameEqual(
+        checked.select(
+            "kafka_offset", "reason", F.col("receipt.happened_at"), F.col("receipt.revenue")
+        ),
+        local_spark.createDataFrame(
+            [
+                (0, None, datetime(2026, 3, 2, 8, 0, 0, 500000), Decimal("3.00")),
+                (1, "invalid_json", None, None),
+                (2, "empty_value", None, None),
+            ],
+            "kafka_offset bigint, reason string, happened_at timestamp, revenue decimal(19,2)",
+        ),
+    )
+
+
+def test_late_uses_full_precision(local_spark: Any) -> None:
+    # Sent 900.4 s after it happened: late by the contract (and the ledger), though
+    # whole seconds would say 900, not late.
+    message = json.dumps(
+        {
+            "happened_at": "2026-03-02T08:44:59.600Z",
+            "operation_id": 1,
+            "transaction_id": 2,
+            "vendor_fiscal_module": 3,
+            "transactions": [{"title": "Tea", "price": "1.5", "amount": 2}],
+        }
+    ).encode()
+    checked = records.check(_kafka(local_spark, [message]))  # sent at 09:00:00.000
+    [row] = records.receipt_rows(checked, 900 * 10**6, 10**12).collect()
+    assert row.late is True
+
+
+ITEM = st.fixed_dictionaries(
+    {
+        "title": st.text(max_size=LIMITS.max_title_chars + 1),
+        "price": st.one_of(
+            st.sampled_from([str(MAX_PRICE), "0", "0.00", "10000000000", "-1", "1.001"]),
+            st.decimals(min_value=0, max_value=MAX_PRICE, places=2).map(str),
+        ),
+        "amount": st.integers(-LIMITS.max_abs_amount - 1, LIMITS.max_abs_amount + 1),
+    }
+)
+MESSAGE = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "happened_at": st.sampled_from(
+                [
+                    "2099-12-31T23:59:59.999999Z",
+                    "2000-01-01T00:00:00Z",
+                    "1999-12-31T23:59:59Z",
+                    "2026-03-02T09:00:00+14:00",
+                    "2026-03-02T09:00:00Z\n",
+                ]
+            ),
+            "operation_id": st.integers(0, LIMITS.max_store_or_device_id + 1),
+            "transaction_id": st.integers(0, LIMITS.max_transaction_id + 1),
+            "vendor_fiscal_module": st.integers(0, LIMITS.max_store_or_device_id + 1),
+            "transactions": st.one_of(
+                st.lists(ITEM, max_size=3),
+                st.integers(LIMITS.max_line_items - 1, LIMITS.max_line_items + 1).map(
+                    lambda n: WORST_ITEMS[:1] * n
+                ),
+            ),
+        }
+    ).map(lambda d: json.dumps(d).encode("utf-8", "surrogatepass")),
+    st.binary(max_size=200),
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(MESSAGE, min_size=1, max_size=40))
+def test_every_record_ends_as_one_receipt_or_one_dead_letter(
+    local_spark: Any, values: list[bytes]
+) -> None:
+    checked = records.check(_kafka(local_spark, list(values))).cache()
+    receipts = records.receipt_rows(checked, 900 * 10**6, 10**12).count()  # no task fails
+    dead = records.dead_letters(checked).select("kafka_offset", "reason").collect()
+    assert receipts + len(dead) == len(values)
+    assert all(contract.reason_code(d.reason) in contract.REASONS for d in dead)
+    assert not [d for d in dead if d.reason in ("internal_error", "unrepresentable")]
+    checked.unpersist()
