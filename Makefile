@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics speed speed-once speed-status test test-unit test-integration check demo bench lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status test test-unit test-integration check demo bench lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,7 +18,7 @@ $(INSTALLED): pyproject.toml constraints.txt
 	@bash infra/system-deps.sh
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,airflow]'
 	@touch $@
 
 setup: $(INSTALLED) jars ## install Python deps into .venv and fetch the jars (once)
@@ -40,6 +40,12 @@ schema: $(INSTALLED) ## (re)apply the Cassandra schema
 
 topics: $(INSTALLED) ## create the Kafka topics
 	$(VENV)/bin/pos-infra topics
+
+airflow: setup ## start the local Airflow 3 (not part of `up`); prints its URL and login
+	$(VENV)/bin/pos-infra airflow up
+
+airflow-down: $(INSTALLED) ## stop the local Airflow
+	$(VENV)/bin/pos-infra airflow down
 
 speed: up ## run the speed layer continuously (Ctrl-C stops it gracefully)
 	$(VENV)/bin/pos-speed run

@@ -5,6 +5,7 @@ apply the schema and create topics.
     pos-infra status        # exit 0 only if both services are ready
     pos-infra down          # stop both; no process is left behind
     pos-infra jars | schema | topics
+    pos-infra airflow up|down|status|env   # local Airflow 3 (not part of `up`)
 
 Every subcommand has --help. Configuration: POS_* environment variables
 (`python -m infra.settings` prints them).
@@ -16,7 +17,7 @@ import argparse
 import sys
 import time
 
-from infra import cassandra_service, jars, kafka_service, schema_apply
+from infra import airflow_service, cassandra_service, jars, kafka_service, schema_apply
 from infra.process import ServiceError
 from infra.settings import Settings, load_settings
 
@@ -85,6 +86,30 @@ def cmd_topics(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "up":
+        _say("airflow: starting (migrates the metadata DB first) ...")
+        took = airflow_service.start(settings)
+        _say("airflow: ready " + (f"in {took:.1f}s" if took else "(was already running)"))
+        _say(f"airflow: UI and API at {airflow_service.base_url(settings)}")
+        creds = airflow_service.login(settings)
+        if creds is None:
+            _say(f"airflow: no generated password in {airflow_service.paths(settings).passwords}")
+        else:
+            _say(f"airflow: login {creds[0]} / {creds[1]}")
+        return 0
+    if args.action == "down":
+        stopped = airflow_service.stop(settings)
+        _say(f"airflow: {'stopped' if stopped else 'was not running'}")
+        return 0
+    if args.action == "env":
+        print(airflow_service.shell_exports(settings), end="")
+        return 0
+    state = airflow_service.status(settings)
+    print(f"{'airflow':<10} {state}")
+    return 0 if state.startswith("ready") else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pos-infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -102,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="report readiness; exit 1 unless both are ready")
     sub.add_parser("schema", help="create the Cassandra keyspace and tables")
     sub.add_parser("topics", help="create the Kafka topics")
+    airflow = sub.add_parser(
+        "airflow",
+        help="local Airflow 3: up (print URL and login), down, status, "
+        "env (export lines for running `airflow` by hand)",
+    )
+    airflow.add_argument("action", choices=["up", "down", "status", "env"])
     return parser
 
 
@@ -112,6 +143,7 @@ COMMANDS = {
     "status": cmd_status,
     "schema": cmd_schema,
     "topics": cmd_topics,
+    "airflow": cmd_airflow,
 }
 
 

@@ -42,9 +42,9 @@ def pipeline_topics(settings: Settings) -> dict[str, int]:
 def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> list[str]:
     """Create missing topics (name -> partitions; default: the pipeline's); returns those
     created. The one implementation lives in the Kafka adapter."""
-    from adapters import kafka
+    from infra import kafka_admin
 
     wanted = topics if topics is not None else pipeline_topics(settings)
-    return kafka.create_topics(
+    return kafka_admin.create_topics(
         settings.bootstrap_servers, wanted, settings.topic_replication_factor
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
-from adapters import kafka
+from infra import kafka_admin
 from infra.process import ServiceError
 from producer.simulation import OutgoingMessage
 
@@ -66,7 +66,7 @@ def check_topic(
     replication_factor -1 means the broker's default.
     """
     try:
-        kafka.require_topic(
+        kafka_admin.require_topic(
             bootstrap, topic, create_partitions, replication_factor, timeout_s,
             hint="create it with `make topics` or pass --create-topic",
         )  # fmt: skip

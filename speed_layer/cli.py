@@ -79,13 +79,13 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     """One Spark application running the jobs; EXIT_RETRY when a query failed."""
     from pyspark.errors import StreamingQueryException
 
-    from adapters import kafka
+    from infra import kafka_admin
     from infra.spark import build_session
     from speed_layer import archiver_job, views_job
     from speed_layer.progress import ProgressRecorder, first_line
 
     # Spark would fail later with a Java stack trace; say what to do instead.
-    kafka.require_topic(settings.bootstrap_servers, settings.topic_transactions)
+    kafka_admin.require_topic(settings.bootstrap_servers, settings.topic_transactions)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,35 +120,60 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_cassandra_restart_while_running(isolated: tuple[Settings, Any], tmp_path: Path) -> None:
+@dataclass
+class Running:
+    """A speed layer running in a subprocess with the first half of a stream processed."""
+
+    settings: Settings
+    cql: Any
+    ledger: Path
+    rest: list[Any]  # the second half, to send around the fault
+    log: Path
+    driver: subprocess.Popen[bytes]
+
+    def converged(self) -> bool:
+        """The driver stopped, or the views equal the ledger now."""
+        return self.driver.poll() is not None or _matches(self.cql, self.ledger)
+
+    def tail(self) -> str:
+        return self.log.read_text()[-5000:]
+
+
+@contextmanager
+def _speed_layer_running(
+    isolated: tuple[Settings, Any], tmp_path: Path, seed: int
+) -> Iterator[Running]:
     settings, cql = isolated
     settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
     ledger = tmp_path / "ledger"
-    messages = plan(ledger, count=600, seed=41)
+    messages = plan(ledger, count=600, seed=seed)
     half = len(messages) // 2
     send(settings, messages[:half])
     log = tmp_path / "speed.log"
     driver = _start_driver(settings, log)
+    running = Running(settings, cql, ledger, messages[half:], log, driver)
     try:
-        assert wait_for(lambda: _raw_count(cql) > 0, timeout=300, interval=0.5), log.read_text()
-        _hard_kill(cassandra_service.process(settings).pid())
-        # More receipts arrive while Cassandra is down: the next micro-batch fails.
-        send(settings, messages[half:])
-        assert wait_for(lambda: "restarting from its checkpoint" in log.read_text()
-                        or driver.poll() is not None, timeout=300, interval=0.5)  # fmt: skip
-        cassandra_service.start(settings)
-        # It recovers on its own (restarting its queries from their checkpoints).
-        assert wait_for(
-            lambda: driver.poll() is not None or _matches(cql, ledger),
-            timeout=300,
-            interval=1,
-        ), log.read_text()[-5000:]
-        assert driver.poll() is None, log.read_text()[-5000:]
+        assert wait_for(lambda: _raw_count(cql) > 0, timeout=300, interval=0.5), running.tail()
+        yield running
     finally:
         _stop_driver(driver)
-        if not cassandra_service.is_ready(settings):
-            cassandra_service.start(settings)
+        for service in (cassandra_service, kafka_service):
+            if not service.is_ready(settings):
+                service.start(settings)
     assert_views_match_ledger(cql, ledger)
+
+
+def test_cassandra_restart_while_running(isolated: tuple[Settings, Any], tmp_path: Path) -> None:
+    with _speed_layer_running(isolated, tmp_path, seed=41) as run:
+        _hard_kill(cassandra_service.process(run.settings).pid())
+        # More receipts arrive while Cassandra is down: the next micro-batch fails.
+        send(run.settings, run.rest)
+        assert wait_for(lambda: "restarting from its checkpoint" in run.log.read_text()
+                        or run.driver.poll() is not None, timeout=300, interval=0.5)  # fmt: skip
+        cassandra_service.start(run.settings)
+        # It recovers on its own: the supervisor starts a fresh driver.
+        assert wait_for(run.converged, timeout=300, interval=1), run.tail()
+        assert run.driver.poll() is None, run.tail()
 
 
 def _matches(cql: Any, ledger: Path) -> bool:
@@ -160,29 +188,11 @@ def _matches(cql: Any, ledger: Path) -> bool:
 def test_kafka_broker_hard_restart_while_running(
     isolated: tuple[Settings, Any], tmp_path: Path
 ) -> None:
-    settings, cql = isolated
-    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
-    ledger = tmp_path / "ledger"
-    messages = plan(ledger, count=600, seed=51)
-    half = len(messages) // 2
-    send(settings, messages[:half])
-    log = tmp_path / "speed.log"
-    driver = _start_driver(settings, log)
-    try:
-        assert wait_for(lambda: _raw_count(cql) > 0, timeout=300, interval=0.5), log.read_text()
-        _hard_kill(kafka_service.process(settings).pid())
-        kafka_service.start(settings)
-        send(settings, messages[half:])
-        assert wait_for(
-            lambda: driver.poll() is not None or _matches(cql, ledger),
-            timeout=300,
-            interval=1,
-        ), log.read_text()[-5000:]
-        if driver.poll() is not None:  # it gave up with a message: resume from the checkpoint
-            assert "resumes from its checkpoint" in log.read_text(), log.read_text()[-5000:]
-            _run_to_end(settings)
-    finally:
-        _stop_driver(driver)
-        if not kafka_service.is_ready(settings):
-            kafka_service.start(settings)
-    assert_views_match_ledger(cql, ledger)
+    with _speed_layer_running(isolated, tmp_path, seed=51) as run:
+        _hard_kill(kafka_service.process(run.settings).pid())
+        kafka_service.start(run.settings)
+        send(run.settings, run.rest)
+        assert wait_for(run.converged, timeout=300, interval=1), run.tail()
+        if run.driver.poll() is not None:  # it gave up with a message: resume from checkpoint
+            assert "resumes from its checkpoint" in run.log.read_text(), run.tail()
+            _run_to_end(run.settings)

@@ -251,32 +251,3 @@ def test_ids_written_as_floats_are_wrong_types_not_aliases(raw: bytes) -> None:
 
 def test_unknown_optional_fields_are_ignored_for_additive_evolution() -> None:
     assert isinstance(parse_message(_msg(loyalty_card="1234")), Receipt)
-
-
-def test_fast_and_reference_validators_agree_on_a_faulty_stream() -> None:
-    from datetime import UTC, datetime
-
-    from producer.simulation import FaultConfig, SimulationConfig, simulate
-
-    result = simulate(
-        SimulationConfig(
-            count=2000,
-            seed=3,
-            start=datetime(2026, 3, 2, tzinfo=UTC),
-            faults=FaultConfig(malformed_rate=0.3),
-        )
-    )
-    docs = []
-    for m in result.messages:
-        try:
-            docs.append(json.loads(m.value))
-        except ValueError:
-            continue
-    assert len(docs) > 2400
-    for doc in docs:
-        try:
-            contract._FAST_VALIDATE(doc)
-            fast = True
-        except contract.fastjsonschema.JsonSchemaException:
-            fast = False
-        assert fast == contract._VALIDATOR.is_valid(doc), doc

@@ -135,6 +135,26 @@ def _judge(doc: dict[str, Any]) -> None:
     assert fast == contract._VALIDATOR.is_valid(doc), doc
 
 
+def test_validators_agree_on_a_faulty_simulated_stream() -> None:
+    from datetime import UTC, datetime
+
+    from producer.simulation import FaultConfig, SimulationConfig, simulate
+
+    config = SimulationConfig(
+        count=2000, seed=3, start=datetime(2026, 3, 2, tzinfo=UTC),
+        faults=FaultConfig(malformed_rate=0.3),
+    )  # fmt: skip
+    docs = []
+    for m in simulate(config).messages:
+        try:
+            docs.append(json.loads(m.value))
+        except ValueError:
+            continue
+    assert len(docs) > 2400
+    for doc in docs:
+        _judge(doc)
+
+
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(DOC)
 def test_validators_agree_and_every_document_is_a_receipt_or_a_known_reason(

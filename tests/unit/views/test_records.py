@@ -41,6 +41,14 @@ KAFKA_DDL = (
 )
 
 
+def _tea(happened_at: str) -> bytes:
+    """A valid message: two teas at 1.5 in store 1, device 3, receipt 2."""
+    doc = {"happened_at": happened_at, "operation_id": 1, "transaction_id": 2,
+           "vendor_fiscal_module": 3,
+           "transactions": [{"title": "Tea", "price": "1.5", "amount": 2}]}  # fmt: skip
+    return json.dumps(doc).encode()
+
+
 def _kafka(spark: Any, values: list[bytes | None]) -> Any:
     at = datetime(2026, 3, 2, 9, tzinfo=UTC)
     rows = [(None, v, "t", 0, n, at) for n, v in enumerate(values)]
@@ -74,15 +82,7 @@ def test_a_value_that_would_not_fit_becomes_a_dead_letter_not_a_failed_task() ->
 
 
 def test_check_splits_records_into_receipts_and_dead_letters(local_spark: Any) -> None:
-    good = json.dumps(
-        {
-            "happened_at": "2026-03-02T09:00:00.5+01:00",
-            "operation_id": 1,
-            "transaction_id": 2,
-            "vendor_fiscal_module": 3,
-            "transactions": [{"title": "Tea", "price": "1.5", "amount": 2}],
-        }
-    ).encode()
+    good = _tea("2026-03-02T09:00:00.5+01:00")
     checked = records.check(_kafka(local_spark, [good, b"{", None]))
     assertDataFrameEqual(
         checked.select(
@@ -102,15 +102,7 @@ def test_check_splits_records_into_receipts_and_dead_letters(local_spark: Any) -
 def test_late_uses_full_precision(local_spark: Any) -> None:
     # Sent 900.4 s after it happened: late by the contract (and the ledger), though
     # whole seconds would say 900, not late.
-    message = json.dumps(
-        {
-            "happened_at": "2026-03-02T08:44:59.600Z",
-            "operation_id": 1,
-            "transaction_id": 2,
-            "vendor_fiscal_module": 3,
-            "transactions": [{"title": "Tea", "price": "1.5", "amount": 2}],
-        }
-    ).encode()
+    message = _tea("2026-03-02T08:44:59.600Z")
     checked = records.check(_kafka(local_spark, [message]))  # sent at 09:00:00.000
     [row] = records.receipt_rows(checked, 900 * 10**6, 10**12).collect()
     assert row.late is True

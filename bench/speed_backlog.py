@@ -1,0 +1,110 @@
+"""Speed views on a 50k-message backlog, this checkout against another git revision.
+
+    python bench/speed_backlog.py [--count 50000] [--vs HEAD~5] [--rounds 2]
+
+Produces one topic of simulated receipts with realistic faults (resends, malformed,
+late), then runs `pos-speed run --available-now --jobs views` over it in one
+micro-batch, for this checkout and (with --vs) for another revision checked out in
+a temporary git worktree, alternating, each into its own keyspace. Reports the
+views query's own processed events/s (from its progress) and the ratio. Use it to
+price a change of the micro-batch (e.g. the hardening against hostile input).
+Needs `make up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from infra import schema_apply
+from infra.settings import PROJECT_ROOT, Settings, load_settings
+from producer.kafka_sink import produce
+from producer.simulation import FaultConfig, SimulationConfig, simulate
+
+
+def _env(settings: Settings, code: Path, keyspace: str, data: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(code),
+        "POS_JARS_DIR": str(settings.jars_dir),
+        "POS_STATE_DIR": str(settings.state_dir),
+        "POS_TOPIC_TRANSACTIONS": settings.topic_transactions,
+        "POS_CASSANDRA_KEYSPACE": keyspace,
+        "POS_DATA_DIR": str(data),
+        "POS_SPEED_MAX_OFFSETS_PER_TRIGGER": "1000000",  # the whole backlog, one batch
+    }
+
+
+def run_views(settings: Settings, code: Path, tag: str) -> float:
+    """Events/s of the views query over the whole topic, for the code under `code`."""
+    keyspace = f"bench_{tag}_{uuid.uuid4().hex[:6]}"
+    data = Path(tempfile.mkdtemp(prefix=f"bench-backlog-{tag}-"))
+    env = _env(settings, code, keyspace, data)
+    py = sys.executable
+    subprocess.run([py, "-m", "infra.cli", "schema"], env=env, cwd=code, check=True,
+                   capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        [py, "-m", "speed_layer.cli", "run", "--available-now", "--jobs", "views"],
+        env=env, cwd=code, capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"{tag}: pos-speed failed:\n{done.stderr[-3000:]}")
+    status = json.loads((data / "speed_status.json").read_text())["pos-speed-views"]
+    return float(status["processed_rows_per_second"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--count", type=int, default=50_000, help="unique receipts")
+    parser.add_argument("--vs", help="git revision to compare with (e.g. a commit)")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    base = load_settings()
+    topic = f"bench.backlog.{uuid.uuid4().hex[:8]}"
+    schema_apply.create_topics(base, {topic: base.topic_partitions})
+    settings = base.model_copy(update={"topic_transactions": topic})
+    faults = FaultConfig(resend_rate=0.006, malformed_rate=0.005, late_rate=0.02,
+                         late_max_delay_s=7200, burst_rate=0.02)  # fmt: skip
+    from datetime import UTC, datetime
+
+    result = simulate(SimulationConfig(count=args.count, seed=3, faults=faults,
+                                       start=datetime(2026, 3, 2, 8, tzinfo=UTC)))  # fmt: skip
+    produce(result.messages, settings.bootstrap_servers, topic, quiet=True)
+    print(f"{len(result.messages)} messages in {topic}", flush=True)
+
+    codes = {"this": PROJECT_ROOT}
+    worktree = None
+    if args.vs:
+        worktree = Path(tempfile.mkdtemp(prefix="bench-vs-")) / "code"
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.vs],
+                       cwd=PROJECT_ROOT, check=True, capture_output=True)  # fmt: skip
+        codes[args.vs] = worktree
+    rates: dict[str, list[float]] = {tag: [] for tag in codes}
+    try:
+        for rnd in range(args.rounds):
+            for tag, code in codes.items():
+                rate = run_views(settings, code, "this" if code == PROJECT_ROOT else "vs")
+                rates[tag].append(rate)
+                print(f"round {rnd + 1}: {tag}: {rate:,.0f} events/s", flush=True)
+    finally:
+        if worktree is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)],
+                           cwd=PROJECT_ROOT, check=False)  # fmt: skip
+    medians = {tag: statistics.median(r) for tag, r in rates.items()}
+    line = ", ".join(f"{tag} {m:,.0f} events/s" for tag, m in medians.items())
+    if args.vs:
+        line += f": this/{args.vs} = {medians['this'] / medians[args.vs]:.2f}"
+    print(f"median: {line}")
+
+
+if __name__ == "__main__":
+    main()
