@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     cassandra_keyspace: str = Field(default="pos", pattern=r"^[a-z][a-z0-9_]{0,47}$")
     cassandra_replication_factor: int = Field(default=1, ge=1)
     cassandra_heap: str = Field(default="1G", description="Local Cassandra JVM heap.")
+    cassandra_concurrent_writes: int = Field(
+        default=32, ge=1, description="Concurrent write batches per Spark task (connector)."
+    )
 
     # --- Spark ---------------------------------------------------------------
     spark_master: str = Field(default="local[*]", description="Any Spark master URL.")

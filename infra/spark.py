@@ -48,6 +48,10 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.extensions": "com.datastax.spark.connector.CassandraSparkExtensions",
         "spark.cassandra.connection.host": ",".join(settings.cassandra_contact_points),
         "spark.cassandra.connection.port": str(settings.cassandra_port),
+        # The connector's defaults (5 concurrent writes, 1 KiB batches) leave Cassandra
+        # idle on a backlog; batches stay under Cassandra's 5 KiB batch warning.
+        "spark.cassandra.output.concurrent.writes": str(settings.cassandra_concurrent_writes),
+        "spark.cassandra.output.batch.size.bytes": "4096",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
     }

@@ -22,8 +22,12 @@ ALERTS_TABLE = "alerts"
 SPEED_PROGRESS_TABLE = "speed_progress"
 # One row per natural key: the winning copy, wherever its happened_at puts it. The
 # speed layer looks incoming copies up here (a direct join on the partition key),
-# so a resend is found across windows, days and store partitions.
+# so a resend is found across windows, days and store partitions. Partitioned by
+# device and a bucket of KEY_BUCKET_SIZE consecutive receipt numbers (a device numbers
+# its receipts in sequence): a micro-batch reads and writes a few partitions per
+# device, not one per receipt, and no partition grows without bound.
 RECEIPT_KEYS_TABLE = "receipt_keys"
+KEY_BUCKET_SIZE = 1000
 CONFLICTS_TABLE = "conflicts"
 
 
@@ -83,7 +87,8 @@ def table_ddl(keyspace: str) -> list[str]:
   kafka_timestamp timestamp,
   late boolean,
   beyond_bound boolean,
-  PRIMARY KEY ((operation_id, vendor_fiscal_module, transaction_id))
+  key_bucket bigint,
+  PRIMARY KEY ((operation_id, vendor_fiscal_module, key_bucket), transaction_id)
 )""",
         # Copies that differ from their receipt's winner, both versions side by side,
         # by the winner's store-day (the serving layer's question) and the copy's

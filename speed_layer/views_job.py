@@ -55,8 +55,6 @@ def key_bucket() -> Column:
     return F.floor(F.col("transaction_id") / cql.KEY_BUCKET_SIZE).cast("long")
 
 
-CRASH_POINTS = ("after_raw_rows", "after_receipt_keys")
-
 log = logging.getLogger("pos.speed")
 
 
@@ -68,8 +66,8 @@ class ViewsBatch:
     keyspace: str
     late_threshold_us: int
     max_lateness_us: int
-    # Testing only: kill this process (SIGKILL) at this point of the next micro-batch
-    # that writes receipts, to prove a replay converges (see tests/integration).
+    # Testing only (POS_SPEED_CRASH_POINT): kill -9 the speed layer at this point of the
+    # first micro-batch that writes receipts, to prove the replay converges.
     crash_point: str | None = None
 
     def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
@@ -128,7 +126,7 @@ class ViewsBatch:
 
         # Winners never move, so a window only ever gains receipts: the touched
         # windows are those of the winners, recomputed from everything they hold.
-        windows = records.windows_of(in_view)
+        windows = decision.windows
         store_days = windows.select("operation_id", "day")
         known = (
             self._lookup(cql.RAW_TABLE, store_days, RAW_COLUMNS)

@@ -173,3 +173,24 @@ def test_copies_in_one_micro_batch_resolve_like_copies_across_batches(
     last = _last_views_batch(settings)
     assert (last["valid_rows"], last["resends_absorbed"], last["conflicts"]) == (4, 1, 1)
     assert _counts(cql, tables.RECEIPT_KEYS_TABLE) == 2
+
+
+def test_a_missing_input_topic_is_named_with_the_command_that_creates_it(
+    isolated: tuple[Settings, Any],
+) -> None:
+    import subprocess
+
+    from tests.integration.speed_helpers import VENV_BIN, env_for
+
+    settings, _ = isolated
+    missing = settings.model_copy(update={"topic_transactions": "no.such.topic"})
+    done = subprocess.run(
+        [str(VENV_BIN / "pos-speed"), "run", "--available-now"],
+        env=env_for(missing),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "topic 'no.such.topic' does not exist" in done.stderr
+    assert "make topics" in done.stderr and "Traceback" not in done.stderr
