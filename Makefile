@@ -79,9 +79,10 @@ demo: up ## end to end: simulate receipts with faults into Kafka, run the speed 
 	$(VENV)/bin/pos-speed status
 	$(VENV)/bin/python -m speed_layer.show
 
-bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs)
+bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs, backlog)
 	$(PY) bench/producer_idempotence.py
 	$(PY) bench/speed_designs.py
+	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
 
 lock: $(INSTALLED) ## re-pin constraints.txt from the current environment
 	@{ sed -n '1,2p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.tmp

@@ -76,6 +76,18 @@ class ManagedProcess:
         self.pid_file.unlink(missing_ok=True)
         return True
 
+    def kill(self, timeout: float = 30.0) -> bool:
+        """SIGKILL the process group and await its end (as `kill -9` would, for fault
+        tests). Returns False if nothing was running."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        _signal_group(pid, signal.SIGKILL)
+        if not wait_for(lambda: not _alive(pid), timeout=timeout, interval=0.1):
+            raise ServiceError(f"{self.name}: pid {pid} survived SIGKILL for {timeout} s")
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             text = self.log_file.read_text(errors="replace").splitlines()

@@ -106,20 +106,6 @@ def _stop_driver(driver: subprocess.Popen[bytes]) -> None:
             driver.wait()
 
 
-def _hard_kill(pid: int | None) -> None:
-    assert pid is not None, "the service is not managed by this project's runtime"
-    os.killpg(pid, signal.SIGKILL)
-    assert wait_for(lambda: not _alive(pid), timeout=30, interval=0.2)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @dataclass
 class Running:
     """A speed layer running in a subprocess with the first half of a stream processed."""
@@ -165,7 +151,7 @@ def _speed_layer_running(
 
 def test_cassandra_restart_while_running(isolated: tuple[Settings, Any], tmp_path: Path) -> None:
     with _speed_layer_running(isolated, tmp_path, seed=41) as run:
-        _hard_kill(cassandra_service.process(run.settings).pid())
+        assert cassandra_service.process(run.settings).kill(), "Cassandra not managed here"
         # More receipts arrive while Cassandra is down: the next micro-batch fails.
         send(run.settings, run.rest)
         assert wait_for(lambda: "restarting from its checkpoint" in run.log.read_text()
@@ -189,7 +175,7 @@ def test_kafka_broker_hard_restart_while_running(
     isolated: tuple[Settings, Any], tmp_path: Path
 ) -> None:
     with _speed_layer_running(isolated, tmp_path, seed=51) as run:
-        _hard_kill(kafka_service.process(run.settings).pid())
+        assert kafka_service.process(run.settings).kill(), "Kafka not managed here"
         kafka_service.start(run.settings)
         send(run.settings, run.rest)
         assert wait_for(run.converged, timeout=300, interval=1), run.tail()

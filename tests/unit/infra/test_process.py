@@ -55,3 +55,14 @@ def test_stop_terminates_the_process_group(tmp_path: Path) -> None:
     assert proc.stop(timeout=10) is True
     assert proc.pid() is None
     assert proc.stop() is False  # stopping twice is harmless
+
+
+def test_kill_ends_a_child_of_ours_even_before_it_is_reaped(tmp_path: Path) -> None:
+    # A service started by this very process (as the test fixtures do) stays a zombie
+    # after SIGKILL until reaped: kill() must not take the zombie for a live process.
+    proc = ManagedProcess.in_state_dir("sleeper", tmp_path)
+    pid = proc.launch(["sleep", "60"])
+    assert proc.pid() == pid
+    assert proc.kill(timeout=10) is True
+    assert proc.pid() is None
+    assert proc.kill() is False
