@@ -4,10 +4,13 @@
     pos-speed run --available-now  # process everything in Kafka now, then exit
     pos-speed status               # last micro-batch of each query (from Cassandra)
 
-Both queries run in one Spark application, each named and with its own checkpoint
-under <data_dir>/checkpoints. Stopping is graceful: on SIGTERM the queries are
-stopped and the session closed; anything half-done is replayed from the
-checkpoint on the next start, and the sinks make that replay harmless.
+Both queries run in one Spark application (the driver), each named and with its own
+checkpoint under <data_dir>/checkpoints. `pos-speed run` supervises the driver: when a
+query fails (Cassandra or Kafka unreachable), the driver exits with the root cause in
+one line and a fresh driver starts after a backoff (POS_SPEED_MAX_RESTARTS in a row).
+Stopping is graceful: on SIGTERM the queries are stopped and the session closed;
+anything half-done is replayed from the checkpoint on the next start, and the sinks
+make that replay harmless.
 """
 
 from __future__ import annotations
