@@ -35,3 +35,10 @@ def local_spark() -> Iterator[Any]:
     spark.sparkContext.setLogLevel("ERROR")
     yield spark
     spark.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_pos_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unit tests see the documented defaults, whatever POS_* the shell exports."""
+    for name in [n for n in os.environ if n.startswith("POS_")]:
+        monkeypatch.delenv(name)
