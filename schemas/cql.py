@@ -38,6 +38,19 @@ def keyspace_ddl(keyspace: str, replication_factor: int) -> str:
     )
 
 
+# What a receipt row holds beside its contract fields: derived totals, the content
+# hash that tells resends from conflicts, and where the copy came from.
+COPY_COLUMNS = [
+    ("day", "date"),
+    ("item_quantity", "bigint"),
+    ("revenue", "decimal"),
+    ("content_hash", "text"),
+    ("kafka_partition", "int"),
+    ("kafka_offset", "bigint"),
+    ("kafka_timestamp", "timestamp"),
+]
+
+
 def _columns(cols: list[tuple[str, str]]) -> str:
     return ",\n  ".join(f"{name} {cql_type}" for name, cql_type in cols)
 
@@ -78,13 +91,7 @@ def table_ddl(keyspace: str) -> list[str]:
 )""",
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_TABLE} (
   {_columns(receipt_cols)},
-  day date,
-  item_quantity bigint,
-  revenue decimal,
-  content_hash text,
-  kafka_partition int,
-  kafka_offset bigint,
-  kafka_timestamp timestamp,
+  {_columns(COPY_COLUMNS)},
   late boolean,
   beyond_bound boolean,
   key_bucket bigint,
@@ -97,19 +104,8 @@ def table_ddl(keyspace: str) -> list[str]:
   {_columns(receipt_cols)},
   {_columns([(f"winner_{n}", t) for n, t in receipt_cols if n not in contract.NATURAL_KEY])},
   winner_day date,
-  day date,
-  item_quantity bigint,
-  revenue decimal,
-  content_hash text,
-  kafka_partition int,
-  kafka_offset bigint,
-  kafka_timestamp timestamp,
-  winner_item_quantity bigint,
-  winner_revenue decimal,
-  winner_content_hash text,
-  winner_kafka_partition int,
-  winner_kafka_offset bigint,
-  winner_kafka_timestamp timestamp,
+  {_columns(COPY_COLUMNS)},
+  {_columns([(f"winner_{n}", t) for n, t in COPY_COLUMNS if n != "day"])},
   differs list<text>,
   PRIMARY KEY ((operation_id, winner_day), vendor_fiscal_module, transaction_id,
                kafka_partition, kafka_offset)
