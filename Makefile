@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status test test-unit test-integration check demo bench lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status batch test test-unit test-integration check demo bench lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,6 +56,13 @@ speed-once: up ## run the speed layer over everything in Kafka now, then exit
 speed-status: $(INSTALLED) ## show the speed layer's last micro-batches
 	$(VENV)/bin/pos-speed status
 
+# The last complete UTC hour by default; any [START, END) on 15-minute boundaries.
+START ?= $(shell date -u -d '1 hour ago' +%Y-%m-%dT%H:00:00Z)
+END ?= $(shell date -u +%Y-%m-%dT%H:00:00Z)
+batch: up ## recompute the batch views of [START, END) (default: the last hour), then compare with speed
+	$(VENV)/bin/pos-batch run --start $(START) --end $(END)
+	$(VENV)/bin/pos-batch quality --start $(START) --end $(END)
+
 test: setup ## run all tests (unit + integration; starts the services it needs)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -79,9 +86,10 @@ demo: up ## end to end: simulate receipts with faults into Kafka, run the speed 
 	$(VENV)/bin/pos-speed status
 	$(VENV)/bin/python -m speed_layer.show
 
-bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs, backlog)
+bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs, batch layer)
 	$(PY) bench/producer_idempotence.py
 	$(PY) bench/speed_designs.py
+	$(PY) bench/batch_recompute.py
 	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
 
 lock: $(INSTALLED) ## re-pin constraints.txt from the current environment

@@ -134,6 +134,28 @@ class Settings(BaseSettings):
         "(after_raw_rows, after_receipt_keys) to prove that the replay converges.",
     )
 
+    # --- batch layer (`pos-batch`, scheduled by dags/) -------------------------
+    batch_lookback_hours: float = Field(
+        default=48.0,
+        ge=0,
+        description="A scheduled run recomputes whole UTC days back to its start minus this, "
+        "so receipts that arrive late (up to this) converge; keep it >= the speed bound.",
+    )
+    batch_vacuum_retain_hours: float = Field(
+        default=168.0,
+        ge=168.0,
+        description="VACUUM keeps the master dataset's files this long: batch reruns pinned "
+        "to an older table version (time travel) work within it. Delta refuses less than "
+        "7 days by default.",
+    )
+    batch_crash_point: str | None = Field(
+        default=None,
+        pattern=r"^(after_receipts)$",
+        description="Testing only: SIGKILL the batch job at this point of a run (after its "
+        "receipts are written, before its aggregates and pointer) to prove that readers "
+        "keep the previous version.",
+    )
+
     @property
     def checkpoint_dir(self) -> Path:
         return self.data_dir / "checkpoints"

@@ -1,8 +1,9 @@
 """The one place that builds a SparkSession; every job gets its session here.
 
-Local mode (`local[*]`) by default. The Kafka source and the Cassandra connector
-come as local jar paths from the jar cache (Spark's own package resolver ignores
-Maven mirrors, and resolving at every start is slow). Point `POS_SPARK_MASTER`,
+Local mode (`local[*]`) by default. The Kafka source, the Cassandra connector and
+Delta Lake (the master dataset's table format) come as local jar paths from the jar
+cache (Spark's own package resolver ignores Maven mirrors, and resolving at every
+start is slow). Point `POS_SPARK_MASTER`,
 `POS_KAFKA_BOOTSTRAP_SERVERS` and `POS_CASSANDRA_HOSTS` at clusters and the same
 jobs run there unchanged.
 """
@@ -22,7 +23,17 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOG4J2_FILE = Path(__file__).with_name("spark-log4j2.properties")
-REQUIRED_JARS = ("spark-sql-kafka-0-10_2.12-", "spark-cassandra-connector_2.12-")
+REQUIRED_JARS = (
+    "spark-sql-kafka-0-10_2.12-",
+    "spark-cassandra-connector_2.12-",
+    "delta-spark_2.12-",
+)
+# Both SQL extensions in one comma-separated list: the connector's (Cassandra functions,
+# direct joins) and Delta's (OPTIMIZE, VACUUM, DESCRIBE HISTORY, time travel).
+SQL_EXTENSIONS = (
+    "com.datastax.spark.connector.CassandraSparkExtensions",
+    "io.delta.sql.DeltaSparkSessionExtension",
+)
 
 
 def spark_jars(settings: Settings) -> list[Path]:
@@ -45,7 +56,10 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         # Event time is stored and windowed in UTC whatever the machine's zone.
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.extensions": "com.datastax.spark.connector.CassandraSparkExtensions",
+        "spark.sql.extensions": ",".join(SQL_EXTENSIONS),
+        # Delta's catalog in place of the session catalog, so that path-based Delta
+        # tables (`delta.`<path>``) resolve in SQL.
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.cassandra.connection.host": ",".join(settings.cassandra_contact_points),
         "spark.cassandra.connection.port": str(settings.cassandra_port),
         # The connector's defaults (5 concurrent writes, 1 KiB batches) leave Cassandra

@@ -15,8 +15,13 @@ from schemas import contract
 
 RAW_TABLE = "receipts_by_store_day"
 AGG_SPEED_TABLE = "agg_15m_speed"
+# Batch views (see batch_layer): each run writes its rows under a version key, then
+# commits by one atomic write to BATCH_POINTER_TABLE; readers follow the pointer.
 AGG_BATCH_TABLE = "agg_15m_batch"
+RECEIPTS_BATCH_TABLE = "receipts_batch"
+BATCH_POINTER_TABLE = "batch_views"
 BATCH_RUNS_TABLE = "batch_runs"
+BATCH_FIXES_TABLE = "batch_fixes"
 DEAD_LETTERS_TABLE = "dead_letters"
 ALERTS_TABLE = "alerts"
 SPEED_PROGRESS_TABLE = "speed_progress"
@@ -68,6 +73,102 @@ def _aggregate_table(keyspace: str, name: str) -> str:
 ) WITH CLUSTERING ORDER BY (window_start ASC)"""
 
 
+def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[str]:
+    """The batch layer's versioned views, their pointer, run bookkeeping and fixes."""
+    return [
+        # A version's rows live in their own partitions ((store, day, version)), so a
+        # reader that follows the pointer reads exactly one committed version.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{AGG_BATCH_TABLE} (
+  operation_id {contract.cql_type_of("operation_id")},
+  day date,
+  version text,
+  window_start timestamp,
+  receipt_count int,
+  item_quantity bigint,
+  revenue decimal,
+  late_count int,
+  duplicates int,
+  conflicts int,
+  beyond_speed_bound int,
+  PRIMARY KEY ((operation_id, day, version), window_start)
+) WITH CLUSTERING ORDER BY (window_start ASC)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPTS_BATCH_TABLE} (
+  day date,
+  version text,
+  {_columns(receipt_cols)},
+  item_quantity bigint,
+  revenue decimal,
+  content_hash text,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  late boolean,
+  beyond_bound boolean,
+  PRIMARY KEY ((operation_id, day, version), happened_at, vendor_fiscal_module,
+               transaction_id)
+)""",
+        # The pointer: one partition per view, one row per day. A run commits all its
+        # days in one single-partition logged batch, which Cassandra applies atomically
+        # and in isolation: a reader sees all of a run's days or none. `horizon`
+        # (static) is the end of event time up to which the batch views are final.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_POINTER_TABLE} (
+  view_name text,
+  horizon timestamp STATIC,
+  day date,
+  version text,
+  covered_until timestamp,
+  run_id timeuuid,
+  delta_version bigint,
+  receipt_count bigint,
+  aggregate_rows bigint,
+  committed_at timestamp,
+  PRIMARY KEY (view_name, day)
+)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_RUNS_TABLE} (
+  view_name text,
+  run_id timeuuid,
+  status text,
+  interval_start timestamp,
+  interval_end timestamp,
+  lookback_hours double,
+  recompute_start timestamp,
+  version text,
+  delta_version bigint,
+  horizon timestamp,
+  input_rows bigint,
+  invalid_rows bigint,
+  receipts bigint,
+  duplicates_removed bigint,
+  conflicts bigint,
+  beyond_speed_bound bigint,
+  aggregate_rows bigint,
+  started_at timestamp,
+  finished_at timestamp,
+  error text,
+  PRIMARY KEY (view_name, run_id)
+) WITH CLUSTERING ORDER BY (run_id DESC)""",
+        # What the batch fixed per store-window, compared with the speed view (written
+        # by `pos-batch quality`, the DAG's data-quality task).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_FIXES_TABLE} (
+  operation_id {contract.cql_type_of("operation_id")},
+  day date,
+  window_start timestamp,
+  version text,
+  batch_receipts int,
+  speed_receipts int,
+  batch_revenue decimal,
+  speed_revenue decimal,
+  revenue_fixed decimal,
+  receipts_fixed int,
+  duplicates int,
+  conflicts int,
+  beyond_speed_bound int,
+  checked_at timestamp,
+  PRIMARY KEY ((operation_id, day), window_start)
+)""",
+    ]
+
+
 def table_ddl(keyspace: str) -> list[str]:
     """CREATE statements (idempotent) for the UDT and every table, in dependency order."""
     udt_name, udt_fields = contract.cql_line_item_type()
@@ -111,19 +212,7 @@ def table_ddl(keyspace: str) -> list[str]:
                kafka_partition, kafka_offset)
 )""",
         _aggregate_table(keyspace, AGG_SPEED_TABLE),
-        _aggregate_table(keyspace, AGG_BATCH_TABLE),
-        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_RUNS_TABLE} (
-  view_name text,
-  run_id timeuuid,
-  interval_start timestamp,
-  interval_end timestamp,
-  horizon timestamp,
-  input_rows bigint,
-  duplicates_removed bigint,
-  conflicts bigint,
-  finished_at timestamp,
-  PRIMARY KEY (view_name, run_id)
-) WITH CLUSTERING ORDER BY (run_id DESC)""",
+        *_batch_tables(keyspace, receipt_cols),
         # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{DEAD_LETTERS_TABLE} (
   kafka_topic text,

@@ -1,10 +1,13 @@
 """Archiver: every Kafka record, as received, into the immutable master dataset.
 
-Append-only Parquet through Spark's file sink, whose metadata log (`_spark_metadata`)
-commits each micro-batch's files atomically: a batch replayed after a crash
-rewrites nothing the readers can see twice. Readers must go through Spark (which
-honours that log), e.g. `spark.read.parquet(master_dir)`. Partitioned by
-`event_day` for the batch layer. Run it with `pos-speed run`.
+An append-only Delta Lake table (`adapters.master_dataset`), partitioned by
+`event_day` for the batch layer. Delta's streaming sink is exactly-once: each
+micro-batch commits as one table version tagged with the query's id and batch id,
+so a batch replayed after a crash is recognised and skipped, and every reader
+(Spark, delta-rs, DuckDB) sees only committed versions, unlike the plain file sink,
+whose `_spark_metadata` log protects Spark readers only. Compaction (OPTIMIZE)
+rewrites files, never records. Read it with `master_dataset.read(spark, settings)`.
+Run it with `pos-speed run`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
     rows = records.archive_rows(checked, F.current_timestamp())
     writer = (
         rows.writeStream.queryName(QUERY_NAME)
-        .format("parquet")
+        .format("delta")
         .option("path", str(settings.master_dataset_dir))
         .option("checkpointLocation", str(settings.checkpoint_dir / "archiver"))
         .partitionBy("event_day")

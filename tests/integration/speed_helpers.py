@@ -111,7 +111,8 @@ def assert_views_match_ledger(cql: Any, ledger: Path) -> None:
 
 def master_rows(spark: Any, settings: Settings) -> list[Any]:
     return (
-        spark.read.parquet(str(settings.master_dataset_dir))
+        spark.read.format("delta")
+        .load(str(settings.master_dataset_dir))
         .select("kafka_topic", "kafka_partition", "kafka_offset", "valid")
         .collect()
     )

@@ -101,6 +101,10 @@ def test_spark_reads_kafka_and_round_trips_cassandra(
         "CREATE TABLE IF NOT EXISTS spark_roundtrip "
         "(k text PRIMARY KEY, total bigint, at timestamp)"
     )
+    # A long-lived session learns of new tables through debounced schema events.
+    from adapters.cassandra import await_tables
+
+    await_tables(spark, settings.cassandra_keyspace, ["spark_roundtrip"])
     out = (
         parsed.groupBy("k")
         .agg(F.sum("v").alias("total"))

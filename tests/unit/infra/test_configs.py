@@ -77,7 +77,11 @@ def test_settings_are_frozen() -> None:
 def _fake_jar_cache(root: Path) -> Path:
     spark = root / "spark"
     spark.mkdir(parents=True)
-    for name in ("spark-sql-kafka-0-10_2.12-3.5.7.jar", "spark-cassandra-connector_2.12-3.5.1.jar"):
+    for name in (
+        "spark-sql-kafka-0-10_2.12-3.5.7.jar",
+        "spark-cassandra-connector_2.12-3.5.1.jar",
+        "delta-spark_2.12-3.3.2.jar",
+    ):
         (spark / name).write_bytes(b"")
     return root
 
@@ -89,9 +93,15 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     assert conf["spark.cassandra.connection.host"] == "127.0.0.1"
     assert conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert sorted(Path(j).name for j in conf["spark.jars"].split(",")) == [
+        "delta-spark_2.12-3.3.2.jar",
         "spark-cassandra-connector_2.12-3.5.1.jar",
         "spark-sql-kafka-0-10_2.12-3.5.7.jar",
     ]
+    assert conf["spark.sql.extensions"] == (
+        "com.datastax.spark.connector.CassandraSparkExtensions,"
+        "io.delta.sql.DeltaSparkSessionExtension"
+    )
+    assert conf["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog")
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:

@@ -1,0 +1,103 @@
+"""Airflow 3 DAGs of the batch layer: hourly recompute + data quality; daily upkeep.
+
+Thin: schedule and tasks only. Nothing here does I/O at parse time; the Spark jars are
+listed when a task renders its templates. Each Spark task is `spark-submit` of
+`pos-batch` over the connection `spark_pos` (defined by `pos-infra airflow up` from
+POS_SPARK_MASTER; Airflow 3 creates no default connections and SparkSubmitOperator
+without one silently submits to master `yarn`).
+
+- `pos_batch` (hourly, `CronDataIntervalTimetable`): `pos-batch run` over
+  [data_interval_start, data_interval_end) (never `logical_date`: it is null for
+  manual and asset-triggered runs), then `pos-batch quality` over the same interval.
+  max_active_runs=1 and the one-slot pool `pos_batch` keep runs from overlapping.
+- `pos_master_maintenance` (daily): OPTIMIZE then VACUUM of the master dataset.
+
+Backfill: `airflow backfill create --dag-id pos_batch --from-date 2026-03-01
+--to-date 2026-03-03` (run by the scheduler, one run per hour, in order). A run's
+`conf` may carry {"pos_env": {"POS_CASSANDRA_KEYSPACE": ...}} to point it elsewhere.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+BATCH_CLI = str(PROJECT_ROOT / "batch_layer" / "cli.py")
+SPARK_CONN_ID = "spark_pos"
+POOL = "pos_batch"  # one slot, created by `pos-infra airflow up`
+INTERVAL_ARGS = [
+    "--start",
+    "{{ data_interval_start.isoformat() }}",
+    "--end",
+    "{{ data_interval_end.isoformat() }}",
+]
+
+
+def spark_jars() -> str:
+    """The project's Spark jars, comma-separated (called at render time, not parse time)."""
+    from infra.settings import load_settings
+    from infra.spark import spark_jars as jars
+
+    return ",".join(str(j) for j in jars(load_settings()))
+
+
+def _submit(task_id: str, args: list[str], timeout: timedelta) -> SparkSubmitOperator:
+    return SparkSubmitOperator(
+        task_id=task_id,
+        conn_id=SPARK_CONN_ID,
+        application=BATCH_CLI,
+        application_args=args,
+        jars="{{ pos_spark_jars() }}",
+        name=f"pos-batch-{task_id}",
+        # A template, rendered to a dict (render_template_as_native_obj) at run time.
+        env_vars="{{ params.pos_env }}",  # type: ignore[arg-type]
+        pool=POOL,
+        execution_timeout=timeout,
+    )
+
+
+DEFAULTS = {
+    "owner": "pos",
+    "retries": 2,
+    "retry_delay": timedelta(minutes=2),
+    "retry_exponential_backoff": True,
+}
+COMMON = {
+    "start_date": datetime(2026, 1, 1),
+    "catchup": False,  # history is filled on purpose, by `airflow backfill create`
+    "max_active_runs": 1,
+    "default_args": DEFAULTS,
+    "user_defined_macros": {"pos_spark_jars": spark_jars},
+    # env_vars must render to a dict, not its string form.
+    "render_template_as_native_obj": True,
+    "params": {
+        "pos_env": Param({}, type="object", description="POS_* settings overriding the environment")
+    },
+    "tags": ["pos", "batch"],
+}
+
+with DAG(
+    dag_id="pos_batch",
+    description="Recompute exact batch views of each hour; compare them with the speed view",
+    schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
+    dagrun_timeout=timedelta(hours=2),
+    **COMMON,  # type: ignore[arg-type]
+) as batch_dag:
+    recompute = _submit("recompute", ["run", *INTERVAL_ARGS], timedelta(minutes=45))
+    quality = _submit("quality", ["quality", *INTERVAL_ARGS], timedelta(minutes=20))
+    recompute >> quality
+
+with DAG(
+    dag_id="pos_master_maintenance",
+    description="Compact (OPTIMIZE) and clean up (VACUUM) the master dataset",
+    schedule=CronDataIntervalTimetable("30 3 * * *", timezone="UTC"),
+    **COMMON,  # type: ignore[arg-type]
+) as maintenance_dag:
+    optimize = _submit("optimize", ["master", "optimize"], timedelta(hours=1))
+    vacuum = _submit("vacuum", ["master", "vacuum"], timedelta(hours=1))
+    optimize >> vacuum

@@ -1,0 +1,132 @@
+"""The real Airflow scheduler runs the `pos_batch` DAG for a real interval.
+
+Its own Airflow instance (state dir and port of this test), started through the same
+code as `make airflow`, with this test's keyspace and master dataset in its
+environment; the run is triggered through the REST API with an explicit data
+interval and awaited by polling the API. Real Spark (spark-submit) and Cassandra.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra import airflow_service
+from infra.process import wait_for
+from infra.settings import Settings
+from producer.simulation import FaultConfig
+from schemas import cql as tables
+from tests.integration.speed_helpers import expected_aggregates, send
+from tests.integration.test_batch_layer import _archive, _simulate, served_aggregates
+
+pytestmark = pytest.mark.integration
+
+DAG_ID = "pos_batch"
+INTERVAL = ("2026-03-02T08:00:00+00:00", "2026-03-02T09:00:00+00:00")
+
+
+class Api:
+    def __init__(self, settings: Settings) -> None:
+        self.url = airflow_service.base_url(settings)
+        creds = airflow_service.login(settings)
+        assert creds is not None
+        self.token = self.call(
+            "POST", "/auth/token", {"username": creds[0], "password": creds[1]}, auth=False
+        )["access_token"]
+
+    def call(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        req = urllib.request.Request(
+            f"{self.url}{path}",
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+        )
+        req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.load(resp)
+
+    def dag_parsed(self) -> bool:
+        try:
+            return bool(self.call("GET", f"/api/v2/dags/{DAG_ID}")["dag_id"] == DAG_ID)
+        except urllib.error.HTTPError:
+            return False
+
+
+@pytest.fixture
+def airflow(
+    isolated: tuple[Settings, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Settings, Any]]:
+    settings, cql = isolated
+    own = settings.model_copy(update={"state_dir": tmp_path / "state", "airflow_port": 18080})
+    # Airflow's processes (and so spark-submit) take POS_* from the environment.
+    for name in ("cassandra_keyspace", "data_dir", "state_dir", "airflow_port"):
+        monkeypatch.setenv(f"POS_{name.upper()}", str(getattr(own, name)))
+    airflow_service.start(own)
+    try:
+        yield own, cql
+    finally:
+        airflow_service.stop(own)
+
+
+def test_the_scheduler_runs_the_batch_dag_for_a_real_interval(
+    spark: Any, airflow: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    settings, cql = airflow
+    ledger = tmp_path / "ledger"
+    send(settings, _simulate(ledger, count=300, seed=3, faults=FaultConfig(resend_rate=0.05)))
+    _archive(spark, settings)
+
+    api = Api(settings)
+    assert wait_for(api.dag_parsed, timeout=120, interval=1.0), "pos_batch never parsed"
+    run = api.call(
+        "POST",
+        f"/api/v2/dags/{DAG_ID}/dagRuns",
+        {
+            "dag_run_id": "test-interval",
+            "logical_date": INTERVAL[1],
+            "data_interval_start": INTERVAL[0],
+            "data_interval_end": INTERVAL[1],
+            "conf": {},
+        },
+    )
+    assert (run["data_interval_start"][:19], run["data_interval_end"][:19]) == (
+        "2026-03-02T08:00:00",
+        "2026-03-02T09:00:00",
+    )
+    api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+
+    def state() -> str:
+        return str(api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/test-interval")["state"])
+
+    assert wait_for(lambda: state() in ("success", "failed"), timeout=900, interval=2.0)
+    tasks = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/test-interval/taskInstances")
+    assert state() == "success", [(t["task_id"], t["state"]) for t in tasks["task_instances"]]
+
+    # The DAG's interval reached the job: windows before 09:00, from two days back.
+    end = datetime(2026, 3, 2, 9, 0)
+    want = {k: v for k, v in expected_aggregates(ledger).items() if k[1] < end}
+    assert want, "the simulation must put receipts in the interval"
+    assert served_aggregates(cql) == want
+    # (Once unpaused, the scheduler may also start today's latest hour: not ours.)
+    runs = cql.execute(f"SELECT * FROM {tables.BATCH_RUNS_TABLE}").all()
+    assert [
+        (r.status, r.interval_end)
+        for r in runs
+        if r.interval_start.year == 2026 and r.interval_start.month == 3
+    ] == [("committed", end)]
+    # The quality task recorded what the batch fixed: the speed layer never ran here,
+    # so every receipt of every window is the batch's.
+    fixes = {
+        (r.operation_id, r.window_start): (r.receipts_fixed, Decimal(r.revenue_fixed))
+        for r in cql.execute(f"SELECT * FROM {tables.BATCH_FIXES_TABLE}")
+    }
+    assert fixes == {k: (v[0], v[2]) for k, v in want.items()}

@@ -1,0 +1,246 @@
+"""The batch layer against real Kafka, Spark (Delta master dataset) and Cassandra.
+
+Expected values come from the producer's ledger (computed with Python Decimal by the
+simulator) or from literals, never from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batch_layer import job
+from batch_layer.interval import Interval
+from infra.settings import Settings
+from producer import ledger as ledger_files
+from producer.simulation import FaultConfig, SimulationConfig
+from producer.simulation import simulate as run_simulation
+from schemas import cql as tables
+from tests.integration.speed_helpers import (
+    VENV_BIN,
+    device_key,
+    env_for,
+    expected_aggregates,
+    ms,
+    produce_raw,
+    receipt_json,
+    run_available_now,
+    send,
+    speed_aggregates,
+)
+
+pytestmark = pytest.mark.integration
+
+START = datetime(2026, 3, 2, 8, tzinfo=UTC)
+BOUND = timedelta(hours=48)  # the speed layer's default lateness bound
+ALL_DAYS = Interval(datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 3, 14, tzinfo=UTC))
+
+
+def _simulate(ledger: Path, count: int, seed: int, faults: FaultConfig) -> list[Any]:
+    result = run_simulation(
+        SimulationConfig(
+            count=count, seed=seed, start=START, stores=5, mean_gap_s=90.0, faults=faults
+        )
+    )
+    ledger_files.write(ledger, result.receipts, result.faults, result.summary)
+    return result.messages
+
+
+def _archive(spark: Any, settings: Settings) -> None:
+    """The archiver over everything in the topic now: Kafka -> Delta master dataset."""
+    from speed_layer import archiver_job
+
+    q = archiver_job.start(spark, settings, available_now=True)
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+
+
+def _pointers(cql: Any) -> dict[str, str]:
+    rows = cql.execute(f"SELECT day, version FROM {tables.BATCH_POINTER_TABLE}").all()
+    return {str(r.day): r.version for r in rows if r.day is not None}
+
+
+def served_aggregates(cql: Any) -> dict[tuple[int, datetime], tuple[int, int, Decimal, int]]:
+    """The batch aggregates a reader sees: only rows of the versions the pointer names."""
+    served = _pointers(cql)
+    return {
+        (r.operation_id, r.window_start): (
+            r.receipt_count,
+            r.item_quantity,
+            Decimal(r.revenue),
+            r.late_count,
+        )
+        for r in cql.execute(f"SELECT * FROM {tables.AGG_BATCH_TABLE}")
+        if served.get(str(r.day)) == r.version
+    }
+
+
+def served_receipts(cql: Any) -> dict[tuple[int, int, int], Any]:
+    served = _pointers(cql)
+    out: dict[tuple[int, int, int], Any] = {}
+    for r in cql.execute(f"SELECT * FROM {tables.RECEIPTS_BATCH_TABLE}"):
+        if served.get(str(r.day)) == r.version:
+            key = (r.operation_id, r.vendor_fiscal_module, r.transaction_id)
+            assert key not in out, f"{key} served twice"
+            out[key] = r
+    return out
+
+
+def _cross_day_conflict(settings: Settings) -> None:
+    """One receipt of store 9001 sent twice with different content, the copies on two
+    days: the first copy (23:59:50 on 2 March, 2 x 1.90) wins wherever the other says."""
+    first = datetime(2026, 3, 2, 23, 59, 50, tzinfo=UTC)
+    other = datetime(2026, 3, 3, 0, 0, 10, tzinfo=UTC)
+    produce_raw(
+        settings,
+        [
+            receipt_json(9001, 1, 1, first),
+            receipt_json(9001, 1, 1, other, [{"title": "Tea", "price": "2.50", "amount": 1}]),
+        ],
+        timestamps=[ms(first + timedelta(seconds=5)), ms(other + timedelta(seconds=5))],
+        keys=[device_key(9001, 1), device_key(9001, 1)],
+    )
+
+
+def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
+    spark: Any, isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    messages = _simulate(
+        ledger,
+        count=1500,
+        seed=11,
+        faults=FaultConfig(
+            resend_rate=0.05,
+            malformed_rate=0.02,
+            late_rate=0.08,
+            late_max_delay_s=4 * 86400.0,  # some receipts days beyond the speed bound
+        ),
+    )
+    send(settings, messages)
+    _cross_day_conflict(settings)
+    _archive(spark, settings)
+
+    expected_receipts = ledger_files.load_receipts(ledger)
+    summary = ledger_files.load_summary(ledger)
+    beyond = [
+        r
+        for r in expected_receipts.values()
+        if datetime.fromisoformat(r["first_sent_at"]) - datetime.fromisoformat(r["happened_at"])
+        > BOUND
+    ]
+    assert beyond, "the simulation must hold receipts beyond the speed bound"
+
+    # 1. Only 3 March: the conflicting copy (dated 3 March) must not win there.
+    day3 = Interval(datetime(2026, 3, 3, tzinfo=UTC), datetime(2026, 3, 4, tzinfo=UTC))
+    job.run(spark, settings, day3)
+    assert not [k for k in served_receipts(cql) if k[0] == 9001]
+
+    # 2. Every day: the views equal the ledger to the cent (+ the literal 9001 receipt).
+    result = job.run(spark, settings, ALL_DAYS)
+    want = expected_aggregates(ledger)
+    want[(9001, datetime(2026, 3, 2, 23, 45))] = (1, 2, Decimal("3.80"), 0)
+    assert served_aggregates(cql) == want
+    receipts = served_receipts(cql)
+    assert set(receipts) == {*expected_receipts, (9001, 1, 1)}
+    for key, r in expected_receipts.items():
+        row = receipts[key]
+        assert (row.item_quantity, Decimal(row.revenue), row.late) == (
+            int(r["item_quantity"]),
+            Decimal(r["revenue"]),
+            r["late"],
+        ), key
+    resends = sum(int(r["copies"]) - 1 for r in expected_receipts.values())
+    assert (
+        result.receipts,
+        result.duplicates_removed,
+        result.conflicts,
+        result.beyond_speed_bound,
+        result.invalid_rows,
+        result.input_rows,
+    ) == (
+        len(expected_receipts) + 1,
+        resends + 1,
+        1,
+        len(beyond),
+        summary["faults"]["malformed"],
+        summary["messages"] + 2,
+    )
+    conflict = cql.execute(f"SELECT * FROM {tables.CONFLICTS_TABLE}").one()
+    assert (conflict.operation_id, str(conflict.winner_day), str(conflict.day)) == (
+        9001,
+        "2026-03-02",
+        "2026-03-03",
+    )
+    run_row = cql.execute(
+        f"SELECT * FROM {tables.BATCH_RUNS_TABLE} WHERE view_name = 'batch' AND run_id = %s",
+        [result.run_id],
+    ).one()
+    assert (run_row.status, run_row.delta_version, run_row.input_rows) == (
+        "committed",
+        result.delta_version,
+        result.input_rows,
+    )
+
+    # 3. The same interval again: identical rows, under the same version, none added.
+    stored_before = cql.execute(f"SELECT * FROM {tables.AGG_BATCH_TABLE}").all()
+    again = job.run(spark, settings, ALL_DAYS)
+    assert again.version == result.version
+    assert sorted(cql.execute(f"SELECT * FROM {tables.AGG_BATCH_TABLE}").all()) == sorted(
+        stored_before
+    )
+
+    # 4. New data arrives; a run killed after writing its receipts changes nothing served.
+    late_day = datetime(2026, 3, 4, 10, 0, 1, tzinfo=UTC)
+    produce_raw(
+        settings,
+        [receipt_json(9002, 1, 1, late_day)],
+        timestamps=[ms(late_day)],
+        keys=[device_key(9002, 1)],
+    )
+    _archive(spark, settings)
+    pointers_before = _pointers(cql)
+    env = env_for(settings) | {"POS_BATCH_CRASH_POINT": "after_receipts"}
+    killed = subprocess.run(
+        [str(VENV_BIN / "pos-batch"), "run", "--start", "2026-03-01T00:00Z",
+         "--end", "2026-03-14T00:00Z", "--lookback-hours", "0"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert _pointers(cql) == pointers_before
+    assert served_aggregates(cql) == want
+    statuses = [r.status for r in cql.execute(f"SELECT status FROM {tables.BATCH_RUNS_TABLE}")]
+    assert statuses.count("running") == 1  # the killed run: never committed
+
+    # 5. The next run commits the new version with the new receipt.
+    env.pop("POS_BATCH_CRASH_POINT")
+    done = subprocess.run(
+        [str(VENV_BIN / "pos-batch"), "run", "--start", "2026-03-01T00:00Z",
+         "--end", "2026-03-14T00:00Z", "--lookback-hours", "0"],
+        env=env, capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    summary_line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary_line["delta_version"] > result.delta_version
+    want[(9002, datetime(2026, 3, 4, 10, 0))] = (1, 2, Decimal("3.80"), 0)
+    assert served_aggregates(cql) == want
+
+
+def test_batch_and_speed_give_identical_aggregates_on_duplicate_free_input(
+    spark: Any, isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    """The drift test: one aggregation function, two layers, the same rows."""
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    send(settings, _simulate(ledger, count=600, seed=5, faults=FaultConfig()))
+    run_available_now(spark, settings)
+    job.run(spark, settings, ALL_DAYS)
+    speed = speed_aggregates(cql)
+    assert speed == expected_aggregates(ledger)
+    assert served_aggregates(cql) == speed

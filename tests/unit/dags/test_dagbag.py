@@ -1,0 +1,58 @@
+"""Every DAG file imports cleanly and schedules what we intend (DagBag, no services)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("airflow")
+
+DAGS_DIR = Path(__file__).resolve().parents[3] / "dags"
+
+
+@pytest.fixture(scope="module")
+def dagbag() -> Any:
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(str(DAGS_DIR))
+
+
+def test_no_import_errors(dagbag: Any) -> None:
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dags) == {"pos_batch", "pos_master_maintenance"}
+
+
+def test_batch_dag_is_hourly_over_data_intervals_and_never_overlaps(dagbag: Any) -> None:
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    dag = dagbag.dags["pos_batch"]
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)
+    assert dag.timetable.summary == "0 * * * *"
+    assert dag.max_active_runs == 1
+    assert not dag.catchup
+    assert [t.task_id for t in dag.topological_sort()] == ["recompute", "quality"]
+    for task in dag.tasks:
+        assert task.pool == "pos_batch"
+        assert task.retries == 2
+        assert task.execution_timeout is not None
+        assert task.execution_timeout <= timedelta(hours=1)
+        assert task._conn_id == "spark_pos"  # the provider keeps it private
+
+
+def test_interval_comes_from_the_data_interval_never_logical_date() -> None:
+    source = (DAGS_DIR / "pos_batch.py").read_text()
+    assert "{{ data_interval_start.isoformat() }}" in source
+    assert "{{ data_interval_end.isoformat() }}" in source
+    assert "logical_date }}" not in source and "ds }}" not in source
+
+
+def test_maintenance_dag_compacts_then_vacuums(dagbag: Any) -> None:
+    dag = dagbag.dags["pos_master_maintenance"]
+    assert [t.application_args for t in dag.topological_sort()] == [
+        ["master", "optimize"],
+        ["master", "vacuum"],
+    ]
+    assert all(t.pool == "pos_batch" for t in dag.tasks)

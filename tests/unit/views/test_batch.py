@@ -1,0 +1,65 @@
+"""views.batch: the batch layer's pure transforms, against literal expected rows."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from views.batch import batch_aggregates, fixes
+
+T = datetime(2026, 3, 2, 8, 0, 5)  # the session and the process run in UTC (conftest)
+RECEIPT = (
+    "operation_id int, happened_at timestamp, item_quantity long, revenue decimal(18,2), "
+    "late boolean, beyond_bound boolean"
+)
+DUPLICATE = "operation_id int, winner_happened_at timestamp, conflict boolean"
+
+
+def test_batch_aggregates_add_what_the_batch_absorbed(local_spark: Any) -> None:
+    winners = local_spark.createDataFrame(
+        [
+            (1, T, 2, Decimal("3.80"), False, False),
+            (1, T.replace(minute=14), 1, Decimal("1.00"), True, True),
+            (1, T.replace(minute=15), 5, Decimal("10.00"), False, False),
+            (2, T, 1, Decimal("0.50"), False, False),
+        ],
+        RECEIPT,
+    )
+    duplicates = local_spark.createDataFrame(
+        [(1, T, False), (1, T, True), (1, T.replace(minute=20), False)], DUPLICATE
+    )
+    rows = {
+        (r.operation_id, r.window_start): tuple(r)[3:]
+        for r in batch_aggregates(winners, duplicates).collect()
+    }
+    assert rows == {
+        (1, T.replace(second=0)): (2, 3, Decimal("4.80"), 1, 2, 1, 1),
+        (1, T.replace(minute=15, second=0)): (1, 5, Decimal("10.00"), 0, 1, 0, 0),
+        (2, T.replace(second=0)): (1, 1, Decimal("0.50"), 0, 0, 0, 0),
+    }
+
+
+def test_fixes_compare_windows_of_either_view(local_spark: Any) -> None:
+    d, w1, w2, w3 = (
+        date(2026, 3, 2),
+        T.replace(second=0),
+        T.replace(minute=15),
+        T.replace(minute=30),
+    )
+    batch = local_spark.createDataFrame(
+        [(1, d, w1, 3, Decimal("4.80"), 2, 1, 0), (1, d, w2, 1, Decimal("9.00"), 0, 0, 1)],
+        "operation_id int, day date, window_start timestamp, receipt_count int, "
+        "revenue decimal(38,2), duplicates int, conflicts int, beyond_speed_bound int",
+    )
+    speed = local_spark.createDataFrame(
+        [(1, d, w1, 3, Decimal("4.80")), (1, d, w3, 1, Decimal("2.00"))],
+        "operation_id int, day date, window_start timestamp, receipt_count int, "
+        "revenue decimal(38,2)",
+    )
+    rows = {r.window_start: tuple(r)[3:] for r in fixes(batch, speed).collect()}
+    assert rows == {
+        w1: (3, 3, Decimal("4.80"), Decimal("4.80"), Decimal("0.00"), 0, 2, 1, 0),
+        w2: (1, 0, Decimal("9.00"), Decimal("0.00"), Decimal("9.00"), 1, 0, 0, 1),
+        w3: (0, 1, Decimal("0.00"), Decimal("2.00"), Decimal("-2.00"), -1, 0, 0, 0),
+    }
