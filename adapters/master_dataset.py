@@ -31,8 +31,14 @@ MIGRATION_APP_ID = "pos-master-parquet-migration"
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The master dataset as of one Delta table version."""
+    """The master dataset as of one Delta table version.
 
+    `table_id` is Delta's id of the table (a UUID, fixed at creation): a table deleted
+    and created again starts over at version 0, so a version number alone does not
+    name an input.
+    """
+
+    table_id: str
     version: int
     rows: DataFrame
 
@@ -53,6 +59,13 @@ def latest_version(spark: SparkSession, settings: Settings) -> int:
     return int(row["version"])
 
 
+def table_id(spark: SparkSession, settings: Settings) -> str:
+    row = spark.sql(f"DESCRIBE DETAIL {_table(settings)}").select("id").first()
+    if row is None:  # pragma: no cover - DESCRIBE DETAIL always returns one row
+        raise RuntimeError(f"master dataset {_path(settings)} has no table id")
+    return str(row["id"])
+
+
 def exists(spark: SparkSession, settings: Settings) -> bool:
     jvm: Any = spark.sparkContext._jvm
     return bool(jvm.io.delta.tables.DeltaTable.isDeltaTable(spark._jsparkSession, _path(settings)))
@@ -62,7 +75,7 @@ def snapshot(spark: SparkSession, settings: Settings, version: int | None = None
     """The table at `version` (default: the newest), pinned: later appends do not show."""
     pinned = latest_version(spark, settings) if version is None else version
     rows = spark.read.format("delta").option("versionAsOf", pinned).load(_path(settings))
-    return Snapshot(pinned, rows)
+    return Snapshot(table_id(spark, settings), pinned, rows)
 
 
 def optimize(spark: SparkSession, settings: Settings) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@
     pos-batch run ... --delta-version 17     # reproduce a run: the same input, the same rows
     pos-batch quality --start ... --end ...  # batch vs speed per store-window -> batch_fixes
     pos-batch master optimize | vacuum [--retain-hours H] | history | migrate --from DIR
+    pos-batch gc [--grace-hours 3] [--dry-run]   # delete versions nothing points to
 
 Instants are ISO-8601 with an offset (`Z` for UTC), on 15-minute boundaries; the
 interval is [start, end). Prints one JSON line with the run's bookkeeping. Exit codes:
@@ -53,6 +54,20 @@ def _parser() -> argparse.ArgumentParser:
                 default=None,
                 help="read the master dataset at this table version (default: the newest)",
             )
+    gc = sub.add_parser(
+        "gc",
+        help="delete batch-view versions nothing points to (killed runs, replaced versions)",
+        description="Delete batch-view versions that the pointer does not name and that no "
+        "run wrote within the grace period (see batch_layer/cleanup.py).",
+    )
+    gc.add_argument(
+        "--grace-hours",
+        type=float,
+        default=3.0,
+        help="spare versions a run wrote this recently (default 3, above the DAG's 2 h "
+        "run timeout)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="count, delete nothing")
     m = sub.add_parser("master", help="master dataset (Delta) maintenance")
     msub = m.add_subparsers(dest="action", required=True)
     msub.add_parser("optimize", help="compact small files (OPTIMIZE)")
@@ -84,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             interval = _interval(args, settings)
         except IntervalError as exc:
             parser.error(str(exc))
+    if args.command == "gc":
+        return _gc(settings, args)
     from infra.spark import build_session
 
     spark = build_session(settings, f"pos-batch-{args.command}")
@@ -105,6 +122,29 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         spark.stop()
+    return 0
+
+
+def _gc(settings: Settings, args: argparse.Namespace) -> int:
+    """Plain CQL, no Spark session: it only lists partitions and deletes some."""
+    from datetime import UTC, datetime
+
+    from batch_layer import cleanup
+    from batch_layer.store import BatchStore
+
+    if args.grace_hours < 0:
+        print("pos-batch gc: --grace-hours must not be negative", file=sys.stderr)
+        return 2
+    try:
+        with BatchStore(settings) as store:
+            _emit(
+                cleanup.collect(
+                    store, datetime.now(UTC), timedelta(hours=args.grace_hours), args.dry_run
+                )
+            )
+    except Exception as exc:
+        log.error("pos-batch gc failed: %s", exc)
+        return 1
     return 0
 
 

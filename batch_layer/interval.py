@@ -77,8 +77,10 @@ class Interval:
         """How far into `day` this run's version of it is final."""
         return min(datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC), self.end)
 
-    def version_key(self, delta_version: int) -> str:
-        """The rows' version: the same interval over the same input gets the same key,
-        so a rerun rewrites identical rows instead of piling up copies."""
+    def version_key(self, table_id: str, delta_version: int) -> str:
+        """The rows' version: the same interval over the same input (table and table
+        version) gets the same key, so a rerun rewrites identical rows instead of piling
+        up copies. Eight hex digits of the table's UUID tell a recreated table apart."""
         fmt = "%Y%m%dT%H%MZ"
-        return f"d{delta_version}-{self.recompute_start.strftime(fmt)}-{self.end.strftime(fmt)}"
+        start, end = self.recompute_start.strftime(fmt), self.end.strftime(fmt)
+        return f"d{delta_version}-{table_id.replace('-', '')[:8]}-{start}-{end}"

@@ -113,10 +113,12 @@ def _run(
     store: BatchStore,
 ) -> RunResult:
     snap = master_dataset.snapshot(spark, settings, delta_version)
-    version = interval.version_key(snap.version)
+    version = interval.version_key(snap.table_id, snap.version)
     lo, hi = interval.recompute_start, interval.end
     first_day, last_day = interval.days[0], interval.days[-1]
     log.info("run %s: %s over [%s, %s) at table version %d", run_id, version, lo, hi, snap.version)
+    # Known before any row is written, so `pos-batch gc` spares a version being written.
+    store.record_run(run_id, {"version": version, "delta_version": snap.version})
 
     # Every valid copy, wherever its day: a key's winner depends on all its copies.
     copies = records.receipt_rows(

@@ -58,6 +58,14 @@ class BatchStore:
             [VIEW_NAME, run_id],
         ).one()
 
+    def run_versions(self) -> list[tuple[str, datetime]]:
+        """(version, started_at) of every run that got as far as choosing its version."""
+        rows = self.session.execute(
+            f"SELECT version, started_at FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s",
+            [VIEW_NAME],
+        )
+        return [(r.version, r.started_at) for r in rows if r.version and r.started_at]
+
     def horizon(self) -> datetime | None:
         row = self.session.execute(
             f"SELECT horizon FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s LIMIT 1",

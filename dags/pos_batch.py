@@ -10,7 +10,9 @@ without one silently submits to master `yarn`).
   [data_interval_start, data_interval_end) (never `logical_date`: it is null for
   manual and asset-triggered runs), then `pos-batch quality` over the same interval.
   max_active_runs=1 and the one-slot pool `pos_batch` keep runs from overlapping.
-- `pos_master_maintenance` (daily): OPTIMIZE then VACUUM of the master dataset.
+- `pos_master_maintenance` (daily): OPTIMIZE then VACUUM of the master dataset, and
+  `pos-batch gc`: delete batch-view versions nothing points to (same pool: never
+  during a recompute).
 
 Backfill: `airflow backfill create --dag-id pos_batch --from-date 2026-03-01
 --to-date 2026-03-03` (run by the scheduler, one run per hour, in order). A run's
@@ -94,10 +96,12 @@ with DAG(
 
 with DAG(
     dag_id="pos_master_maintenance",
-    description="Compact (OPTIMIZE) and clean up (VACUUM) the master dataset",
+    description="Compact (OPTIMIZE) and clean up (VACUUM) the master dataset; drop "
+    "unreferenced batch-view versions",
     schedule=CronDataIntervalTimetable("30 3 * * *", timezone="UTC"),
     **COMMON,  # type: ignore[arg-type]
 ) as maintenance_dag:
     optimize = _submit("optimize", ["master", "optimize"], timedelta(hours=1))
     vacuum = _submit("vacuum", ["master", "vacuum"], timedelta(hours=1))
-    optimize >> vacuum
+    gc = _submit("gc", ["gc"], timedelta(minutes=30))
+    optimize >> vacuum >> gc

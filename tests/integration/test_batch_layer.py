@@ -231,6 +231,22 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
     want[(9002, datetime(2026, 3, 4, 10, 0))] = (1, 2, Decimal("3.80"), 0)
     assert served_aggregates(cql) == want
 
+    # 6. gc drops the versions the pointer no longer names (step 1's and step 2's);
+    # what readers see does not change.
+    def versions(table: str) -> set[str]:
+        rows = cql.execute(f"SELECT DISTINCT operation_id, day, version FROM {table}")
+        return {r.version for r in rows}
+
+    assert result.version in versions(tables.AGG_BATCH_TABLE)
+    gc = subprocess.run(
+        [str(VENV_BIN / "pos-batch"), "gc", "--grace-hours", "0"],
+        env=env, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    assert json.loads(gc.stdout.strip().splitlines()[-1])["versions_deleted"] == 2
+    assert versions(tables.AGG_BATCH_TABLE) == {summary_line["version"]}
+    assert versions(tables.RECEIPTS_BATCH_TABLE) == {summary_line["version"]}
+    assert served_aggregates(cql) == want
+
 
 def test_batch_and_speed_give_identical_aggregates_on_duplicate_free_input(
     spark: Any, isolated: tuple[Settings, Any], tmp_path: Path

@@ -51,10 +51,14 @@ def test_an_interval_ending_at_midnight_does_not_touch_the_next_day() -> None:
 
 
 def test_version_key_is_deterministic_per_input() -> None:
+    table = "0f8e2a7c-51d3-4b7e-9c1a-2d4b6e8f0a1c"
     i = Interval(at(8), at(9))
-    assert i.version_key(7) == "d7-20260302T0000Z-20260302T0900Z"
-    assert Interval(at(8), at(9)).version_key(7) == i.version_key(7)
-    assert i.version_key(8) != i.version_key(7)
+    assert i.version_key(table, 7) == "d7-0f8e2a7c-20260302T0000Z-20260302T0900Z"
+    assert Interval(at(8), at(9)).version_key(table, 7) == i.version_key(table, 7)
+    assert i.version_key(table, 8) != i.version_key(table, 7)
+    # A table deleted and created again starts at version 0 once more.
+    recreated = "7d3c9b1e-0a2f-4c6d-8e5b-3f1a9c7d2e4b"
+    assert i.version_key(recreated, 7) != i.version_key(table, 7)
 
 
 def test_cli_rejects_inverted_interval_before_starting_spark(

@@ -49,10 +49,11 @@ def test_interval_comes_from_the_data_interval_never_logical_date() -> None:
     assert "logical_date }}" not in source and "ds }}" not in source
 
 
-def test_maintenance_dag_compacts_then_vacuums(dagbag: Any) -> None:
+def test_maintenance_dag_compacts_vacuums_then_drops_unreferenced_versions(dagbag: Any) -> None:
     dag = dagbag.dags["pos_master_maintenance"]
     assert [t.application_args for t in dag.topological_sort()] == [
         ["master", "optimize"],
         ["master", "vacuum"],
+        ["gc"],
     ]
     assert all(t.pool == "pos_batch" for t in dag.tasks)
