@@ -1,10 +1,13 @@
 """Batch layer and master dataset, measured in one run with side-by-side ratios.
 
-    python bench/batch_recompute.py [--sizes 1000000,2000000] [--micro-batches 300]
+    python bench/batch_recompute.py [--sizes 1000000,2000000] [--seconds 86400]
 
-1. Master dataset read time, before and after compaction: one day's partition written
-   by `--micro-batches` small appends (one per simulated 1 s micro-batch, as the
-   archiver's 1 s trigger does), read (full scan + count) before and after OPTIMIZE.
+1. Master dataset read time, before and after compaction: one day's partition as the
+   archiver's 1 s trigger leaves it, one small file per micro-batch (`--seconds` of
+   them, 10 records each), read (full scan + count) before and after OPTIMIZE. The
+   files are written 600 to a commit (one per second of a 10-minute slice): what
+   slows a reader is the number of files, not of commits, which Delta checkpoints
+   every 10; writing 86,400 single-file commits would take hours.
 2. The batch job (`pos-batch run` over one day, lookback 0, writes to Cassandra
    included) over master datasets of each size, in events/s and the time ratio of the
    largest to the smallest; and, in the same run on the same Delta table, Spark's own
@@ -43,8 +46,11 @@ DAY = datetime(2026, 3, 2, tzinfo=UTC)
 RESEND_RATE = 0.006
 
 
-def master_rows(spark: SparkSession, n: int, offset0: int = 0) -> DataFrame:
-    """n archiver-shaped master rows of 2 March: valid receipts plus resends.
+def master_rows(
+    spark: SparkSession, n: int, lo: int = 0, hi: int | None = None, files: int | None = None
+) -> DataFrame:
+    """Rows lo..hi of n archiver-shaped master rows spread over 2 March: valid receipts
+    plus resends, in `files` contiguous slices (default: Spark's choice).
 
     Every 1/RESEND_RATE-th row is a resend of the previous receipt (same content, a
     later offset), so the winner rule has work to do.
@@ -52,10 +58,13 @@ def master_rows(spark: SparkSession, n: int, offset0: int = 0) -> DataFrame:
     step_us = 86_400_000_000 // max(n, 1)
     day_us = int(DAY.timestamp() * 1_000_000)
     every = int(1 / RESEND_RATE)
-    ids = spark.range(offset0, offset0 + n).withColumn(
-        "tid", F.when(F.col("id") % every == 0, F.col("id") - 1).otherwise(F.col("id"))
+    ids = spark.range(lo, n if hi is None else hi, 1, files).withColumn(
+        "tid",
+        F.when((F.col("id") % every == 0) & (F.col("id") > 0), F.col("id") - 1).otherwise(
+            F.col("id")
+        ),
     )
-    happened = F.timestamp_micros(F.lit(day_us) + (F.col("tid") - offset0) * step_us)
+    happened = F.timestamp_micros(F.lit(day_us) + F.col("tid") * step_us)
     receipt = F.struct(
         happened.alias("happened_at"),
         (F.lit(101) + F.col("tid") % 20).cast("int").alias("operation_id"),
@@ -116,22 +125,30 @@ def floor(spark: SparkSession, settings: Settings) -> int:
     )
 
 
-def compaction(spark: SparkSession, base: Settings, micro_batches: int) -> None:
+def compaction(spark: SparkSession, base: Settings, seconds: int) -> None:
     s = base.model_copy(update={"data_dir": base.data_dir / "compaction"})
-    per_batch = 50
-    for b in range(micro_batches):
-        append(master_rows(spark, per_batch, b * per_batch).coalesce(1), s)
+    per_second, per_commit = 10, 600
+    n = seconds * per_second
+    t0 = time.perf_counter()
+    for lo in range(0, seconds, per_commit):
+        hi = min(lo + per_commit, seconds)
+        # One partition per second of the slice: one file per simulated micro-batch.
+        append(master_rows(spark, n, lo * per_second, hi * per_second, hi - lo), s)
+        print(f"  wrote {hi:,} of {seconds:,} micro-batch files", end="\r", flush=True)
+    print(f"  wrote {seconds:,} files in {time.perf_counter() - t0:.0f} s" + " " * 20)
     files_before = len(master_dataset.snapshot(spark, s).rows.inputFiles())
     read_all(spark, s)  # warm the JVM and the file listing cache equally for both reads
-    before, n = timed(lambda: read_all(spark, s))
-    master_dataset.optimize(spark, s)
+    before, count = timed(lambda: read_all(spark, s))
+    optimize_s, _ = timed(lambda: master_dataset.optimize(spark, s))
     files_after = len(master_dataset.snapshot(spark, s).rows.inputFiles())
-    after, n2 = timed(lambda: read_all(spark, s))
-    assert n == n2 == micro_batches * per_batch
+    read_all(spark, s)
+    after, count_after = timed(lambda: read_all(spark, s))
+    assert count == count_after == n, (count, count_after, n)
     print(
-        f"master dataset, {micro_batches} micro-batches x {per_batch} records of one day: "
-        f"{files_before} files read in {before:.2f} s; after OPTIMIZE {files_after} files "
-        f"in {after:.2f} s: after/before = {after / before:.2f}"
+        f"master dataset, one day of {seconds:,} 1 s micro-batches ({n:,} records): "
+        f"{files_before:,} files read in {before:.2f} s; OPTIMIZE took {optimize_s:.0f} s; "
+        f"after it {files_after:,} files read in {after:.2f} s: after/before = "
+        f"{after / before:.3f}"
     )
 
 
@@ -139,8 +156,7 @@ def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> None:
     interval = Interval(DAY, DAY + timedelta(days=1))
     results = {}
     for n in sizes:
-        # Its own keyspace too: the version key names a table version, and every size
-        # starts a new table at version 0.
+        # Its own keyspace and table per size: the sizes never share rows.
         s = base.model_copy(
             update={
                 "data_dir": base.data_dir / f"batch-{n}",
@@ -169,7 +185,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="1000000,2000000")
-    parser.add_argument("--micro-batches", type=int, default=300)
+    parser.add_argument(
+        "--seconds",
+        type=int,
+        default=86_400,
+        help="micro-batch files of the compaction day (default: one day of 1 s triggers)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pos-bench-batch-"))
     settings = load_settings().model_copy(
@@ -179,7 +200,7 @@ def main() -> None:
     spark = build_session(settings, "pos-bench-batch")
     sizes = [int(x) for x in args.sizes.split(",")]
     try:
-        compaction(spark, settings, args.micro_batches)
+        compaction(spark, settings, args.seconds)
         batch(spark, settings, sizes)
     finally:
         spark.stop()

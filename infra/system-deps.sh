@@ -2,6 +2,8 @@
 # Install the system packages the local runtime needs, if missing: OpenJDK 17
 # (Kafka, Cassandra and Spark run on it; Cassandra 5.0 refuses newer JDKs) and
 # Maven (fetches their jars). Debian/Ubuntu via apt; elsewhere, say what to install.
+# Arguments name optional tools whose command and Debian package share a name, needed
+# by one target only (e.g. `infra/system-deps.sh chromium` for the screenshots).
 set -euo pipefail
 
 need=()
@@ -10,6 +12,9 @@ if ! ls /usr/lib/jvm/*17*/bin/java >/dev/null 2>&1 && [ -z "${POS_JAVA_HOME:-}" 
 fi
 command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v python3.11 >/dev/null 2>&1 || need+=(python3.11 python3.11-venv)
+for tool in "$@"; do
+  command -v "$tool" >/dev/null 2>&1 || need+=("$tool")
+done
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+
+from infra.process import ServiceError
+from infra.schema_apply import TableShape, migrations, table_shape
+from schemas import cql
+
+PROGRESS = """CREATE TABLE IF NOT EXISTS pos.speed_progress (
+  query_name text,
+  batch_id bigint,
+  rows bigint,
+  conflicts bigint,
+  PRIMARY KEY ((query_name), batch_id)
+) WITH CLUSTERING ORDER BY (batch_id DESC)"""
+
+
+def test_a_create_table_statement_is_read_as_columns_and_key() -> None:
+    assert table_shape(PROGRESS) == TableShape(
+        "pos",
+        "speed_progress",
+        {"query_name": "text", "batch_id": "bigint", "rows": "bigint", "conflicts": "bigint"},
+        ("query_name", "batch_id"),
+    )
+    inline = table_shape(
+        "CREATE TABLE IF NOT EXISTS k.alerts (\n  alert_id text PRIMARY KEY,\n  "
+        "rule text,\n  detail map<text, text>\n)"
+    )
+    assert inline is not None
+    assert (inline.primary_key, inline.columns["detail"]) == (("alert_id",), "map<text, text>")
+    assert table_shape("CREATE TYPE IF NOT EXISTS k.line_item (title text)") is None
+
+
+def test_every_table_of_the_schema_parses_with_its_key_among_its_columns() -> None:
+    shapes = [s for s in map(table_shape, cql.ddl("pos")) if s is not None]
+    assert {s.name for s in shapes} >= {cql.RAW_TABLE, cql.BATCH_POINTER_TABLE}
+    for s in shapes:
+        assert s.primary_key and set(s.primary_key) <= set(s.columns), s.name
+    pointer = next(s for s in shapes if s.name == cql.BATCH_POINTER_TABLE)
+    assert pointer.columns["horizon"] == "timestamp STATIC"
+
+
+def test_a_table_from_an_older_version_gains_its_missing_columns() -> None:
+    shape = table_shape(PROGRESS)
+    assert shape is not None
+    old = {"query_name": "partition_key", "batch_id": "clustering", "rows": "regular"}
+    assert migrations(shape, old) == ["ALTER TABLE pos.speed_progress ADD conflicts bigint"]
+    assert migrations(shape, {**old, "conflicts": "regular"}) == []
+    assert migrations(shape, {}) == []  # a new table: CREATE makes it whole
+
+
+def test_a_changed_primary_key_is_refused_with_what_to_do() -> None:
+    shape = table_shape(PROGRESS)
+    assert shape is not None
+    with pytest.raises(ServiceError, match=r"DROP TABLE pos\.speed_progress"):
+        migrations(shape, {"query_name": "partition_key", "rows": "regular"})
