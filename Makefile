@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status batch test test-unit test-integration check demo bench lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo bench screenshots lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -56,6 +56,12 @@ speed-once: up ## run the speed layer over everything in Kafka now, then exit
 speed-status: $(INSTALLED) ## show the speed layer's last micro-batches
 	$(VENV)/bin/pos-speed status
 
+alerts: up ## run one alerts processor (exactly once; POS_ALERTS_* settings; Ctrl-C stops it)
+	$(VENV)/bin/pos-alerts run
+
+alerts-sink: up ## copy committed alerts from Kafka into the Cassandra table `alerts`
+	$(VENV)/bin/pos-alerts sink
+
 # The last complete UTC hour by default; any [START, END) on 15-minute boundaries.
 START ?= $(shell date -u -d '1 hour ago' +%Y-%m-%dT%H:00:00Z)
 END ?= $(shell date -u +%Y-%m-%dT%H:00:00Z)
@@ -91,6 +97,18 @@ bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer 
 	$(PY) bench/speed_designs.py
 	$(PY) bench/batch_recompute.py
 	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
+	$(PY) bench/alerts_eos.py  # alerts: exactly once vs at least once, 10 ms / 100 ms / 1 s
+	@command -v wrk >/dev/null || apt-get install -y wrk  # the HTTP load tool (Debian)
+	$(PY) bench/serving_latency.py
+
+screenshots: setup ## log in to the running Airflow UI in headless Chromium, trigger pos_batch, keep screenshots in docs/
+	@bash infra/system-deps.sh chromium
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
+	$(PY) docs/capture_airflow.py --out docs
+
+.PHONY: serve
+serve: setup ## start the HTTP API and dashboard on 127.0.0.1 (POS_SERVE_PORT, 8000); prints its address
+	$(VENV)/bin/pos-serve http
 
 lock: $(INSTALLED) ## re-pin constraints.txt from the current environment
 	@{ sed -n '1,2p' constraints.txt; $(PY) -m pip freeze --exclude-editable; } > constraints.tmp

@@ -112,9 +112,13 @@ def _alive(pid: int) -> bool:
 
 
 def _not_zombie(pid: int) -> bool:
+    """A killed JVM's main thread turns zombie before its other threads have exited and
+    released the process's sockets: only when no thread is left are its ports free."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
+            if f.read().split(")")[-1].split()[0] != "Z":
+                return True
+        return len(os.listdir(f"/proc/{pid}/task")) > 1
     except OSError:
         return False
 

@@ -10,7 +10,10 @@ effective configuration.
 from __future__ import annotations
 
 import json
+from datetime import time
+from decimal import Decimal
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -154,6 +157,109 @@ class Settings(BaseSettings):
         description="Testing only: SIGKILL the batch job at this point of a run (after its "
         "receipts are written, before its aggregates and pointer) to prove that readers "
         "keep the previous version.",
+    )
+
+    # --- serving layer (`pos-serve`, `make serve`) ------------------------------
+    serve_port: int = Field(
+        default=8000, ge=1, le=65535, description="HTTP API and dashboard (bind_host only)."
+    )
+    serve_max_range_days: int = Field(
+        default=31,
+        ge=1,
+        description="Largest time range one request may ask for (a day is 96 windows); "
+        "larger ones are refused with 422 so one request cannot read a store's history.",
+    )
+    serve_page_size: int = Field(
+        default=100, ge=1, le=1000, description="Receipts per page when the caller names none."
+    )
+    serve_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="Cassandra connect and request timeout of the serving layer; past it a "
+        "request answers 503 with the reason instead of hanging.",
+    )
+    serve_dead_letter_scan_limit: int = Field(
+        default=100_000,
+        ge=1,
+        description="Pipeline health counts dead letters by reason over at most this many "
+        "rows (and says so when it stopped there).",
+    )
+
+    # --- alerts (`pos-alerts`, alerts/) -----------------------------------------
+    alerts_group_id: str = Field(
+        default="pos-alerts",
+        description="Consumer group of the alerts processors: instances in it share the "
+        "input's partitions.",
+    )
+    alerts_instance_id: str = Field(
+        default="1",
+        pattern=r"^[A-Za-z0-9._-]{1,100}$",
+        description="Stable id of one processor instance, unique among those running: its "
+        "transactional.id is pos-alerts-<instance id>, so a restarted instance fences its "
+        "predecessor.",
+    )
+    alerts_mode: Literal["exactly_once", "at_least_once"] = Field(
+        default="exactly_once",
+        description="exactly_once: alerts and input offsets in one Kafka transaction. "
+        "at_least_once: no transactions, offsets committed after the alerts are acked "
+        "(duplicates after a crash; for comparison only).",
+    )
+    alerts_transaction_max_ms: int = Field(
+        default=100,
+        ge=1,
+        description="A transaction (or, at least once, an offset commit) closes this many ms "
+        "after its first input message: the latency/throughput trade-off.",
+    )
+    alerts_transaction_max_messages: int = Field(
+        default=1000, ge=1, description="... or after this many input messages, if sooner."
+    )
+    alerts_transaction_timeout_ms: int = Field(
+        default=60_000,
+        ge=1000,
+        description="The broker aborts a transaction left open this long (an instance that "
+        "died and is not restarted): read_committed readers of the alerts topic and the next "
+        "owner of its partitions wait at most this.",
+    )
+    alerts_session_timeout_ms: int = Field(
+        default=45_000,
+        ge=6000,
+        description="Consumer-group session timeout: a silent instance's partitions move to "
+        "the others after this.",
+    )
+    alerts_high_value_threshold: Decimal = Field(
+        default=Decimal("100.00"), description="Alert on a receipt whose total exceeds this."
+    )
+    alerts_large_return_threshold: Decimal = Field(
+        default=Decimal("10.00"),
+        ge=0,
+        description="Alert on a receipt whose returned lines (negative quantities) are worth "
+        "more than this.",
+    )
+    alerts_silence_minutes: float = Field(
+        default=30.0,
+        gt=0,
+        description="Alert when a device's next receipt comes more than this many minutes of "
+        "store hours after its previous one (event time: happened_at).",
+    )
+    alerts_store_opens_at: time = Field(
+        default=time(7, 0), description="Store hours (UTC) for the silence rule: opening."
+    )
+    alerts_store_closes_at: time = Field(
+        default=time(21, 0),
+        description="Store hours (UTC): closing, after the opening on the same day.",
+    )
+    alerts_sink_group_id: str = Field(
+        default="pos-alerts-sink", description="Consumer group of `pos-alerts sink`."
+    )
+    alerts_crash_point: str | None = Field(
+        default=None,
+        pattern=r"^(kill_after_produce|stop_after_produce)$",
+        description="Testing only: in the transaction numbered alerts_crash_at_transaction "
+        "that produced alerts, once they are on the broker and before the commit, SIGKILL "
+        "(kill_after_produce) or SIGSTOP (stop_after_produce: a zombie to fence) the processor.",
+    )
+    alerts_crash_at_transaction: int = Field(
+        default=1, ge=1, description="Testing only: see alerts_crash_point."
     )
 
     @property

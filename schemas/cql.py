@@ -169,6 +169,30 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
     ]
 
 
+# Serving layer (serving/store.py): Storage-Attached Indexes (Cassandra 5 SAI) on
+# parts of the aggregates' composite partition keys, for the questions that cross
+# stores. "Which stores sold on day D" reads the day's rows of every store through
+# `day` (+ `version` for the committed batch version): its cost follows that day's
+# rows, not the history, and no writer had to maintain a store registry. `operation_id`
+# answers "does any view know this store" (404 otherwise). Index upkeep costs the
+# aggregate writes a little (96 rows per store-day), not the per-receipt tables.
+SERVING_INDEXES = (
+    (AGG_SPEED_TABLE, "day"),
+    (AGG_SPEED_TABLE, "operation_id"),
+    (AGG_BATCH_TABLE, "day"),
+    (AGG_BATCH_TABLE, "version"),
+    (AGG_BATCH_TABLE, "operation_id"),
+)
+
+
+def serving_index_ddl(keyspace: str) -> list[str]:
+    return [
+        f"CREATE INDEX IF NOT EXISTS {table}_by_{column} ON {keyspace}.{table} ({column}) "
+        "USING 'sai'"
+        for table, column in SERVING_INDEXES
+    ]
+
+
 def table_ddl(keyspace: str) -> list[str]:
     """CREATE statements (idempotent) for the UDT and every table, in dependency order."""
     udt_name, udt_fields = contract.cql_line_item_type()
@@ -225,11 +249,17 @@ def table_ddl(keyspace: str) -> list[str]:
   detail text,
   PRIMARY KEY ((kafka_topic, kafka_partition), kafka_offset)
 )""",
+        # One row per alert id (alerts/sink.py): a replayed alert rewrites its own row.
+        # The triggering receipt's key and coordinates, the rule's details, and the
+        # alert exactly as it was produced to Kafka (payload).
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{ALERTS_TABLE} (
   alert_id text PRIMARY KEY,
-  kind text,
-  operation_id {contract.cql_type_of("operation_id")},
+  rule text,
+  {_columns([(k, contract.cql_type_of(k)) for k in contract.NATURAL_KEY])},
   happened_at timestamp,
+  detail map<text, text>,
+  source_partition int,
+  source_offset bigint,
   payload text
 )""",
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{SPEED_PROGRESS_TABLE} (
@@ -249,6 +279,7 @@ def table_ddl(keyspace: str) -> list[str]:
   beyond_lateness_bound bigint,
   PRIMARY KEY (query_name, batch_id)
 ) WITH CLUSTERING ORDER BY (batch_id DESC)""",
+        *serving_index_ddl(keyspace),
     ]
 
 

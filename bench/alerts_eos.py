@@ -1,0 +1,226 @@
+"""What exactly-once costs the alerts processor: transactional vs at-least-once, at
+transaction (commit) intervals of 10 ms, 100 ms and 1 s, measured in one run.
+
+    python bench/alerts_eos.py [--count 20000] [--rate 500] [--seconds 10]
+
+Every configuration runs `pos-alerts run` as a separate process (as deployed), with a
+threshold that makes every receipt an alert (one alert per input record: the produce
+path is exercised as much as the commit path), on its own alert topic and group:
+
+- throughput: `--count` receipts already in Kafka; alerts per second between the first
+  and the last alert a read_committed consumer sees (start-up excluded);
+- latency: receipts produced at `--rate` per second for `--seconds`; for each, the time
+  from its produce (the record's CreateTime) to its alert being visible to a
+  read_committed consumer: p50 and p99.
+
+Reported per interval with the ratios exactly-once / at-least-once. The field's
+anchor: about 3% throughput overhead at 100 ms transactions. Needs `make up`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from infra import schema_apply
+from infra.settings import Settings, load_settings
+from producer.kafka_sink import produce
+from producer.simulation import OutgoingMessage, SimulationConfig, simulate
+
+INTERVALS_MS = (10, 100, 1000)
+MODES = ("exactly_once", "at_least_once")
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Result:
+    mode: str
+    interval_ms: int
+    throughput: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    duplicates: int = 0
+
+
+def _topic(settings: Settings, kind: str) -> str:
+    name = f"bench.alerts.{kind}.{uuid.uuid4().hex[:8]}"
+    schema_apply.create_topics(settings, {name: settings.topic_partitions})
+    return name
+
+
+def _messages(count: int, seed: int) -> list[OutgoingMessage]:
+    """Simulated receipts, stamped by the client when produced (CreateTime = now)."""
+    sim = simulate(SimulationConfig(count=count, seed=seed, start=datetime(2026, 3, 2, tzinfo=UTC)))
+    return [OutgoingMessage(m.key, m.value, 0, m.kind) for m in sim.messages]
+
+
+def _start(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    for name, value in settings.model_dump(mode="json").items():
+        if value is not None:
+            env[f"POS_{name.upper()}"] = str(value)
+    return subprocess.Popen(
+        [str(BIN / "pos-alerts"), "run"],
+        env=env,
+        stdout=open(log, "ab"),  # the child keeps it
+        stderr=subprocess.STDOUT,
+    )
+
+
+class AlertReader:
+    """A read_committed consumer of one alert topic, in a thread: when each alert became
+    visible, and the CreateTime of the receipt that triggered it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.seen: list[tuple[float, int]] = []  # (wall clock s, source CreateTime ms)
+        self.ids: set[bytes] = set()
+        self.duplicates = 0
+        self.stop = threading.Event()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": f"bench-reader-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                # Hand over what arrived without waiting for more: latency is measured here.
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        md = self.consumer.list_topics(settings.topic_alerts, timeout=30)
+        self.consumer.assign(
+            [
+                TopicPartition(settings.topic_alerts, p, OFFSET_BEGINNING)
+                for p in md.topics[settings.topic_alerts].partitions
+            ]
+        )
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for msg in self.consumer.consume(1000, timeout=0.1):
+                if msg.error() is not None:
+                    continue
+                now = time.time()
+                if msg.key() in self.ids:
+                    self.duplicates += 1
+                    continue
+                self.ids.add(msg.key())
+                source = json.loads(msg.value())["source"]
+                self.seen.append((now, int(source["timestamp_ms"])))
+
+    def wait_for(self, n: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while len(self.seen) < n and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling a counter another thread fills; not synchronisation
+        return len(self.seen) >= n
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.consumer.close()
+
+
+def _config(base: Settings, mode: str, interval_ms: int, input_topic: str) -> Settings:
+    return base.model_copy(
+        update={
+            "topic_transactions": input_topic,
+            "topic_alerts": _topic(base, "out"),
+            "alerts_group_id": f"bench-alerts-{uuid.uuid4().hex[:8]}",
+            "alerts_instance_id": f"bench-{uuid.uuid4().hex[:8]}",
+            "alerts_mode": mode,
+            "alerts_transaction_max_ms": interval_ms,
+            "alerts_transaction_max_messages": 1_000_000,  # the interval decides
+            "alerts_high_value_threshold": -(10**9),  # every receipt is an alert
+        }
+    )
+
+
+def _throughput(s: Settings, count: int, log: Path) -> tuple[float, int]:
+    reader = AlertReader(s)
+    proc = _start(s, log)
+    try:
+        if not reader.wait_for(count, timeout=600):
+            raise RuntimeError(f"only {len(reader.seen)} of {count} alerts; see {log}")
+        times = sorted(t for t, _ in reader.seen)
+        return (count - 1) / (times[-1] - times[0]), reader.duplicates
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        reader.close()
+
+
+def _latency(s: Settings, rate: int, seconds: int, log: Path) -> tuple[float, float]:
+    reader = AlertReader(s)
+    proc = _start(s, log)
+    try:
+        warm = _messages(1, seed=99)
+        produce(warm, s.bootstrap_servers, s.topic_transactions, quiet=True)
+        if not reader.wait_for(1, timeout=120):  # the processor is assigned and running
+            raise RuntimeError(f"processor not running; see {log}")
+        paced = _messages(rate * seconds, seed=7)
+        produce(paced, s.bootstrap_servers, s.topic_transactions, rate=rate, quiet=True)
+        if not reader.wait_for(1 + len(paced), timeout=120):
+            raise RuntimeError(f"only {len(reader.seen)} alerts; see {log}")
+        lat = sorted(seen * 1000 - created for seen, created in reader.seen[1:])
+        return statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        reader.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--count", type=int, default=20_000, help="receipts, throughput runs")
+    parser.add_argument("--rate", type=int, default=500, help="receipts/s, latency runs")
+    parser.add_argument("--seconds", type=int, default=10, help="length of a latency run")
+    args = parser.parse_args()
+    base = load_settings()
+    log = Path(f"/tmp/bench-alerts-{uuid.uuid4().hex[:8]}.log")
+    backlog = _topic(base, "in")
+    messages = _messages(args.count, seed=1)
+    produce(messages, base.bootstrap_servers, backlog, quiet=True)
+    print(f"{len(messages)} receipts in {backlog}; processor logs in {log}")
+    results: list[Result] = []
+    for interval in INTERVALS_MS:
+        for mode in MODES:  # alternating, so drift on a shared machine hits both
+            r = Result(mode, interval)
+            s = _config(base, mode, interval, backlog)
+            r.throughput, r.duplicates = _throughput(s, len(messages), log)
+            s = _config(base, mode, interval, _topic(base, "in"))
+            r.p50_ms, r.p99_ms = _latency(s, args.rate, args.seconds, log)
+            results.append(r)
+            print(
+                f"{mode:<14} {interval:>5} ms: {r.throughput:>8,.0f} alerts/s, latency p50 "
+                f"{r.p50_ms:,.0f} ms, p99 {r.p99_ms:,.0f} ms, duplicates {r.duplicates}",
+                flush=True,
+            )
+    for interval in INTERVALS_MS:
+        eos, alo = (next(r for r in results if (r.mode, r.interval_ms) == (m, interval))
+                    for m in MODES)  # fmt: skip
+        print(
+            f"{interval:>5} ms: exactly-once/at-least-once throughput = "
+            f"{eos.throughput / alo.throughput:.2f} ({1 - eos.throughput / alo.throughput:+.0%} "
+            f"overhead), p50 {eos.p50_ms:,.0f} vs {alo.p50_ms:,.0f} ms, "
+            f"p99 {eos.p99_ms:,.0f} vs {alo.p99_ms:,.0f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Helpers for the alerts integration tests: run `pos-alerts` as a separate process,
+watch its consumer group's committed offsets, and read `pos.alerts` back with either
+isolation level."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from infra.process import wait_for
+from infra.settings import Settings
+from tests.integration.speed_helpers import VENV_BIN, env_for
+
+
+def alerts_settings(settings: Settings, new_topic: Callable[..., str], **updates: Any) -> Settings:
+    """Settings with fresh input and alert topics, group ids and instance id."""
+    tag = uuid.uuid4().hex[:8]
+    return settings.model_copy(
+        update={
+            "topic_transactions": new_topic(partitions=4, prefix="alerts-in"),
+            "topic_alerts": new_topic(partitions=4, prefix="alerts-out"),
+            "alerts_group_id": f"pos-alerts-test-{tag}",
+            "alerts_sink_group_id": f"pos-alerts-sink-test-{tag}",
+            "alerts_instance_id": f"test-{tag}",
+            **updates,
+        }
+    )
+
+
+def start_processor(settings: Settings, log: Path, **updates: Any) -> subprocess.Popen[bytes]:
+    """`pos-alerts run` in its own process group, with these settings (and `updates`)."""
+    s = settings.model_copy(update=updates)
+    out = open(log, "ab")  # noqa: SIM115 - the child keeps it; closed with the test's tmp dir
+    return subprocess.Popen(
+        [str(VENV_BIN / "pos-alerts"), "run"],
+        env=env_for(s),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def sigterm(proc: subprocess.Popen[bytes], timeout: float = 120) -> int:
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=timeout)
+
+
+def kill_9(proc: subprocess.Popen[bytes]) -> int:
+    os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait(timeout=30)
+
+
+def cleanup(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGCONT)  # a frozen one must be able to die
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def is_frozen(proc: subprocess.Popen[bytes]) -> bool:
+    """The process stopped itself (SIGSTOP): state T in /proc."""
+    try:
+        with open(f"/proc/{proc.pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def _partitions(consumer: Consumer, topic: str) -> list[TopicPartition]:
+    md = consumer.list_topics(topic, timeout=30)
+    return [TopicPartition(topic, p) for p in sorted(md.topics[topic].partitions)]
+
+
+_COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+def committed_total(settings: Settings) -> int:
+    """Sum of the processor group's committed offsets on the input topic (read_committed:
+    an offset commit of an open transaction is not counted until it commits)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": settings.alerts_group_id,  # never subscribes: does not join
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    tps: list[TopicPartition] = []
+
+    def fetched() -> bool:
+        try:
+            tps[:] = consumer.committed(_partitions(consumer, settings.topic_transactions), 30)
+        except KafkaException as exc:
+            # A fresh or restarted broker is still electing/loading the group coordinator.
+            if exc.args[0].code() in _COORDINATOR_MOVING or exc.args[0].retriable():
+                return False
+            raise
+        return True
+
+    try:
+        assert wait_for(fetched, timeout=120, interval=0.2), "group coordinator unavailable"
+        return sum(max(tp.offset, 0) for tp in tps)
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return [
+            consumer.get_watermark_offsets(tp, timeout=30)[1] for tp in _partitions(consumer, topic)
+        ]
+    finally:
+        consumer.close()
+
+
+def caught_up(settings: Settings) -> bool:
+    return committed_total(settings) == sum(
+        end_offsets(settings.bootstrap_servers, settings.topic_transactions)
+    )
+
+
+def await_progress(settings: Settings, beyond: int, proc: subprocess.Popen[bytes]) -> int:
+    """Wait until the group has committed more than `beyond` (the processor must live)."""
+    seen = [beyond]
+
+    def moved() -> bool:
+        assert proc.poll() is None, f"processor exited with {proc.returncode}"
+        seen[0] = committed_total(settings)
+        return seen[0] > beyond
+
+    assert wait_for(moved, timeout=180, interval=0.2), "no progress"
+    return seen[0]
+
+
+class Record(NamedTuple):
+    key: bytes | None
+    value: bytes
+    partition: int
+    offset: int
+
+    @property
+    def alert(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.value)
+        return doc
+
+
+def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 120) -> list[Record]:
+    """Every record of `topic` from the start to its end (the last stable offset with
+    read_committed, the high watermark with read_uncommitted), without a group."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-reader-{uuid.uuid4().hex}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    records: list[Record] = []
+    tps = _partitions(consumer, topic)
+    consumer.assign([TopicPartition(topic, tp.partition, OFFSET_BEGINNING) for tp in tps])
+    at_end: set[int] = set()
+
+    def drained() -> bool:
+        for msg in consumer.consume(500, timeout=0.5):
+            err = msg.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            records.append(Record(msg.key(), msg.value(), msg.partition(), msg.offset()))
+        return len(at_end) == len(tps)
+
+    try:
+        assert wait_for(drained, timeout=timeout, interval=0), f"{topic} not read to its end"
+    finally:
+        consumer.close()
+    return records

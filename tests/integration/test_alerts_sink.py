@@ -1,0 +1,120 @@
+"""The alert sink into the real Cassandra: committed alerts only, one row per alert id,
+and replaying the whole topic into the table changes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from alerts.sink import run_sink
+from infra.process import wait_for
+from infra.settings import Settings
+from producer.kafka_sink import produce
+from producer.simulation import OutgoingMessage
+from schemas import cql as tables
+from tests.integration.alerts_helpers import (
+    alerts_settings,
+    caught_up,
+    cleanup,
+    read_all,
+    sigterm,
+    start_processor,
+)
+
+pytestmark = pytest.mark.integration
+AT = datetime(2026, 3, 2, 9, tzinfo=UTC)
+
+
+def _receipt(tid: int, price: str, amount: int, at: datetime = AT) -> OutgoingMessage:
+    doc = {
+        "happened_at": at.isoformat(),
+        "operation_id": 101,
+        "transaction_id": tid,
+        "vendor_fiscal_module": 1001,
+        "transactions": [{"title": "Sandwich", "price": price, "amount": amount}],
+    }
+    return OutgoingMessage(b"101:1001", json.dumps(doc).encode(), 0, "receipt")
+
+
+def _aborted_alert(settings: Settings) -> None:
+    """An alert-shaped record in a transaction that aborts: the sink must never see it."""
+    p = Producer({"bootstrap.servers": settings.bootstrap_servers,
+                  "transactional.id": f"test-aborter-{settings.alerts_instance_id}"})  # fmt: skip
+    p.init_transactions(30)
+    p.begin_transaction()
+    fake = {"alert_id": "aborted", "rule": "high_value", "operation_id": 1,
+            "vendor_fiscal_module": 1, "transaction_id": 1,
+            "happened_at": AT.isoformat(), "detail": {},
+            "source": {"partition": 0, "offset": 0, "timestamp_ms": 0}}  # fmt: skip
+    p.produce(settings.topic_alerts, key=b"aborted", value=json.dumps(fake).encode())
+    p.flush(30)
+    p.abort_transaction(30)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _rows(cql: Any) -> list[tuple[Any, ...]]:
+    return sorted(
+        (r.alert_id, r.rule, r.transaction_id, r.happened_at, dict(r.detail), r.payload)
+        for r in cql.execute(f"SELECT * FROM {tables.ALERTS_TABLE}")
+    )
+
+
+def test_sink_writes_committed_alerts_once_and_a_replay_changes_nothing(
+    isolated: tuple[Settings, Any], new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    base, cql = isolated
+    s = alerts_settings(base, new_topic, alerts_high_value_threshold=Decimal("30.00"))
+    produce(
+        [
+            _receipt(1, "20.00", 2),  # 40.00: high value
+            _receipt(2, "5.00", 1),
+            _receipt(3, "6.00", -2),  # a return worth 12.00
+            _receipt(1, "20.00", 1),  # a conflicting copy of receipt 1
+            _receipt(4, "5.00", 1, AT + timedelta(hours=1)),  # an hour of silence
+        ],
+        s.bootstrap_servers,
+        s.topic_transactions,
+        quiet=True,
+    )
+    _aborted_alert(s)
+    log = tmp_path / "alerts.log"
+    proc = start_processor(s, log)
+    try:
+        assert wait_for(lambda: caught_up(s), timeout=120, interval=0.5), log.read_text()
+        assert sigterm(proc) == 0, log.read_text()
+    finally:
+        cleanup(proc)
+
+    assert run_sink(s, threading.Event(), until_caught_up=True) == 4
+    rows = _rows(cql)
+    by_receipt = sorted(rows, key=lambda r: (r[2], r[1]))
+    assert [(rule, tid, detail) for _, rule, tid, _, detail, _ in by_receipt] == [
+        ("conflict", 1, {"revenue": "20.00", "first_offset": "0",
+                         "content_hash": _sha256('[1772442000000000,[["Sandwich","20.00",1]]]'),
+                         "first_content_hash": _sha256(
+                             '[1772442000000000,[["Sandwich","20.00",2]]]')}),
+        ("high_value", 1, {"revenue": "40.00", "threshold": "30.00"}),
+        ("large_return", 3, {"returned_value": "12.00", "threshold": "10.00"}),
+        ("device_silent", 4, {"silent_since": "2026-03-02T09:00:00+00:00",
+                              "store_minutes_silent": "60.0", "threshold_minutes": "30"}),
+    ]  # fmt: skip
+    committed = read_all(s.bootstrap_servers, s.topic_alerts, "read_committed")
+    assert sorted(r.value.decode() for r in committed) == sorted(p for *_, p in rows)
+    assert "aborted" not in {r[0] for r in rows}
+
+    # Replay the whole topic into the table (a new sink group starts from the beginning).
+    replay = s.model_copy(update={"alerts_sink_group_id": s.alerts_sink_group_id + "-replay"})
+    assert run_sink(replay, threading.Event(), until_caught_up=True) == 4
+    assert _rows(cql) == rows

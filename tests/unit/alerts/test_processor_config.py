@@ -1,0 +1,83 @@
+"""The processor's configuration and error classification (no Kafka)."""
+
+from __future__ import annotations
+
+from datetime import time, timedelta
+from decimal import Decimal
+
+import pytest
+from confluent_kafka import KafkaError
+
+from alerts import cli
+from alerts.processor import Fatal, classify, rules_from, transactional_id
+from alerts.rules import Rules
+from infra.settings import load_settings
+
+
+def test_defaults_and_transactional_id() -> None:
+    s = load_settings()
+    assert (s.alerts_mode, s.alerts_group_id, transactional_id(s)) == (
+        "exactly_once",
+        "pos-alerts",
+        "pos-alerts-1",
+    )
+    assert rules_from(s) == Rules(
+        Decimal("100.00"), Decimal("10.00"), timedelta(minutes=30), time(7), time(21)
+    )
+
+
+def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POS_ALERTS_INSTANCE_ID", "eu-2")
+    monkeypatch.setenv("POS_ALERTS_HIGH_VALUE_THRESHOLD", "250.5")
+    monkeypatch.setenv("POS_ALERTS_STORE_OPENS_AT", "08:30")
+    s = load_settings()
+    assert transactional_id(s) == "pos-alerts-eu-2"
+    assert rules_from(s).high_value == Decimal("250.5")
+    assert rules_from(s).store_opens == time(8, 30)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [
+        (KafkaError(KafkaError._FENCED, "fenced", fatal=True), "fenced"),
+        (KafkaError(KafkaError.PRODUCER_FENCED), "fenced"),
+        (KafkaError(KafkaError.INVALID_PRODUCER_EPOCH, fatal=True), "fenced"),
+        (KafkaError(KafkaError._FATAL, "out of order sequence", fatal=True), "fatal"),
+        (KafkaError(KafkaError._TIMED_OUT, retriable=True), "retry"),
+        (KafkaError(KafkaError._STATE, txn_requires_abort=True), "abort"),
+        (KafkaError(KafkaError._STATE), "fail"),
+    ],
+)
+def test_classify(error: KafkaError, kind: str) -> None:
+    assert classify(error) == kind
+    assert Fatal(error).fenced is (kind == "fenced")
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["run", "--help"], ["sink", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            cli.main(argv)
+        assert done.value.code == 0
+    assert "--until-caught-up" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "says"),
+    [
+        ({"POS_ALERTS_STORE_OPENS_AT": "22:00"}, ["run"], "open before they close"),
+        ({"POS_ALERTS_MODE": "twice"}, ["run"], "alerts_mode"),
+        ({}, ["run", "--transaction-max-ms", "0"], "alerts_transaction_max_ms"),
+        ({"POS_ALERTS_CRASH_POINT": "sometimes"}, ["run"], "alerts_crash_point"),
+    ],
+)
+def test_bad_configuration_exits_2_before_any_connection(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    argv: list[str],
+    says: str,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(argv) == 2
+    assert says in capsys.readouterr().err

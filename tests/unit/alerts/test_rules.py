@@ -1,0 +1,198 @@
+"""The alert rules on literal records: thresholds, resends vs conflicts, silence in
+store hours (event time), ids, and the same alerts on a replay."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from alerts.rules import (
+    Alert,
+    PartitionState,
+    Rules,
+    Source,
+    alert_id,
+    content_hash,
+    store_time_between,
+)
+from schemas.contract import Receipt, parse_message
+
+RULES = Rules(
+    high_value=Decimal("50.00"),
+    large_return=Decimal("5.00"),
+    silence=timedelta(minutes=30),
+    store_opens=time(7, 0),
+    store_closes=time(21, 0),
+)
+AT = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+ESPRESSO = {"title": "Espresso", "price": "1.90", "amount": 2}
+
+
+def msg(
+    tid: int,
+    at: datetime | str = AT,
+    items: list[dict[str, Any]] | None = None,
+    store: int = 101,
+    device: int = 1001,
+) -> bytes:
+    return json.dumps(
+        {
+            "happened_at": at if isinstance(at, str) else at.isoformat(),
+            "operation_id": store,
+            "transaction_id": tid,
+            "vendor_fiscal_module": device,
+            "transactions": items or [ESPRESSO],
+        }
+    ).encode()
+
+
+def feed(values: list[bytes | None], state: PartitionState | None = None) -> list[Alert]:
+    state = state if state is not None else PartitionState()
+    out: list[Alert] = []
+    for offset, value in enumerate(values):
+        out += state.apply(RULES, value, Source(0, offset, 1_000 + offset))
+    return out
+
+
+def summary(alerts: list[Alert]) -> list[tuple[str, int, dict[str, str]]]:
+    return [(a.rule, a.transaction_id, a.detail) for a in alerts]
+
+
+def test_high_value_above_the_threshold_only() -> None:
+    alerts = feed(
+        [
+            msg(1, items=[{"title": "Salad bowl", "price": "25.00", "amount": 2}]),  # 50.00
+            msg(2, items=[{"title": "Salad bowl", "price": "25.01", "amount": 2}]),  # 50.02
+        ]
+    )
+    assert summary(alerts) == [("high_value", 2, {"revenue": "50.02", "threshold": "50.00"})]
+
+
+def test_large_return_counts_only_the_returned_lines() -> None:
+    alerts = feed(
+        [
+            # returns worth 4.80 + 1.00 = 5.80, sold 100.00: both rules fire
+            msg(1, items=[{"title": "Tea", "price": "1.60", "amount": -3},
+                          {"title": "Bagel", "price": "1.00", "amount": -1},
+                          {"title": "Sandwich", "price": "50.00", "amount": 2}]),
+            msg(2, items=[{"title": "Tea", "price": "2.50", "amount": -2}]),  # 5.00: not beyond
+        ]
+    )  # fmt: skip
+    assert summary(alerts) == [
+        ("high_value", 1, {"revenue": "94.20", "threshold": "50.00"}),
+        ("large_return", 1, {"returned_value": "5.80", "threshold": "5.00"}),
+    ]
+
+
+def test_resends_are_silent_and_each_distinct_conflict_alerts_once() -> None:
+    first = msg(7)
+    same_content = msg(7, "2026-03-02T09:00:00+01:00", [{**ESPRESSO, "price": "1.9"}])
+    other_items = msg(7, items=[{**ESPRESSO, "amount": 3}])
+    other_time = msg(7, AT + timedelta(seconds=1))
+    alerts = feed([first, first, same_content, other_items, other_items, other_time])
+    assert [(a.rule, a.source.offset, a.detail["revenue"]) for a in alerts] == [
+        ("conflict", 3, "5.70"),
+        ("conflict", 5, "3.80"),
+    ]
+    assert alerts[0].detail["first_offset"] == "0"
+    assert alerts[0].detail["first_content_hash"] == alerts[1].detail["first_content_hash"]
+    assert len({a.alert_id for a in alerts}) == 2
+
+
+def test_a_conflicting_copy_does_not_fire_the_value_rules() -> None:
+    big = [{"title": "Sandwich", "price": "50.00", "amount": 2}]
+    alerts = feed([msg(7), msg(7, items=big)])
+    assert [a.rule for a in alerts] == ["conflict"]
+
+
+def test_content_hash_is_the_instant_and_typed_items() -> None:
+    receipt = parse_message(msg(42))
+    assert isinstance(receipt, Receipt)
+    canonical = '[1772438400000000,[["Espresso","1.90",2]]]'
+    assert content_hash(receipt) == hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_alert_ids_are_fixed_by_rule_key_and_content() -> None:
+    assert alert_id("high_value", (101, 1001, 42)) == "a5416906-9c12-524e-8972-2037f9abdf7f"
+    assert alert_id("conflict", (101, 1001, 42), "abc") == "5a97418f-94bd-5141-ab68-d3acced60405"
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "minutes"),
+    [
+        ("2026-03-02T08:00", "2026-03-02T08:45", 45),  # all within
+        ("2026-03-02T20:30", "2026-03-03T07:10", 40),  # 30 before closing, 10 after opening
+        ("2026-03-02T21:00", "2026-03-03T07:00", 0),  # the night
+        ("2026-03-01T06:00", "2026-03-03T06:00", 2 * 14 * 60),  # two whole store days
+        ("2026-03-02T09:00", "2026-03-02T08:00", 0),  # backwards
+    ],
+)
+def test_store_time_between(start: str, end: str, minutes: int) -> None:
+    t0, t1 = (datetime.fromisoformat(t).replace(tzinfo=UTC) for t in (start, end))
+    assert store_time_between(t0, t1, time(7), time(21)) == timedelta(minutes=minutes)
+
+
+def test_device_silence_counts_store_hours_in_event_time() -> None:
+    alerts = feed(
+        [
+            msg(1, AT),
+            msg(2, AT + timedelta(minutes=30)),  # exactly 30: not more
+            msg(3, AT + timedelta(minutes=61)),  # 31 minutes silent
+            msg(4, AT + timedelta(minutes=50)),  # arrives late: neither alerts nor rewinds
+            msg(5, AT + timedelta(minutes=62)),
+            msg(1, AT, store=102, device=2001),  # another device has its own clock
+            msg(6, datetime(2026, 3, 2, 20, 50, tzinfo=UTC)),
+            msg(7, datetime(2026, 3, 3, 7, 15, tzinfo=UTC)),  # 10 + 15 store minutes: quiet
+            msg(8, datetime(2026, 3, 3, 7, 46, tzinfo=UTC)),
+        ]
+    )
+    assert summary(alerts) == [
+        ("device_silent", 3, {"silent_since": "2026-03-02T08:30:00+00:00",
+                              "store_minutes_silent": "31.0", "threshold_minutes": "30"}),
+        ("device_silent", 6, {"silent_since": "2026-03-02T09:02:00+00:00",
+                              "store_minutes_silent": "708.0", "threshold_minutes": "30"}),
+        ("device_silent", 8, {"silent_since": "2026-03-03T07:15:00+00:00",
+                              "store_minutes_silent": "31.0", "threshold_minutes": "30"}),
+    ]  # fmt: skip
+
+
+def test_bad_input_is_counted_never_alerted() -> None:
+    state = PartitionState()
+    assert feed([b"{not json", None, msg(1)], state) == []
+    assert (state.records, state.invalid) == (3, 2)
+
+
+def test_a_replay_gives_the_same_alert_bytes() -> None:
+    values: list[bytes | None] = [
+        msg(1, items=[{"title": "Sandwich", "price": "60.00", "amount": 1}]),
+        msg(1, items=[ESPRESSO]),
+        msg(2, AT + timedelta(hours=2)),
+    ]
+    first, again = feed(values), feed(values)
+    assert [a.to_json() for a in first] == [a.to_json() for a in again]
+    assert [a.rule for a in first] == ["high_value", "conflict", "device_silent"]
+    assert [Alert.from_json(a.to_json()) for a in first] == first
+
+
+def test_alert_record_format() -> None:
+    [alert] = feed([msg(42, items=[{"title": "Sandwich", "price": "60.00", "amount": 1}])])
+    assert json.loads(alert.to_json()) == {
+        "alert_id": "a5416906-9c12-524e-8972-2037f9abdf7f",
+        "rule": "high_value",
+        "operation_id": 101,
+        "vendor_fiscal_module": 1001,
+        "transaction_id": 42,
+        "happened_at": "2026-03-02T08:00:00+00:00",
+        "detail": {"revenue": "60.00", "threshold": "50.00"},
+        "source": {"partition": 0, "offset": 0, "timestamp_ms": 1000},
+    }
+
+
+def test_store_hours_must_open_before_they_close() -> None:
+    with pytest.raises(ValueError, match="open before they close"):
+        Rules(Decimal(1), Decimal(1), timedelta(minutes=1), time(22), time(6))

@@ -1,0 +1,49 @@
+"""The README's CQL cookbook is the module's, and every pos-serve command has --help."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.settings import PROJECT_ROOT
+from serving import cli, cookbook
+
+
+def test_readme_shows_the_cookbook_verbatim() -> None:
+    assert cookbook.markdown() in (PROJECT_ROOT / "README.md").read_text()
+
+
+def test_each_view_has_a_recipe() -> None:
+    text = "\n".join(cookbook.statements(cookbook.EXAMPLE))
+    views = "receipts_by_store_day agg_15m_speed batch_views agg_15m_batch batch_runs"
+    for table in (*views.split(), "batch_fixes", "conflicts", "dead_letters", "speed_progress"):
+        assert f"pos.{table} WHERE" in text, table
+
+
+@pytest.mark.parametrize(
+    "command", ["windows", "days", "top", "receipts", "issues", "health", "cookbook", "http"]
+)
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli.main([command, "--help"])
+    assert done.value.code == 0
+    assert "usage: pos-serve " + command in capsys.readouterr().out
+
+
+def test_bad_input_exits_2_with_the_reason_before_any_connection(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = cli.main(["windows", "--store", "1", "--start", "2026-03-03", "--end", "2026-03-02"])
+    assert code == cli.EXIT_BAD_INPUT
+    assert "empty or inverted range" in capsys.readouterr().err
+    assert cli.main(["top", "--day", "2026-13-01"]) == cli.EXIT_BAD_INPUT
+    assert "is not a date" in capsys.readouterr().err
+
+
+def test_cookbook_command_prints_queries_for_the_configured_keyspace(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POS_CASSANDRA_KEYSPACE", "shop")
+    assert cli.main(["cookbook", "--store", "7", "--day", "2026-01-05"]) == 0
+    out = capsys.readouterr().out
+    assert "FROM shop.agg_15m_speed WHERE operation_id = 7 AND day = '2026-01-05';" in out
+    assert "```" not in out
