@@ -62,6 +62,7 @@ from confluent_kafka import (
 
 from alerts import restore
 from alerts.rules import Alert, PartitionState, Rules, Source
+from alerts.watchdog import Watchdog, restart_in_place
 from infra.settings import Settings
 
 log = logging.getLogger("pos.alerts")
@@ -75,6 +76,9 @@ _FENCED_CODES = {
     KafkaError.INVALID_PRODUCER_EPOCH,
 }
 _IDLE_POLL_S = 0.5  # how often an idle loop looks at the stop flag
+# A blocking transactional call gets its own timeout plus this before the watchdog
+# declares it hung (librdkafka#5456: send_offsets_to_transaction ignores its timeout).
+HANG_MARGIN_S = 15.0
 _MAX_BATCH = 500
 
 
@@ -124,8 +128,15 @@ def transactional_id(settings: Settings) -> str:
 class Processor:
     """One instance. `run(stop)` returns an exit code (0, EXIT_FATAL, EXIT_FENCED)."""
 
-    def __init__(self, settings: Settings, rules: Rules) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        rules: Rules,
+        restart: Callable[[str], None] = restart_in_place,
+    ) -> None:
         self.settings, self.rules = settings, rules
+        self.restart = restart  # what a hung client call leads to (alerts/watchdog.py)
+        self.stop: threading.Event | None = None
         self.exactly_once = settings.alerts_mode == "exactly_once"
         self.topic = settings.topic_transactions
         self.states: dict[int, PartitionState] = {}
@@ -143,6 +154,7 @@ class Processor:
         self.dead = False  # after a fatal error: no more writes of any kind
         self.consumer = Consumer(self._consumer_config())
         self.producer = Producer(self._producer_config())
+        self.watchdog = Watchdog(self._on_hang)
 
     # --- configuration ---------------------------------------------------------------
 
@@ -155,6 +167,11 @@ class Processor:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": s.alerts_session_timeout_ms,
+            # Static membership (KIP-345): a restarted instance (same id) takes its
+            # partitions back at once instead of waiting out its predecessor's session.
+            # The price: a stopped instance's partitions wait session.timeout.ms before
+            # they move to the others (a static member does not leave the group on close).
+            "group.instance.id": transactional_id(s),
             "log_level": 3,
         }
 
@@ -176,11 +193,12 @@ class Processor:
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> int:
+        self.stop = stop
         try:
             if self.exactly_once:
                 # Fences any predecessor with this transactional.id and aborts its open
                 # transaction before this instance reads a single offset.
-                self._call(lambda: self.producer.init_transactions(30), "init_transactions")
+                self._call(lambda: self.producer.init_transactions(30), "init_transactions", 30)
             self.consumer.subscribe(
                 [self.topic],
                 on_assign=self._guarded(self._on_assign),
@@ -211,6 +229,7 @@ class Processor:
             return EXIT_FENCED if exc.fenced else EXIT_FATAL
         finally:
             self._close()
+            self.watchdog.close()
 
     def _step(self) -> None:
         self._raise_pending()
@@ -256,7 +275,7 @@ class Processor:
 
     def _begin(self) -> None:
         if self.exactly_once:
-            self._call(self.producer.begin_transaction, "begin_transaction")
+            self._call(self.producer.begin_transaction, "begin_transaction", 30)
         self.open, self.opened_at = True, time.monotonic()
         self.batch_records = self.batch_alerts = 0
 
@@ -290,13 +309,14 @@ class Processor:
                     offsets, self.consumer.consumer_group_metadata(), 30
                 ),
                 "send_offsets_to_transaction",
+                30,
             )
-            self._call(lambda: self.producer.commit_transaction(60), "commit_transaction")
+            self._call(lambda: self.producer.commit_transaction(60), "commit_transaction", 60)
         else:
             self._flush_deliveries()
             if offsets:
                 self._call(
-                    lambda: self.consumer.commit(offsets=offsets, asynchronous=False), "commit"
+                    lambda: self.consumer.commit(offsets=offsets, asynchronous=False), "commit", 60
                 )
         for tp in offsets:
             self.synced[tp.partition] = tp.offset
@@ -326,7 +346,7 @@ class Processor:
     def _abort_and_rewind(self, why: str) -> None:
         log.warning("aborting the open transaction (%s); rewinding to the committed offsets", why)
         if self.exactly_once and self.open:
-            self._call(self.producer.abort_transaction, "abort_transaction", abortable=False)
+            self._abort()
         self.open = False
         self.totals["aborts"] += 1
         assignment = self.consumer.assignment()
@@ -334,6 +354,11 @@ class Processor:
             return
         for tp in self._restore(self.consumer.committed(assignment, timeout=60)):
             self.consumer.seek(tp)
+
+    def _abort(self) -> None:
+        self._call(
+            lambda: self.producer.abort_transaction(30), "abort_transaction", 30, abortable=False
+        )
 
     def _finish(self) -> None:
         """On stop: commit the open batch, or abort it if it cannot commit."""
@@ -344,7 +369,7 @@ class Processor:
         except Abortable as exc:
             log.warning("could not commit on stop (%s): aborting", exc)
             if self.exactly_once:
-                self._call(self.producer.abort_transaction, "abort_transaction", abortable=False)
+                self._abort()
             self.open = False
 
     def _close(self) -> None:
@@ -405,7 +430,7 @@ class Processor:
     def _drop_open_batch(self, why: str) -> None:
         log.warning("aborting the open transaction: %s", why)
         if self.exactly_once:
-            self._call(self.producer.abort_transaction, "abort_transaction", abortable=False)
+            self._abort()
         self.open = False
         self.totals["aborts"] += 1
         # Every state ran ahead of its committed offset: rebuild on the next assignment.
@@ -439,6 +464,23 @@ class Processor:
             self.failed_deliveries += 1
             log.warning("alert not delivered: %s", err)
 
+    def _on_hang(self, what: str) -> None:
+        """The watchdog's thread: `what` blocks past its timeout. The main thread is stuck
+        in C and the producer's transaction state machine with it; nothing in this process
+        can end the transaction. Restart the instance in place: the restarted producer
+        fences this epoch and aborts the open transaction, exactly like after a kill -9."""
+        why = (
+            f"{what} blocked past its timeout + {HANG_MARGIN_S:.0f} s (librdkafka#5456: "
+            "coordinator requests ignore their timeout after the coordinator went away)"
+        )
+        if self.stop is not None and self.stop.is_set():
+            # Asked to stop: do not start over. The broker aborts the open transaction
+            # after transaction.timeout.ms (or the next instance with this id does).
+            log.error("%s; stop requested: exiting without commit", why)
+            logging.shutdown()
+            os._exit(EXIT_FATAL)
+        self.restart(why)
+
     def _raise_pending(self) -> None:
         if self.background_fatal is not None:
             raise Fatal(self.background_fatal)
@@ -457,14 +499,17 @@ class Processor:
             raise Abortable(str(err))
         raise KafkaException(err)
 
-    def _call(self, fn: Callable[[], T], what: str, abortable: bool = True) -> T:
-        """Run a transactional call, retrying retriable errors until the transaction would
-        time out anyway. Raises Fatal, or Abortable (if `abortable`; else Fatal)."""
+    def _call(self, fn: Callable[[], T], what: str, timeout_s: float, abortable: bool = True) -> T:
+        """Run a transactional call (given `timeout_s`), retrying retriable errors until the
+        transaction would time out anyway. Raises Fatal, or Abortable (if `abortable`;
+        else Fatal). A call still blocked `HANG_MARGIN_S` after its own timeout is hung:
+        the watchdog restarts the instance (`_on_hang`)."""
         deadline = time.monotonic() + self.settings.alerts_transaction_timeout_ms / 1000
         delay = 0.1
         while True:
             try:
-                return fn()
+                with self.watchdog.guard(what, timeout_s + HANG_MARGIN_S):
+                    return fn()
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 kind = classify(err)
