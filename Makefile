@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo bench screenshots lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo bench screenshots screenshots-dashboard lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -98,13 +98,18 @@ bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer 
 	$(PY) bench/batch_recompute.py
 	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
 	$(PY) bench/alerts_eos.py  # alerts: exactly once vs at least once, 10 ms / 100 ms / 1 s
-	@command -v wrk >/dev/null || apt-get install -y wrk  # the HTTP load tool (Debian)
+	@bash infra/system-deps.sh wrk  # the HTTP load tool (Debian's)
 	$(PY) bench/serving_latency.py
 
 screenshots: setup ## log in to the running Airflow UI in headless Chromium, trigger pos_batch, keep screenshots in docs/
 	@bash infra/system-deps.sh chromium
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
 	$(PY) docs/capture_airflow.py --out docs
+
+screenshots-dashboard: up ## seed a day through the real layers (own keyspace), check the dashboard in headless Chromium, keep docs/dashboard.png
+	@bash infra/system-deps.sh chromium
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
+	$(PY) docs/capture_dashboard.py --seed --out docs/dashboard.png
 
 .PHONY: serve
 serve: setup ## start the HTTP API and dashboard on 127.0.0.1 (POS_SERVE_PORT, 8000); prints its address

@@ -36,6 +36,7 @@ from decimal import Decimal
 from typing import Any
 
 from infra import schema_apply
+from infra.process import wait_for
 from infra.settings import Settings, load_settings
 from schemas import cql
 from serving import Serving
@@ -150,16 +151,19 @@ def start_server(settings: Settings) -> subprocess.Popen[bytes]:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     url = f"http://{settings.bind_host}:{settings.serve_port}/openapi.json"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         if proc.poll() is not None:
             err = proc.stderr.read().decode() if proc.stderr else ""
             raise SystemExit(f"pos-serve http exited: {err[-2000:]}")
         try:
             with urllib.request.urlopen(url, timeout=1):
-                return proc
+                return True
         except OSError:
-            time.sleep(0.2)  # polling a condition: the server answers
+            return False
+
+    if wait_for(answers, timeout=60, interval=0.2):
+        return proc
     proc.terminate()
     raise SystemExit("pos-serve http did not answer within 60 s")
 
@@ -180,7 +184,7 @@ def main() -> None:
     parser.add_argument("--stores", type=int, default=20)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
-        raise SystemExit("wrk not found: apt-get install -y wrk (make bench does it)")
+        raise SystemExit("wrk not found: bash infra/system-deps.sh wrk (make bench does it)")
     settings = load_settings().model_copy(
         update={"cassandra_keyspace": f"bench_serve_{uuid.uuid4().hex[:8]}"}
     )

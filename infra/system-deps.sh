@@ -19,10 +19,14 @@ done
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
-if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+# As root, apt-get directly; otherwise through sudo when there is one (it may ask for
+# the password); without either, say what to install.
+as_root=()
+[ "$(id -u)" = 0 ] || as_root=(sudo)
+if command -v apt-get >/dev/null 2>&1 && { [ ${#as_root[@]} -eq 0 ] || command -v sudo >/dev/null 2>&1; }; then
   echo "system-deps: installing ${need[*]} ..." >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  ${as_root[@]+"${as_root[@]}"} apt-get update -qq
+  ${as_root[@]+"${as_root[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 else
   echo "system-deps: missing ${need[*]}; install them (as root: apt-get install ${need[*]})" >&2
   exit 1

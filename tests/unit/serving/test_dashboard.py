@@ -98,6 +98,10 @@ def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     assert "Store 101 · 2026-03-02 (UTC)" in html
     assert len(re.findall(r'<rect [^>]*height="[^"]*" fill="#', html)) == 2 * 96
     assert 'stroke-dasharray="6 4"' in html and "batch horizon 2026-03-02 14:00 UTC" in html
+    # The hooks docs/capture_dashboard.py checks in the browser: bars by source, the seam.
+    sources = re.findall(r'<rect class="bar" data-source="(\w+)"', html)
+    assert sources == ["batch"] * 56 + ["speed"] * 40
+    assert len(re.findall(r'<line class="horizon" x1="560.0"', html)) == 1
     assert "<td>30.00</td>" in html and "invalid_json 2" in html
     assert "pos-speed-views" in html and "committed" in html
     # Nothing to run or fetch: no scripts, no external stylesheets, fonts or images.

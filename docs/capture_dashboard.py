@@ -1,0 +1,217 @@
+"""Open the serving dashboard as a new user would, check what it draws, keep a screenshot.
+
+    python docs/capture_dashboard.py --seed          # what `make screenshots-dashboard` runs
+    python docs/capture_dashboard.py --url http://127.0.0.1:8000 [--store 101] [--day 2026-03-02]
+
+Headless Chromium (Debian's `chromium`) driven by Playwright (`pip install -e .[docs]`)
+opens `/dashboard?store=&day=` and checks the inline SVG: 96 fifteen-minute bars, some
+drawn from the batch and some from the speed view, and the dashed horizon line with its
+label; then saves `docs/dashboard.png`. Exits 1 if the page lacks any of them.
+
+`--seed` first writes a day of data through the real layers into their own keyspace
+(`pos_dashboard`), topic (`pos.dashboard.<timestamp>`) and data dir
+(`$POS_STATE_DIR/dashboard`), so nothing else is touched, then serves it with
+`pos-serve http` on a free port and stops that server at the end:
+
+1. `pos-producer simulate` 22,000 receipts of 20 stores from 2026-03-02 00:00 UTC (about
+   one day of simulated traffic) with resends, late receipts and malformed messages;
+2. `pos-speed run --available-now`: the speed views and the master dataset;
+3. `pos-batch run --start 2026-03-02T00:00Z --end 2026-03-02T13:00Z`: the batch
+   horizon at 13:00, so the day shows batch bars before it and speed bars after it.
+
+Without `--seed` it opens the server at `--url` (a running `pos-serve http`; the
+store defaults to the day's top store, the day to the horizon's).
+Needs Kafka and Cassandra (`make up`); `--seed` runs two Spark jobs (a few minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from infra.process import wait_for
+from infra.settings import Settings, load_settings
+
+CHROMIUM = "/usr/bin/chromium"
+BIN = Path(sys.executable).parent
+DAY = "2026-03-02"
+BATCH_END = f"{DAY}T13:00:00Z"
+KEYSPACE = "pos_dashboard"
+TOPIC_PREFIX = "pos.dashboard."
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    return dict(
+        os.environ,
+        POS_CASSANDRA_KEYSPACE=settings.cassandra_keyspace,
+        POS_TOPIC_TRANSACTIONS=settings.topic_transactions,
+        POS_DATA_DIR=str(settings.data_dir),
+    )
+
+
+def _run(settings: Settings, *argv: str) -> None:
+    print("+", " ".join(argv), flush=True)
+    subprocess.run([str(BIN / argv[0]), *argv[1:]], env=_env(settings), check=True)
+
+
+def seed(base: Settings) -> Settings:
+    """A fresh keyspace, topic and data dir holding one day written by the real layers."""
+    from cassandra.cluster import Cluster
+    from confluent_kafka.admin import AdminClient
+
+    from infra import kafka_admin, schema_apply
+
+    settings = base.model_copy(
+        update={
+            "cassandra_keyspace": KEYSPACE,
+            "topic_transactions": f"{TOPIC_PREFIX}{time.strftime('%Y%m%d%H%M%S')}",
+            "data_dir": base.state_dir / "dashboard",
+        }
+    )
+    # Start from nothing: the previous seed's keyspace, data dir (checkpoints, master
+    # dataset) and topics go; a fresh topic name avoids waiting for a deletion.
+    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    try:
+        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=120)
+    finally:
+        cluster.shutdown()
+    shutil.rmtree(settings.data_dir, ignore_errors=True)
+    old = [
+        t
+        for t in kafka_admin.existing_topics(settings.bootstrap_servers)
+        if t.startswith(TOPIC_PREFIX)
+    ]
+    if old:
+        admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+        for future in admin.delete_topics(old, operation_timeout=30).values():  # type: ignore[attr-defined]
+            future.result()
+    schema_apply.apply_cql(settings)
+    schema_apply.create_topics(settings, {settings.topic_transactions: settings.topic_partitions})
+
+    _run(
+        settings,
+        "pos-producer", "simulate", "--count", "22000", "--seed", "7", "--stores", "20",
+        "--start", f"{DAY}T00:00:00+00:00", "--ledger", str(settings.data_dir / "ledger"),
+        "--resend-rate", "0.006", "--late-rate", "0.02", "--late-max-delay", "7200",
+        "--malformed-rate", "0.002", "--quiet",
+    )  # fmt: skip
+    _run(settings, "pos-speed", "run", "--available-now")
+    _run(settings, "pos-batch", "run", "--start", f"{DAY}T00:00:00Z", "--end", BATCH_END)
+    return settings
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/openapi.json", timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def start_server(settings: Settings) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port(settings.bind_host)
+    url = f"http://{settings.bind_host}:{port}"
+    proc = subprocess.Popen(
+        [str(BIN / "pos-serve"), "http", "--port", str(port)], env=_env(settings)
+    )
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise SystemExit(f"pos-serve http exited with {proc.returncode}")
+        return _answers(url)
+
+    if not wait_for(up, timeout=60, interval=0.2):
+        proc.terminate()
+        raise SystemExit(f"pos-serve http did not answer at {url} within 60 s")
+    return proc, url
+
+
+def capture(url: str, store: str | None, day: str | None, out: Path) -> list[str]:
+    """Screenshot the page; returns what is missing from it (empty: all drawn)."""
+    from playwright.sync_api import sync_playwright
+
+    query = "&".join(f"{k}={v}" for k, v in (("store", store), ("day", day)) if v)
+    page_url = f"{url}/dashboard" + (f"?{query}" if query else "")
+    problems = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1180, "height": 800})
+        response = page.goto(page_url)
+        if response is None or response.status != 200:
+            problems.append(f"{page_url} answered {response.status if response else 'nothing'}")
+        chart = page.locator("svg#day-chart")
+        bars = chart.locator("rect.bar")
+
+        def drawn(source: str) -> int:  # bars of that source with a visible height
+            heights = bars.evaluate_all(
+                "(rs, s) => rs.filter(r => r.dataset.source === s).map(r => r.getBBox().height)",
+                source,
+            )
+            return sum(1 for h in heights if h > 0)
+
+        n, batch, speed = bars.count(), drawn("batch"), drawn("speed")
+        horizon = chart.locator("line.horizon")
+        label = chart.locator("text.horizon-label")
+        print(
+            f"{page.title()}: {n} bars, {batch} batch and {speed} speed with revenue; "
+            f"horizon line {horizon.count()}, label {label.all_inner_texts()}"
+        )
+        if n != 96:
+            problems.append(f"{n} bars, not 96")
+        if not batch or not speed:
+            problems.append(f"bars with revenue: {batch} batch, {speed} speed (want both)")
+        if horizon.count() != 1 or label.count() != 1:
+            problems.append("no horizon line with its label")
+        else:
+            box = horizon.bounding_box()
+            if box is None or box["height"] < 100:
+                problems.append(f"the horizon line is not drawn across the plot: {box}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out), full_page=True)
+        browser.close()
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", action="store_true", help="write a day through the layers")
+    parser.add_argument("--url", help="a running pos-serve http (default: start one)")
+    parser.add_argument("--store", help="store to show (default: the day's top store)")
+    parser.add_argument("--day", help="UTC day YYYY-MM-DD (default: the horizon's)")
+    parser.add_argument("--out", type=Path, default=Path("docs/dashboard.png"))
+    args = parser.parse_args()
+    settings = load_settings()
+    if args.seed:
+        settings = seed(settings)
+        args.day = args.day or DAY
+    server = None
+    url = args.url
+    try:
+        if url is None:
+            server, url = start_server(settings)
+        problems = capture(url.rstrip("/"), args.store, args.day, args.out)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+    for p in problems:
+        print(f"dashboard: {p}", file=sys.stderr)
+    print(f"saved {args.out}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
