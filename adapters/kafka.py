@@ -17,7 +17,8 @@ def read_transactions(spark: SparkSession, settings: Settings) -> DataFrame:
     """A streaming DataFrame of raw Kafka records (key, value, topic, partition, ...)."""
     return (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+        # Bootstrap servers and, if configured, the SASL login and TLS trust.
+        .options(**settings.spark_kafka_options)
         .option("subscribe", settings.topic_transactions)
         # Aborted transactional writes (e.g. from a replaying upstream) never count.
         .option("kafka.isolation.level", "read_committed")

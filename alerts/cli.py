@@ -134,13 +134,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sink":
             from alerts.sink import run_sink
 
-            kafka_admin.require_topic(settings.bootstrap_servers, settings.topic_alerts)
+            kafka_admin.require_topic(
+                settings.bootstrap_servers,
+                settings.topic_alerts,
+                security=settings.kafka_security_config,
+            )
             run_sink(settings, stop, until_caught_up=args.until_caught_up)
             return 0
         from alerts.processor import Processor
 
         for topic in (settings.topic_transactions, settings.topic_alerts):
-            kafka_admin.require_topic(settings.bootstrap_servers, topic)
+            kafka_admin.require_topic(
+                settings.bootstrap_servers, topic, security=settings.kafka_security_config
+            )
         return Processor(settings, rules).run(stop)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -161,6 +161,7 @@ class Processor:
     def _consumer_config(self) -> dict[str, Any]:
         s = self.settings
         return {
+            **s.kafka_security_config,
             "bootstrap.servers": s.bootstrap_servers,
             "group.id": s.alerts_group_id,
             "isolation.level": "read_committed",
@@ -178,6 +179,7 @@ class Processor:
     def _producer_config(self) -> dict[str, Any]:
         s = self.settings
         config: dict[str, Any] = {
+            **s.kafka_security_config,
             "bootstrap.servers": s.bootstrap_servers,
             "enable.idempotence": True,
             "acks": "all",
@@ -392,7 +394,12 @@ class Processor:
             if tp.partition not in self.states or self.synced.get(tp.partition) != offset:
                 t0 = time.monotonic()
                 self.states[tp.partition] = restore.rebuild(
-                    self.settings.bootstrap_servers, self.topic, tp.partition, offset, self.rules
+                    self.settings.bootstrap_servers,
+                    self.topic,
+                    tp.partition,
+                    offset,
+                    self.rules,
+                    security=self.settings.kafka_security_config,
                 )
                 self.synced[tp.partition] = offset
                 log.info(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -28,6 +29,7 @@ def rebuild(
     until: int,
     rules: Rules,
     timeout_s: float = 120.0,
+    security: Mapping[str, str] | None = None,
 ) -> PartitionState:
     """The state after applying every record of `topic`/`partition` with offset < `until`.
 
@@ -38,6 +40,7 @@ def rebuild(
         return state
     consumer = Consumer(
         {
+            **(security or {}),  # Settings.kafka_security_config: SASL login, TLS
             "bootstrap.servers": bootstrap,
             # Required by the client, never used: assign() only, no commits.
             "group.id": f"pos-alerts-restore-{uuid.uuid4().hex}",

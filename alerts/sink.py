@@ -59,10 +59,12 @@ def row(alert: Alert, payload: bytes) -> tuple[Any, ...]:
 def run_sink(settings: Settings, stop: threading.Event, until_caught_up: bool = False) -> int:
     """Copy committed alerts into Cassandra until `stop` (or, with `until_caught_up`, until
     every assigned partition is read to its last stable offset). Returns rows written."""
-    from cassandra.cluster import Cluster, NoHostAvailable
+    from cassandra.cluster import NoHostAvailable
     from cassandra.concurrent import execute_concurrent_with_args
 
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    from infra import cassandra_client
+
+    cluster = cassandra_client.cluster(settings, writes=True)
     try:
         session = cluster.connect(settings.cassandra_keyspace)
     except NoHostAvailable as exc:
@@ -73,6 +75,7 @@ def run_sink(settings: Settings, stop: threading.Event, until_caught_up: bool = 
     )
     consumer = Consumer(
         {
+            **settings.kafka_security_config,
             "bootstrap.servers": settings.bootstrap_servers,
             "group.id": settings.alerts_sink_group_id,
             "isolation.level": "read_committed",

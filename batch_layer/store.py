@@ -29,9 +29,9 @@ class DayCommit:
 
 class BatchStore:
     def __init__(self, settings: Settings) -> None:
-        from cassandra.cluster import Cluster
+        from infra import cassandra_client
 
-        self._cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+        self._cluster = cassandra_client.cluster(settings, writes=True)
         self.session: Any = self._cluster.connect(settings.cassandra_keyspace)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ import time
 
 from infra import airflow_service, cassandra_service, jars, kafka_service, schema_apply
 from infra.process import ServiceError
-from infra.settings import Settings, load_settings
+from infra.settings import Settings, is_loopback, load_settings
 
 SERVICES = {"kafka": kafka_service, "cassandra": cassandra_service}
 
@@ -38,6 +38,14 @@ def cmd_jars(settings: Settings, _: argparse.Namespace) -> int:
 
 
 def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    if not is_loopback(settings.bind_host):
+        # The local runtime runs Kafka (PLAINTEXT) and Cassandra (AllowAllAuthenticator)
+        # without any login: never where another machine can reach them.
+        raise ServiceError(
+            f"the local Kafka and Cassandra have no authentication, so they bind loopback "
+            f"only (POS_BIND_HOST is {settings.bind_host!r}); for a shared host use the "
+            "compose stack (docs/deploy.md) or your own secured clusters"
+        )
     t0 = time.monotonic()
     jars.fetch(settings)
     for name in args.only or SERVICES:

@@ -6,23 +6,28 @@ with a message that says what to do when Kafka is unreachable or a topic is miss
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from infra.process import ServiceError
 
 MISSING_TOPIC_HINT = "create it with `make topics` (or `pos-infra topics`)"
 
 
-def _admin(bootstrap: str) -> object:
+def _admin(bootstrap: str, security: Mapping[str, str] | None = None) -> object:
     from confluent_kafka.admin import AdminClient
 
     # log_level 2: librdkafka's own connection-refused lines would bury our message.
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    # `security`: Settings.kafka_security_config (SASL login, TLS), if any.
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, **(security or {})})
 
 
-def existing_topics(bootstrap: str, timeout_s: float = 10.0) -> set[str]:
+def existing_topics(
+    bootstrap: str, timeout_s: float = 10.0, security: Mapping[str, str] | None = None
+) -> set[str]:
     from confluent_kafka import KafkaException
 
     try:
-        return set(_admin(bootstrap).list_topics(timeout=timeout_s).topics)  # type: ignore[attr-defined]
+        return set(_admin(bootstrap, security).list_topics(timeout=timeout_s).topics)  # type: ignore[attr-defined]
     except KafkaException as exc:
         raise ServiceError(
             f"cannot reach Kafka at {bootstrap}: is it running? try `make up` ({exc})"
@@ -30,7 +35,10 @@ def existing_topics(bootstrap: str, timeout_s: float = 10.0) -> set[str]:
 
 
 def create_topics(
-    bootstrap: str, topics: dict[str, int], replication_factor: int = -1
+    bootstrap: str,
+    topics: dict[str, int],
+    replication_factor: int = -1,
+    security: Mapping[str, str] | None = None,
 ) -> list[str]:
     """Create the missing ones of `topics` (name -> partitions); returns those created.
 
@@ -39,7 +47,7 @@ def create_topics(
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-    existing = existing_topics(bootstrap)
+    existing = existing_topics(bootstrap, security=security)
     new = [
         NewTopic(t, num_partitions=n, replication_factor=replication_factor)
         for t, n in topics.items()
@@ -47,7 +55,7 @@ def create_topics(
     ]
     if not new:
         return []
-    admin = _admin(bootstrap)  # keep the client alive until the futures resolve
+    admin = _admin(bootstrap, security)  # keep the client alive until the futures resolve
     futures = admin.create_topics(new, operation_timeout=30)  # type: ignore[attr-defined]
     created = []
     for topic, future in futures.items():
@@ -67,10 +75,11 @@ def require_topic(
     replication_factor: int = -1,
     timeout_s: float = 10.0,
     hint: str = MISSING_TOPIC_HINT,
+    security: Mapping[str, str] | None = None,
 ) -> None:
     """Return if `topic` exists (or was created with `create_partitions`), else say why."""
-    if topic in existing_topics(bootstrap, timeout_s):
+    if topic in existing_topics(bootstrap, timeout_s, security):
         return
     if create_partitions is None:
         raise ServiceError(f"topic '{topic}' does not exist on {bootstrap}: {hint}")
-    create_topics(bootstrap, {topic: create_partitions}, replication_factor)
+    create_topics(bootstrap, {topic: create_partitions}, replication_factor, security)

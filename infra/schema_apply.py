@@ -85,12 +85,13 @@ def apply_cql(settings: Settings, keyspace: str | None = None) -> int:
     """Create the keyspace, types and tables, and add the columns that tables created by
     an older version lack (CREATE ... IF NOT EXISTS leaves an existing table as it is);
     returns the number of statements run."""
-    from cassandra.cluster import Cluster, NoHostAvailable
+    from cassandra.cluster import NoHostAvailable
 
+    from infra import cassandra_client
     from schemas import cql
 
     ks = keyspace or settings.cassandra_keyspace
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    cluster = cassandra_client.cluster(settings, writes=True)
     try:
         session = cluster.connect()
     except NoHostAvailable as exc:
@@ -131,5 +132,8 @@ def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> l
 
     wanted = topics if topics is not None else pipeline_topics(settings)
     return kafka_admin.create_topics(
-        settings.bootstrap_servers, wanted, settings.topic_replication_factor
+        settings.bootstrap_servers,
+        wanted,
+        settings.topic_replication_factor,
+        settings.kafka_security_config,
     )

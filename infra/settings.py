@@ -9,16 +9,33 @@ effective configuration.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from datetime import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# Consistency levels a client may ask for (names of cassandra.ConsistencyLevel and of
+# the Spark Cassandra Connector's *.consistency.level settings).
+Consistency = Literal[
+    "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"
+]
+
+
+def is_loopback(host: str) -> bool:
+    """True for names and addresses that only this machine can reach."""
+    if host.lower() in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class Settings(BaseSettings):
@@ -39,7 +56,11 @@ class Settings(BaseSettings):
         default=None,
         description="JDK 17 home; found automatically when unset (Cassandra needs 17).",
     )
-    bind_host: str = Field(default="127.0.0.1", description="Local services bind here only.")
+    bind_host: str = Field(
+        default="127.0.0.1",
+        description="Local services bind here only. Anything but a loopback address needs "
+        "Cassandra and Kafka authentication configured (see _exposed_needs_auth).",
+    )
 
     # --- Kafka ---------------------------------------------------------------
     kafka_port: int = Field(default=9092, ge=1, le=65535)
@@ -54,6 +75,17 @@ class Settings(BaseSettings):
     topic_alerts: str = "pos.alerts"
     topic_partitions: int = Field(default=4, ge=1, description="Partitions of new topics.")
     topic_replication_factor: int = Field(default=1, ge=1, description="3 on a real cluster.")
+    kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="How every client talks to Kafka; SASL_* sends the SASL login below "
+        "(SASL_SSL on any network you do not own).",
+    )
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: SecretStr = SecretStr("")
+    kafka_ssl_ca_location: str = Field(
+        default="", description="CA bundle (PEM) that signed the brokers' certificates (SASL_SSL)."
+    )
 
     # --- Cassandra -----------------------------------------------------------
     cassandra_port: int = Field(default=9042, ge=1, le=65535)
@@ -65,6 +97,19 @@ class Settings(BaseSettings):
     )
     cassandra_keyspace: str = Field(default="pos", pattern=r"^[a-z][a-z0-9_]{0,47}$")
     cassandra_replication_factor: int = Field(default=1, ge=1)
+    cassandra_username: str = Field(
+        default="", description="Role for PasswordAuthenticator; empty: no login is sent."
+    )
+    cassandra_password: SecretStr = SecretStr("")
+    cassandra_read_consistency: Consistency = Field(
+        default="LOCAL_QUORUM",
+        description="Every read (Spark connector and driver sessions). The speed layer reads "
+        "back what its previous micro-batch wrote: read + write levels must overlap "
+        "(LOCAL_QUORUM + LOCAL_QUORUM) on a replicated keyspace. On one node any level is 1.",
+    )
+    cassandra_write_consistency: Consistency = Field(
+        default="LOCAL_QUORUM", description="Every write (Spark connector and driver sessions)."
+    )
     cassandra_heap: str = Field(default="1G", description="Local Cassandra JVM heap.")
     cassandra_concurrent_writes: int = Field(
         default=32, ge=1, description="Concurrent write batches per Spark task (connector)."
@@ -261,6 +306,79 @@ class Settings(BaseSettings):
     alerts_crash_at_transaction: int = Field(
         default=1, ge=1, description="Testing only: see alerts_crash_point."
     )
+
+    @model_validator(mode="after")
+    def _exposed_needs_auth(self) -> Settings:
+        """Refuse a bind_host other machines can reach unless clients authenticate."""
+        if is_loopback(self.bind_host):
+            return self
+        missing = []
+        if not (self.cassandra_username and self.cassandra_password.get_secret_value()):
+            missing.append("POS_CASSANDRA_USERNAME and POS_CASSANDRA_PASSWORD")
+        if not self.kafka_sasl:
+            missing.append(
+                "POS_KAFKA_SECURITY_PROTOCOL=SASL_SSL (or SASL_PLAINTEXT) with "
+                "POS_KAFKA_SASL_USERNAME and POS_KAFKA_SASL_PASSWORD"
+            )
+        if missing:
+            raise ValueError(
+                f"bind_host {self.bind_host!r} is not a loopback address, so what this process "
+                "serves is reachable from other machines; it refuses to start without "
+                f"authentication: set {'; '.join(missing)} (docs/deploy.md, Security), or keep "
+                "POS_BIND_HOST=127.0.0.1"
+            )
+        return self
+
+    @property
+    def kafka_sasl(self) -> bool:
+        return (
+            self.kafka_security_protocol.startswith("SASL_")
+            and bool(self.kafka_sasl_username)
+            and bool(self.kafka_sasl_password.get_secret_value())
+        )
+
+    @property
+    def kafka_security_config(self) -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings every client adds to its own."""
+        conf = {"security.protocol": self.kafka_security_protocol.lower()}
+        if self.kafka_security_protocol.startswith("SASL_"):
+            conf |= {
+                "sasl.mechanisms": self.kafka_sasl_mechanism,
+                "sasl.username": self.kafka_sasl_username,
+                "sasl.password": self.kafka_sasl_password.get_secret_value(),
+            }
+        if self.kafka_ssl_ca_location:
+            conf["ssl.ca.location"] = self.kafka_ssl_ca_location
+        return conf
+
+    @property
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source and sink (the Java client, `kafka.` prefixed)."""
+        opts = {
+            "kafka.bootstrap.servers": self.bootstrap_servers,
+            "kafka.security.protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_security_protocol.startswith("SASL_"):
+            module = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule"
+                if self.kafka_sasl_mechanism == "PLAIN"
+                else "org.apache.kafka.common.security.scram.ScramLoginModule"
+            )
+            # JAAS values are quoted strings; json.dumps escapes quotes and backslashes.
+            login = (
+                f"username={json.dumps(self.kafka_sasl_username)} "
+                f"password={json.dumps(self.kafka_sasl_password.get_secret_value())}"
+            )
+            opts |= {
+                "kafka.sasl.mechanism": self.kafka_sasl_mechanism,
+                "kafka.sasl.jaas.config": f"{module} required {login};",
+            }
+        if self.kafka_ssl_ca_location:
+            opts |= {
+                "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.truststore.location": self.kafka_ssl_ca_location,
+            }
+        return opts
 
     @property
     def checkpoint_dir(self) -> Path:

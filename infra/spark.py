@@ -66,9 +66,19 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # idle on a backlog; batches stay under Cassandra's 5 KiB batch warning.
         "spark.cassandra.output.concurrent.writes": str(settings.cassandra_concurrent_writes),
         "spark.cassandra.output.batch.size.bytes": "4096",
+        # Settings, not code: with RF 3 the speed layer's read-back of the previous
+        # micro-batch is exact only when read + write levels overlap (LOCAL_QUORUM twice).
+        "spark.cassandra.input.consistency.level": settings.cassandra_read_consistency,
+        "spark.cassandra.output.consistency.level": settings.cassandra_write_consistency,
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
     }
+    if settings.cassandra_username:
+        # Spark redacts *password* keys in its UI and logs (spark.redaction.regex).
+        conf |= {
+            "spark.cassandra.auth.username": settings.cassandra_username,
+            "spark.cassandra.auth.password": settings.cassandra_password.get_secret_value(),
+        }
     if settings.spark_master.startswith("local"):
         # One machine: keep the driver on loopback and the UI off.
         conf |= {

@@ -212,6 +212,7 @@ def _check(args: argparse.Namespace, settings: Settings) -> None:
         settings.topic_transactions,
         settings.topic_partitions if args.create_topic else None,
         settings.topic_replication_factor,
+        security=settings.kafka_security_config,
     )
 
 
@@ -231,6 +232,7 @@ def _send(
         rate=args.rate,
         total=total,
         quiet=args.quiet,
+        security=settings.kafka_security_config,
     )
     took = time.monotonic() - t0
     print(

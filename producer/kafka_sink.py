@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +42,11 @@ class DeliveryStats:
     seconds: float = 0.0  # creating the client (or the call) to the end of the flush
 
 
-def producer_config(bootstrap: str, idempotence: bool = True) -> dict[str, Any]:
+def producer_config(
+    bootstrap: str, idempotence: bool = True, security: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     return {
+        **(security or {}),  # Settings.kafka_security_config: SASL login, TLS
         "bootstrap.servers": bootstrap,
         # PID + sequence numbers: a retried batch is written once, in order.
         "enable.idempotence": idempotence,
@@ -60,6 +63,7 @@ def check_topic(
     create_partitions: int | None = None,
     replication_factor: int = -1,
     timeout_s: float = 10.0,
+    security: Mapping[str, str] | None = None,
 ) -> None:
     """Fail with a clear message unless Kafka answers and `topic` exists (or is created).
 
@@ -68,7 +72,7 @@ def check_topic(
     try:
         kafka_admin.require_topic(
             bootstrap, topic, create_partitions, replication_factor, timeout_s,
-            hint="create it with `make topics` or pass --create-topic",
+            hint="create it with `make topics` or pass --create-topic", security=security,
         )  # fmt: skip
     except ServiceError as exc:
         raise ProducerError(str(exc)) from exc
@@ -85,6 +89,7 @@ def produce(
     quiet: bool = False,
     flush_timeout_s: float = 60.0,
     producer: Producer | None = None,
+    security: Mapping[str, str] | None = None,
 ) -> DeliveryStats:
     """Send messages in order at up to `rate` per second (0 = unlimited); flush; report.
 
@@ -96,7 +101,7 @@ def produce(
     stats = DeliveryStats()
     started = last_report = time.monotonic()
     if producer is None:
-        producer = Producer(producer_config(bootstrap, idempotence))
+        producer = Producer(producer_config(bootstrap, idempotence, security))
 
     def on_delivery(err: KafkaError | None, _msg: object) -> None:
         if err is None:

@@ -153,19 +153,14 @@ class Views:
         with self._lock:
             if self._session is not None:
                 return self._session
-            from cassandra.cluster import Cluster
+            from infra import cassandra_client
 
             s = self._settings
-            cluster = Cluster(
-                s.cassandra_contact_points,
-                port=s.cassandra_port,
-                connect_timeout=s.serve_timeout_seconds,
-                control_connection_timeout=s.serve_timeout_seconds,
-            )
+            # Login, read consistency level and timeouts (connect and request) from settings.
+            cluster = cassandra_client.cluster(s, timeout=s.serve_timeout_seconds)
             try:
                 with self._errors():
                     session = cluster.connect(s.cassandra_keyspace)
-                    session.default_timeout = s.serve_timeout_seconds
                     self._prepared = {k: session.prepare(v) for k, v in STATEMENTS.items()}
             except BaseException:
                 cluster.shutdown()

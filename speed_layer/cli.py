@@ -45,9 +45,9 @@ log = logging.getLogger("pos.speed")
 
 def _progress_writer(settings: Settings) -> tuple[Any, Any]:
     """A cassandra-driver upsert into speed_progress (and the cluster to close)."""
-    from cassandra.cluster import Cluster
+    from infra import cassandra_client
 
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    cluster = cassandra_client.cluster(settings, writes=True)
     session = cluster.connect(settings.cassandra_keyspace)
     cols = (
         "query_name",
@@ -88,7 +88,11 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     from speed_layer.progress import ProgressRecorder, first_line
 
     # Spark would fail later with a Java stack trace; say what to do instead.
-    kafka_admin.require_topic(settings.bootstrap_servers, settings.topic_transactions)
+    kafka_admin.require_topic(
+        settings.bootstrap_servers,
+        settings.topic_transactions,
+        security=settings.kafka_security_config,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -185,9 +189,11 @@ def _mtime(path: Path) -> float:
 
 
 def status(settings: Settings, as_json: bool) -> int:
-    from cassandra.cluster import Cluster, NoHostAvailable
+    from cassandra.cluster import NoHostAvailable
 
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    from infra import cassandra_client
+
+    cluster = cassandra_client.cluster(settings)
     try:
         session = cluster.connect(settings.cassandra_keyspace)
     except NoHostAvailable as exc:

@@ -20,10 +20,10 @@ def main() -> None:
     )
     parser.add_argument("--limit", type=int, default=10, help="windows to show")
     args = parser.parse_args()
-    from cassandra.cluster import Cluster
+    from infra import cassandra_client
 
     settings = load_settings()
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    cluster = cassandra_client.cluster(settings)
     session = cluster.connect(settings.cassandra_keyspace)
     try:
         aggs = list(session.execute(f"SELECT * FROM {cql.AGG_SPEED_TABLE}"))
