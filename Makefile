@@ -15,7 +15,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(INSTALLED): pyproject.toml constraints.txt
-	@bash infra/system-deps.sh
+	@bash infra/system-deps.sh docker-compose  # + Compose, to validate compose.yaml (tests/unit/deploy)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,airflow]'

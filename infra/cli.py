@@ -6,6 +6,7 @@ apply the schema and create topics.
     pos-infra down          # stop both; no process is left behind
     pos-infra jars | schema | topics
     pos-infra airflow up|down|status|env   # local Airflow 3 (not part of `up`)
+    pos-infra cassandra-role [--role pos]  # a secured cluster: the pipeline's role
 
 Every subcommand has --help. Configuration: POS_* environment variables
 (`python -m infra.settings` prints them).
@@ -14,6 +15,7 @@ Every subcommand has --help. Configuration: POS_* environment variables
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -94,6 +96,24 @@ def cmd_topics(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cassandra_role(settings: Settings, args: argparse.Namespace) -> int:
+    from infra import cassandra_roles
+
+    # The entry point reads the role's password; POS_CASSANDRA_USERNAME/PASSWORD are
+    # the administrator's for this command.
+    password = os.environ.get("POS_CASSANDRA_ROLE_PASSWORD", "")
+    if cassandra_roles.ensure_admin(settings):
+        _say("cassandra: the default superuser password was replaced by the configured one")
+    n = schema_apply.apply_cql(settings)
+    _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra_keyspace}'")
+    cassandra_roles.ensure_role(settings, args.role, password)
+    _say(
+        f"cassandra: role '{args.role}' can log in with its password and holds every "
+        f"permission on keyspace '{settings.cassandra_keyspace}'"
+    )
+    return 0
+
+
 def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
     if args.action == "up":
         _say("airflow: starting (migrates the metadata DB first) ...")
@@ -135,6 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="report readiness; exit 1 unless both are ready")
     sub.add_parser("schema", help="create the Cassandra keyspace and tables")
     sub.add_parser("topics", help="create the Kafka topics")
+    role = sub.add_parser(
+        "cassandra-role",
+        help="as the administrator in POS_CASSANDRA_USERNAME/PASSWORD: apply the schema, "
+        "create the pipeline's role (or rotate its password: POS_CASSANDRA_ROLE_PASSWORD) "
+        "and grant it the keyspace",
+    )
+    role.add_argument(
+        "--role",
+        default=os.environ.get("POS_CASSANDRA_ROLE", "pos"),
+        help="role name (default: POS_CASSANDRA_ROLE or pos)",
+    )
     airflow = sub.add_parser(
         "airflow",
         help="local Airflow 3: up (print URL and login), down, status, "
@@ -152,6 +183,7 @@ COMMANDS = {
     "schema": cmd_schema,
     "topics": cmd_topics,
     "airflow": cmd_airflow,
+    "cassandra-role": cmd_cassandra_role,
 }
 
 

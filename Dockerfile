@@ -1,0 +1,58 @@
+# syntax=docker/dockerfile:1
+# The pipeline image: every pos-* command (pos-speed, pos-batch, pos-serve, pos-alerts,
+# pos-producer, pos-infra), Airflow 3 with the DAGs, and Spark's standalone master and
+# worker from the pinned PySpark's own scripts, so driver and cluster share one version.
+#   docker build -t pos-lambda .        (compose.yaml builds it for you)
+# Installed the way `make setup` does it: pip with -c constraints.txt and the pinned
+# pyproject.toml; the Spark jars are fetched here, at build time, by the project's own
+# jar fetching (infra/jars.py + infra/jars/spark/pom.xml), never at container start.
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# --- build: venv from the pinned dependency files, and the jars through Maven ------------
+FROM ${PYTHON_IMAGE} AS build
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      openjdk-17-jdk-headless maven \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/pos/app
+# The dependency files first, so a code change does not refetch the jars.
+COPY pyproject.toml constraints.txt README.md ./
+COPY infra/ infra/
+RUN python -m venv /opt/pos/venv \
+ && /opt/pos/venv/bin/pip install --no-cache-dir --upgrade pip \
+ && /opt/pos/venv/bin/pip install --no-cache-dir -c constraints.txt pydantic-settings
+RUN POS_JARS_DIR=/opt/pos/jars /opt/pos/venv/bin/python -c \
+      "from infra import jars; from infra.settings import load_settings; \
+       print(jars.fetch(load_settings(), ('spark',)))"
+COPY . .
+# Same command as the Makefile's setup step. Extras: airflow (the DAGs run in this image
+# too) and deploy (Airflow's PostgreSQL driver); dev (tests, linters) stays out.
+RUN /opt/pos/venv/bin/pip install --no-cache-dir -c constraints.txt -e '.[airflow,deploy]'
+
+# --- runtime: a JRE 17, the venv, the jars, a non-root user ------------------------------
+FROM ${PYTHON_IMAGE}
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      openjdk-17-jre-headless procps tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/jre-17 \
+ && useradd --uid 10001 --user-group --create-home --home-dir /home/pos pos \
+ && mkdir -p /data /opt/airflow \
+ && chown pos:pos /data /opt/airflow
+COPY --from=build /opt/pos /opt/pos
+ENV PATH=/opt/pos/venv/bin:$PATH \
+    JAVA_HOME=/usr/lib/jvm/jre-17 \
+    POS_JAVA_HOME=/usr/lib/jvm/jre-17 \
+    PYSPARK_PYTHON=/opt/pos/venv/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/pos/venv/bin/python \
+    POS_JARS_DIR=/opt/pos/jars \
+    POS_STATE_DIR=/data/state \
+    POS_DATA_DIR=/data/pipeline \
+    POS_AIRFLOW_DAGS_DIR=/opt/pos/app/dags \
+    AIRFLOW_HOME=/opt/airflow \
+    PYTHONUNBUFFERED=1
+WORKDIR /opt/pos/app
+USER pos
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["pos-infra", "--help"]
