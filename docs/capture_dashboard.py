@@ -167,7 +167,7 @@ def capture(url: str, store: str | None, day: str | None, out: Path) -> list[str
         label = chart.locator("text.horizon-label")
         print(
             f"{page.title()}: {n} bars, {batch} batch and {speed} speed with revenue; "
-            f"horizon line {horizon.count()}, label {label.all_inner_texts()}"
+            f"horizon line {horizon.count()}, label {label.all_text_contents()}"
         )
         if n != 96:
             problems.append(f"{n} bars, not 96")

@@ -102,7 +102,7 @@ def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     sources = re.findall(r'<rect class="bar" data-source="(\w+)"', html)
     assert sources == ["batch"] * 56 + ["speed"] * 40
     assert len(re.findall(r'<line class="horizon" x1="560.0"', html)) == 1
-    assert "<td>30.00</td>" in html and "invalid_json 2" in html
+    assert "<td>30.00</td>" in html and "3: invalid_json 2 · missing_field 1</td>" in html
     assert "pos-speed-views" in html and "committed" in html
     # Nothing to run or fetch: no scripts, no external stylesheets, fonts or images.
     assert "<script" not in html and not re.search(r'(src|href)="https?:', html)
