@@ -66,7 +66,9 @@ def rebuild(
                 raise KafkaException(
                     KafkaError(KafkaError._TIMED_OUT, f"rebuilding {topic}[{partition}]")
                 )
-            for msg in consumer.consume(BATCH, timeout=1.0):
+            # consume() waits its whole timeout unless BATCH records arrive: keep it short,
+            # a restore of a few records must not cost a second per partition.
+            for msg in consumer.consume(BATCH, timeout=0.1):
                 if _done(msg, until):
                     return state
                 source = Source(partition, int(msg.offset() or 0), msg.timestamp()[1])

@@ -2,7 +2,8 @@
 
 The first freezes itself (SIGSTOP at its crash point) mid-transaction, its alerts on
 the broker and its commit not made: a zombie. A second instance with the same id
-starts, fences it (its open transaction is aborted), takes over the partitions and
+starts, fences it (its open transaction is aborted), takes over the partitions (at once:
+the same group.instance.id replaces the zombie's group member, static membership) and
 processes the whole input. When the zombie wakes up, it is told it is fenced, exits
 with the fenced exit code and writes nothing more: the alert topic's end offsets do
 not move. A read_committed reader sees every expected alert once; a read_uncommitted
@@ -74,7 +75,6 @@ def test_a_zombie_is_fenced_by_its_successor_and_writes_nothing_more(
         new_topic,
         alerts_high_value_threshold=Decimal("10.00"),
         alerts_transaction_max_messages=20,
-        alerts_session_timeout_ms=6000,  # the zombie's partitions move on after 6 s
     )
     messages, expected = _input()
     produce(messages, s.bootstrap_servers, s.topic_transactions, quiet=True)
