@@ -89,7 +89,7 @@ EXAMPLE: dict[str, Any] = {
     "keyspace": "pos",
     "store": 101,
     "day": "2026-03-02",
-    "version": "d12-20260228T0000Z-20260302T0900Z",
+    "version": "d12-5f3c9a1e-20260228T0000Z-20260302T0900Z",
     "topic": "pos.transactions",
     "partition": 0,
 }
