@@ -20,9 +20,17 @@ def cluster(
     from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
     level = settings.cassandra_write_consistency if writes else settings.cassandra_read_consistency
-    profile = ExecutionProfile(consistency_level=getattr(ConsistencyLevel, level))
+    # Token-aware over the contact points' data centre: the driver's recommended policy,
+    # named explicitly (the driver warns about an implicit one).
+    profile = ExecutionProfile(
+        consistency_level=getattr(ConsistencyLevel, level),
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+    )
+    # Cassandra 5 speaks protocol v5; naming it spares a failed negotiation (and warnings).
+    kwargs.setdefault("protocol_version", 5)
     if timeout is not None:
         profile.request_timeout = timeout
         kwargs |= {"connect_timeout": timeout, "control_connection_timeout": timeout}
@@ -36,3 +44,31 @@ def cluster(
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         **kwargs,
     )
+
+
+def require_keyspace(settings: Settings) -> None:
+    """Fail early, saying what to do, when Cassandra is down or the keyspace is missing
+    (the connector and the driver would otherwise fail later, and less clearly)."""
+    from cassandra.cluster import NoHostAvailable
+
+    from infra.process import ServiceError
+
+    where = f"{','.join(settings.cassandra_contact_points)}:{settings.cassandra_port}"
+    c = cluster(settings, timeout=10)
+    try:
+        session = c.connect()
+        row = session.execute(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+            (settings.cassandra_keyspace,),
+        ).one()
+    except NoHostAvailable as exc:
+        raise ServiceError(
+            f"cannot reach Cassandra at {where}: is it running? try `make up` ({exc})"
+        ) from exc
+    finally:
+        c.shutdown()
+    if row is None:
+        raise ServiceError(
+            f"keyspace '{settings.cassandra_keyspace}' does not exist in Cassandra at {where}: "
+            "create it with `make schema` (or `pos-infra schema`)"
+        )

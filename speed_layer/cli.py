@@ -288,7 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValidationError as exc:  # a bad flag or POS_* value
             print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
             return 2
-        if args.driver:
+        if not args.driver:
+            from infra import cassandra_client
+
+            cassandra_client.require_keyspace(settings)
+        else:
             return run(settings, jobs, args.available_now)
         return supervise(settings, [*(argv if argv is not None else sys.argv[1:]), "--driver"])
     except ServiceError as exc:

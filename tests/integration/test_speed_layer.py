@@ -250,3 +250,19 @@ def test_stored_rows_are_read_per_partition_key_not_by_scanning(
         rows = lookup(spark, ks, table, wanted, ("operation_id", "day"))
         plan = rows._jdf.queryExecution().executedPlan().toString()
         assert "Cassandra Direct Join" in plan, plan
+
+
+def test_a_missing_keyspace_is_named_with_what_to_do(settings: Settings) -> None:
+    """No Spark, no six restarts: one line that says which keyspace and how to create it."""
+    s = settings.model_copy(update={"cassandra_keyspace": "pos_never_created"})
+    done = subprocess.run(
+        [str(VENV_BIN / "pos-speed"), "run", "--available-now"],
+        env=env_for(s),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "keyspace 'pos_never_created' does not exist" in done.stderr
+    assert "make schema" in done.stderr
+    assert "Spark" not in done.stdout + done.stderr
