@@ -6,6 +6,7 @@ apply the schema and create topics.
     pos-infra down          # stop both; no process is left behind
     pos-infra jars | schema | topics
     pos-infra airflow up|down|status|env   # local Airflow 3 (not part of `up`)
+    pos-infra spark up|down|status         # local Spark standalone master + worker
     pos-infra cassandra-role [--role pos]  # a secured cluster: the pipeline's role
 
 Every subcommand has --help. Configuration: POS_* environment variables
@@ -19,7 +20,14 @@ import os
 import sys
 import time
 
-from infra import airflow_service, cassandra_service, jars, kafka_service, schema_apply
+from infra import (
+    airflow_service,
+    cassandra_service,
+    jars,
+    kafka_service,
+    schema_apply,
+    spark_service,
+)
 from infra.process import ServiceError
 from infra.settings import Settings, is_loopback, load_settings
 
@@ -138,6 +146,23 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if state.startswith("ready") else 1
 
 
+def cmd_spark(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "up":
+        _say("spark: starting a standalone master and worker ...")
+        took = spark_service.start(settings)
+        _say("spark: ready " + (f"in {took:.1f}s" if took else "(was already running)"))
+        _say(f"spark: master UI and JSON state at {spark_service.webui_url(settings)}")
+        _say(f"spark: jobs run there with POS_SPARK_MASTER={spark_service.master_url(settings)}")
+        return 0
+    if args.action == "down":
+        stopped = spark_service.stop(settings)
+        _say(f"spark: {'stopped' if stopped else 'was not running'}")
+        return 0
+    state = spark_service.status(settings)
+    print(f"{'spark':<10} {state}")
+    return 0 if state.startswith("ready") else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pos-infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -172,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
         "env (export lines for running `airflow` by hand)",
     )
     airflow.add_argument("action", choices=["up", "down", "status", "env"])
+    spark = sub.add_parser(
+        "spark",
+        help="local Spark standalone master + worker on 127.0.0.1 (the jobs use it with "
+        "POS_SPARK_MASTER=spark://127.0.0.1:7077): up, down, status",
+    )
+    spark.add_argument("action", choices=["up", "down", "status"])
     return parser
 
 
@@ -184,6 +215,7 @@ COMMANDS = {
     "topics": cmd_topics,
     "airflow": cmd_airflow,
     "cassandra-role": cmd_cassandra_role,
+    "spark": cmd_spark,
 }
 
 

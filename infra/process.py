@@ -182,11 +182,15 @@ def await_running(proc: ManagedProcess, ready: Callable[[], bool], timeout: floa
 
 
 def launch_until_ready(
-    proc: ManagedProcess, argv: Sequence[str], ready: Callable[[], bool], timeout: float
+    proc: ManagedProcess,
+    argv: Sequence[str],
+    ready: Callable[[], bool],
+    timeout: float,
+    env: dict[str, str] | None = None,
 ) -> float:
     """Launch `argv` as `proc` and await `ready`; seconds taken. A death shows the log tail."""
     t0 = time.monotonic()
-    pid = proc.launch(argv)
+    pid = proc.launch(argv, env)
 
     def ready_or_dead() -> bool:
         if proc.pid() != pid:

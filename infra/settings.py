@@ -121,6 +121,18 @@ class Settings(BaseSettings):
         default=4, ge=1, description="Small on one machine; raise on a cluster."
     )
     spark_driver_memory: str = "2g"
+    spark_master_port: int = Field(
+        default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."
+    )
+    spark_master_webui_port: int = Field(
+        default=8081, ge=1, le=65535, description="Its web UI and JSON state (`/json/`)."
+    )
+    spark_worker_port: int = Field(default=7078, ge=1, le=65535, description="Local worker.")
+    spark_worker_webui_port: int = Field(default=8082, ge=1, le=65535)
+    spark_worker_cores: int = Field(default=2, ge=1, description="Cores the local worker offers.")
+    spark_worker_memory: str = Field(
+        default="2g", description="Memory the local worker offers its executors."
+    )
     data_dir: Path = Field(
         default=PROJECT_ROOT / ".state" / "data",
         description="Master dataset and checkpoints (any Hadoop URI on a cluster).",

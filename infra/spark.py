@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from infra.java import find_java17, java_major
 from infra.process import ServiceError
-from infra.settings import Settings
+from infra.settings import Settings, is_loopback
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,6 +34,17 @@ SQL_EXTENSIONS = (
     "com.datastax.spark.connector.CassandraSparkExtensions",
     "io.delta.sql.DeltaSparkSessionExtension",
 )
+
+
+def on_this_machine(master: str) -> bool:
+    """Local mode, or a standalone master on a loopback address (`pos-infra spark up`):
+    the driver, the executors and their Python workers all run here."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [h.rsplit(":", 1)[0] for h in master.removeprefix("spark://").split(",")]
+    return all(is_loopback(h) for h in hosts)
 
 
 def spark_jars(settings: Settings) -> list[Path]:
@@ -79,8 +90,10 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
             "spark.cassandra.auth.username": settings.cassandra_username,
             "spark.cassandra.auth.password": settings.cassandra_password.get_secret_value(),
         }
-    if settings.spark_master.startswith("local"):
-        # One machine: keep the driver on loopback and the UI off.
+    if on_this_machine(settings.spark_master):
+        # One machine: keep the driver on loopback (executors reach it there) and the UI
+        # off. On a real cluster the executors must reach the driver, so Spark's default
+        # (this host's address) stays.
         conf |= {
             "spark.driver.host": settings.bind_host,
             "spark.driver.bindAddress": settings.bind_host,
@@ -98,8 +111,10 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     if settings.java_home is not None or not home or java_major(Path(home) / "bin" / "java") != 17:
         os.environ["JAVA_HOME"] = str(find_java17(settings.java_home).parent.parent)
     # Python workers must run this interpreter (the project's venv), not whatever
-    # `python3` is on PATH; on a cluster, point PYSPARK_PYTHON at the workers' env.
-    if settings.spark_master.startswith("local"):
+    # `python3` is on PATH. The executors run the path the driver names, so this holds
+    # for a standalone worker on this machine too; on a cluster, point PYSPARK_PYTHON at
+    # the workers' env (with this project installed: the jobs' functions are imported there).
+    if on_this_machine(settings.spark_master):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in spark_conf(settings, app_name).items():
