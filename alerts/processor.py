@@ -235,8 +235,15 @@ class Processor:
 
     def _step(self) -> None:
         self._raise_pending()
-        max_records = self.settings.alerts_transaction_max_messages - self.batch_records
-        msgs = self.consumer.consume(max(1, min(_MAX_BATCH, max_records)), timeout=self._wait_s())
+        room = self.settings.alerts_transaction_max_messages - self.batch_records
+        max_records = max(1, min(_MAX_BATCH, room))
+        # consume(n, timeout) waits for n records or the whole timeout: wait for the first
+        # one only (poll), then take what has already arrived. Records are processed, and
+        # at least once their alerts sent, as they come, not at the end of a wait.
+        first = self.consumer.poll(self._wait_s())
+        msgs = [] if first is None else [first]
+        if first is not None and max_records > 1:
+            msgs += self.consumer.consume(max_records - 1, timeout=0)
         self._raise_pending()
         for msg in msgs:
             self._process(msg)
