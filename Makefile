@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo bench screenshots screenshots-dashboard lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo bench screenshots screenshots-dashboard lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,6 +46,12 @@ airflow: setup ## start the local Airflow 3 (not part of `up`); prints its URL a
 
 airflow-down: $(INSTALLED) ## stop the local Airflow
 	$(VENV)/bin/pos-infra airflow down
+
+spark: setup ## start a Spark standalone master + worker on 127.0.0.1 (jobs use it with POS_SPARK_MASTER=spark://127.0.0.1:7077)
+	$(VENV)/bin/pos-infra spark up
+
+spark-down: $(INSTALLED) ## stop the local Spark standalone master and worker
+	$(VENV)/bin/pos-infra spark down
 
 speed: up ## run the speed layer continuously (Ctrl-C stops it gracefully)
 	$(VENV)/bin/pos-speed run
