@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 
 from adapters import cassandra, master_dataset
 from batch_layer.interval import Interval
-from batch_layer.store import BatchStore, DayCommit
+from batch_layer.store import BatchStore, DayCommit, advancing
 from infra.settings import Settings
 from schemas import contract, cql
 from views import records
@@ -185,22 +185,24 @@ def _run(
             )
         previous = store.horizon()
         horizon = max(hi, previous.replace(tzinfo=UTC)) if previous else hi
-        store.commit(
-            run_id,
-            version,
-            snap.version,
-            [
-                DayCommit(
-                    day,
-                    interval.covered_until(day),
-                    per_day.get(day, (0, 0))[0],
-                    aggs_per_day.get(day, 0),
-                )
-                for day in interval.days
-            ],
-            horizon,
-            _now(),
-        )
+        days = [
+            DayCommit(
+                day,
+                interval.covered_until(day),
+                per_day.get(day, (0, 0))[0],
+                aggs_per_day.get(day, 0),
+            )
+            for day in interval.days
+        ]
+        served = {day: p.covered_until for day, p in store.pointers().items()}
+        moving = advancing(days, served)
+        if len(moving) < len(days):
+            log.info(
+                "left %d day(s) on the versions already served: they cover them further (%s)",
+                len(days) - len(moving),
+                ", ".join(str(d.day) for d in days if d not in moving),
+            )
+        store.commit(run_id, version, snap.version, moving, horizon, _now())
         result = RunResult(
             run_id=run_id,
             version=version,

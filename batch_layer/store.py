@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from infra.settings import Settings
@@ -25,6 +25,19 @@ class DayCommit:
     covered_until: datetime
     receipt_count: int
     aggregate_rows: int
+
+
+def advancing(days: list[DayCommit], covered: Mapping[date, datetime]) -> list[DayCommit]:
+    """The days whose pointer this run may move: those it covers at least as far as the
+    version now served (`covered`: day -> its covered_until). Runs of a backfill commit
+    in any order; without this, an earlier interval committing last would take a day's
+    finality back (its windows fall back to the speed view until the next run)."""
+    return [d for d in days if d.day not in covered or d.covered_until >= _utc(covered[d.day])]
+
+
+def _utc(t: datetime) -> datetime:
+    # The driver returns timestamps naive, in UTC.
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 class BatchStore:
