@@ -1,0 +1,139 @@
+"""Where one views micro-batch spends its time: a breakdown per stage.
+
+    python bench/speed_breakdown.py --topic T [--repeat 2]
+
+Reads topic T (e.g. the one bench/speed_vs_plain.py filled; see --help of that
+script, or produce one with `pos-producer simulate`) as one batch, the same columns
+the streaming source gives `foreachBatch`, and runs the views job's own micro-batch
+(`speed_layer.views_job.ViewsBatch.process`) into a fresh keyspace with every stage
+forced and timed on its own: Kafka read, validation (the Python UDF), the counts,
+each write, the stored-row reads (receipt_keys, then the store-days' raw rows) and
+the dedup (winner rule). Forcing a stage adds a Spark job or two the plain
+micro-batch does not run (and a stage's time includes its inputs' reads unless they
+were cached), so the sum exceeds one plain micro-batch somewhat; the shares are the
+point. `--repeat` runs it again into another fresh keyspace in the same session
+(warm JVM). Drops its keyspaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from infra import cassandra_client, schema_apply
+from infra.settings import Settings, load_settings
+
+Timings = dict[str, float]
+
+
+def _timed(timings: Timings, stage: str, fn: Callable[[], Any]) -> Any:
+    t0 = time.perf_counter()
+    out = fn()
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+    return out
+
+
+def one_round(spark: Any, settings: Settings, keyspace: str) -> tuple[int, float, Any, Timings]:
+    """One micro-batch of the whole topic into `keyspace`, every stage timed."""
+    from pyspark.sql import DataFrame
+
+    from adapters import cassandra
+    from schemas import contract, cql
+    from speed_layer import views_job
+    from views import records
+
+    t: Timings = {}
+
+    class Timed(views_job.ViewsBatch):
+        def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+            rows = super()._lookup(table, keys, columns).persist()
+            _timed(t, f"read stored rows: {table}", rows.count)
+            return rows
+
+        def _write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
+            write = super()._write
+            _timed(t, f"write {table}", lambda: write(df, table, columns))
+
+    job = Timed(
+        spark=spark,
+        keyspace=keyspace,
+        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
+        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+    )
+    cassandra.await_tables(spark, keyspace, [cql.RAW_TABLE, cql.AGG_SPEED_TABLE])
+    reader = (
+        spark.read.format("kafka")
+        .options(**settings.spark_kafka_options)
+        .option("subscribe", settings.topic_transactions)
+        .option("kafka.isolation.level", "read_committed")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    real_decide = views_job.decide_batch
+
+    def decide(incoming: DataFrame, stored: DataFrame) -> Any:
+        resolution = real_decide(incoming, stored)
+        plain = resolution.materialised
+        timed = partial(_timed, t, "dedup (winner rule, materialised)", plain)
+        object.__setattr__(resolution, "materialised", timed)
+        return resolution
+
+    start = time.perf_counter()
+    batch = reader.persist()
+    n = _timed(t, "Kafka read", batch.count)
+    checked = records.check(batch).persist()
+    _timed(t, "validation (Python UDF)", checked.count)
+    views_job.decide_batch = decide  # type: ignore[assignment]
+    try:
+        inner_start = time.perf_counter()
+        counts = job._process_checked(checked)
+        inner = time.perf_counter() - inner_start
+    finally:
+        views_job.decide_batch = real_decide
+    total = time.perf_counter() - start
+    checked.unpersist()
+    batch.unpersist()
+    accounted = sum(v for k, v in t.items() if k not in ("Kafka read", "validation (Python UDF)"))
+    t["counts and other jobs (rest of the batch)"] = inner - accounted
+    return n, total, counts, t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+
+    from infra.spark import build_session
+
+    settings = load_settings().model_copy(update={"topic_transactions": args.topic})
+    spark = build_session(settings, "pos-speed-breakdown")
+    keyspaces = []
+    try:
+        for rnd in range(args.repeat):
+            ks = f"bench_brk_{uuid.uuid4().hex[:6]}"
+            keyspaces.append(ks)
+            schema_apply.apply_cql(settings, ks)
+            n, total, counts, t = one_round(spark, settings, ks)
+            print(f"\nround {rnd + 1}: {n} messages, {total:.2f} s ({n / total:,.0f} events/s); "
+                  f"{counts}")  # fmt: skip
+            print("| stage | s | share |\n|---|---:|---:|")
+            for stage, secs in t.items():
+                print(f"| {stage} | {secs:.2f} | {secs / total:.0%} |")
+    finally:
+        spark.stop()
+        cluster = cassandra_client.cluster(settings, writes=True)
+        session = cluster.connect()
+        for ks in keyspaces:
+            session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
