@@ -97,7 +97,7 @@ def consume(settings: Settings, keyspace: str, max_lateness_hours: float = 48.0)
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
+                    at_end.add(int(msg.partition() or 0))
                     continue
                 raise RuntimeError(f"Kafka: {err}")
             if started is None:

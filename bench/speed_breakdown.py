@@ -73,7 +73,7 @@ def one_round(spark: Any, settings: Settings, keyspace: str) -> tuple[int, float
         .option("startingOffsets", "earliest")
         .load()
     )
-    real_decide = views_job.decide_batch
+    real_decide = views_job.decide_batch  # type: ignore[attr-defined]
 
     def decide(incoming: DataFrame, stored: DataFrame) -> Any:
         resolution = real_decide(incoming, stored)
@@ -87,13 +87,13 @@ def one_round(spark: Any, settings: Settings, keyspace: str) -> tuple[int, float
     n = _timed(t, "Kafka read", batch.count)
     checked = records.check(batch).persist()
     _timed(t, "validation (Python UDF)", checked.count)
-    views_job.decide_batch = decide  # type: ignore[assignment]
+    views_job.decide_batch = decide  # type: ignore[attr-defined]
     try:
         inner_start = time.perf_counter()
         counts = job._process_checked(checked)
         inner = time.perf_counter() - inner_start
     finally:
-        views_job.decide_batch = real_decide
+        views_job.decide_batch = real_decide  # type: ignore[attr-defined]
     total = time.perf_counter() - start
     checked.unpersist()
     batch.unpersist()

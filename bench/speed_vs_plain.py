@@ -127,9 +127,9 @@ def main() -> None:
                 keyspaces.append(ks)
                 out = run(settings, ks, ledger)
                 runs[name].append(out)
-                exact = "exact" if out["exact"] else f"NOT EXACT {out['problems']}"
+                verdict = "exact" if out["exact"] else f"NOT EXACT {out['problems']}"
                 print(f"round {rnd + 1}: {name}: {float(out['events_per_second']):,.0f} "  # type: ignore[arg-type]
-                      f"events/s ({exact})", flush=True)  # fmt: skip
+                      f"events/s ({verdict})", flush=True)  # fmt: skip
     finally:
         drop_keyspaces(settings, keyspaces)
         shutil.rmtree(ledger, ignore_errors=True)
