@@ -280,8 +280,9 @@ class Settings(BaseSettings):
     alerts_session_timeout_ms: int = Field(
         default=45_000,
         ge=6000,
-        description="Consumer-group session timeout: a silent instance's partitions move to "
-        "the others after this.",
+        description="Consumer-group session timeout: a silent or stopped instance's "
+        "partitions move to the others after this (static membership: a restarted instance "
+        "with the same id takes them back at once).",
     )
     alerts_high_value_threshold: Decimal = Field(
         default=Decimal("100.00"), description="Alert on a receipt whose total exceeds this."
