@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 .PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo bench screenshots screenshots-dashboard lock clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	@bash infra/system-deps.sh docker-compose  # + Compose, to validate compose.yaml (tests/unit/deploy)
