@@ -23,11 +23,13 @@ def cluster(
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
     level = settings.cassandra_write_consistency if writes else settings.cassandra_read_consistency
-    # Token-aware over the contact points' data centre: the driver's recommended policy,
-    # named explicitly (the driver warns about an implicit one).
+    # Token-aware over the local data centre (POS_CASSANDRA_LOCAL_DC, else the contact
+    # points'): the driver's recommended policy, named (it warns about an implicit one).
     profile = ExecutionProfile(
         consistency_level=getattr(ConsistencyLevel, level),
-        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+        load_balancing_policy=TokenAwarePolicy(
+            DCAwareRoundRobinPolicy(local_dc=settings.cassandra_local_dc or None)
+        ),
     )
     # Cassandra 5 speaks protocol v5; naming it spares a failed negotiation (and warnings).
     kwargs.setdefault("protocol_version", 5)

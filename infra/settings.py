@@ -110,6 +110,12 @@ class Settings(BaseSettings):
     cassandra_write_consistency: Consistency = Field(
         default="LOCAL_QUORUM", description="Every write (Spark connector and driver sessions)."
     )
+    cassandra_local_dc: str = Field(
+        default="",
+        description="The data centre the pipeline's clients treat as local (LOCAL_* "
+        "consistency levels count replicas there); empty: the contact points' data centre. "
+        "Name it on a multi-DC cluster.",
+    )
     cassandra_heap: str = Field(default="1G", description="Local Cassandra JVM heap.")
     cassandra_concurrent_writes: int = Field(
         default=32, ge=1, description="Concurrent write batches per Spark task (connector)."

@@ -81,6 +81,11 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # micro-batch is exact only when read + write levels overlap (LOCAL_QUORUM twice).
         "spark.cassandra.input.consistency.level": settings.cassandra_read_consistency,
         "spark.cassandra.output.consistency.level": settings.cassandra_write_consistency,
+        **(
+            {"spark.cassandra.connection.localDC": settings.cassandra_local_dc}
+            if settings.cassandra_local_dc
+            else {}
+        ),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
     }

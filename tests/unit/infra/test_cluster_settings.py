@@ -196,3 +196,19 @@ def test_local_runtime_refuses_a_non_loopback_bind_host(
     monkeypatch.setenv("POS_BIND_HOST", "0.0.0.0")
     assert cli.main(["up"]) == 1
     assert "have no authentication, so they bind loopback only" in capsys.readouterr().err
+
+
+def test_the_local_data_centre_reaches_the_connector_and_the_driver(tmp_path: Path) -> None:
+    jars = _jar_cache(tmp_path)
+    s = Settings(jars_dir=jars, cassandra_local_dc="eu-west")
+    assert spark_conf(s, "job")["spark.cassandra.connection.localDC"] == "eu-west"
+    assert "spark.cassandra.connection.localDC" not in spark_conf(Settings(jars_dir=jars), "job")
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+
+    c = cassandra_client.cluster(s)
+    try:
+        policy = c.profile_manager.profiles[EXEC_PROFILE_DEFAULT].load_balancing_policy
+        assert policy._child_policy.local_dc == "eu-west"
+        assert c.protocol_version == 5
+    finally:
+        c.shutdown()
