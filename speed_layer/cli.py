@@ -288,12 +288,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValidationError as exc:  # a bad flag or POS_* value
             print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
             return 2
-        if not args.driver:
-            from infra import cassandra_client
-
-            cassandra_client.require_keyspace(settings)
-        else:
+        if args.driver:
             return run(settings, jobs, args.available_now)
+        from infra import cassandra_client
+
+        cassandra_client.require_keyspace(settings)  # once, before any driver starts
         return supervise(settings, [*(argv if argv is not None else sys.argv[1:]), "--driver"])
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
