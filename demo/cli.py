@@ -40,7 +40,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from demo import story
+from demo import batch_dag, story
 from demo.conflicts import add_conflicts, summary_with
 from demo.steps import (
     VENV_BIN,
@@ -61,7 +61,6 @@ from demo.steps import (
 )
 from infra.settings import PROJECT_ROOT, Settings, load_settings
 
-DAG_ID = "pos_batch"
 STATE = PROJECT_ROOT / ".state"
 FAULTS = {
     "resend_rate": 0.006,
@@ -144,8 +143,7 @@ class Run:
     args: argparse.Namespace
     say: Progress
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    airflow_started: bool = False
-    restore_paused: bool | None = None
+    dag: batch_dag.DagRun | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -318,88 +316,32 @@ def _hour_floor(t: datetime) -> datetime:
 
 
 def batch(run: Run, first: datetime, last: datetime) -> story.BatchSeen:
-    from demo.airflow_api import AirflowApi
-    from infra import airflow_service
-
-    s = run.settings
-    if airflow_service.is_ready(s):
-        run.say(f"batch: Airflow is running at {airflow_service.base_url(s)}")
-    else:
-        run.say(f"batch: starting Airflow (logs {airflow_service.paths(s).root / 'logs'}) ...")
-        took = airflow_service.start(s)
-        run.airflow_started = True
-        run.say(f"batch: Airflow ready in {took:.0f} s at {airflow_service.base_url(s)}")
-    api = AirflowApi(s)
-    await_or_fail(lambda: api.dag_parsed(DAG_ID), 300, f"Airflow to parse {DAG_ID}")
     start, end = _hour_floor(first), _hour_floor(last) + timedelta(hours=1)
-    run_id = f"demo-{datetime.now(UTC):%Y%m%dT%H%M%S}"
-    conf = {"pos_env": run.overrides}  # the run's tasks use this namespace
-    api.trigger(DAG_ID, run_id, start, end, conf)
-    run.restore_paused = api.is_paused(DAG_ID)
-    if run.restore_paused:
-        api.set_paused(DAG_ID, False)  # a paused DAG's runs are never scheduled
-    run.say(
-        f"batch: triggered {DAG_ID} run {run_id} over [{start:%Y-%m-%d %H:%M}, {end:%H:%M}) "
-        "UTC; awaiting it through Airflow's API ..."
+    dag = batch_dag.run_dag(
+        run.settings,
+        run.overrides,
+        start,
+        end,
+        f"demo-{datetime.now(UTC):%Y%m%dT%H%M%S}",
+        run.say,
+        run.args.step_timeout,
     )
-    t0, last_line = time.monotonic(), ""
-    state = "queued"
-    while True:
-        state = api.run_state(DAG_ID, run_id)
-        if state in ("success", "failed"):
-            break
-        if time.monotonic() - t0 > run.args.step_timeout:
-            raise StepFailed(
-                f"batch: run {run_id} still {state} after {run.args.step_timeout} s; "
-                f"task logs under {airflow_service.paths(s).root / 'logs'}"
-            )
-        tasks = ", ".join(f"{t} {st}" for t, st, _ in api.tasks(DAG_ID, run_id)) or state
-        if tasks != last_line:
-            run.say(f"batch: {tasks}")
-            last_line = tasks
-        time.sleep(2.0)  # polling interval of the API, not synchronisation
-    took = time.monotonic() - t0
-    tasks_done = api.tasks(DAG_ID, run_id)
-    if state != "success":
-        raise StepFailed(
-            f"batch: run {run_id} {state} ({tasks_done}); task logs under "
-            f"{airflow_service.paths(s).root / 'logs' / f'dag_id={DAG_ID}'}"
-        )
-    run.say(f"batch: run {run_id} succeeded in {took:.0f} s ({tasks_done})")
-    return _batch_facts(run, run_id, start, end, took)
-
-
-def _batch_facts(
-    run: Run, run_id: str, start: datetime, end: datetime, took: float
-) -> story.BatchSeen:
-    from schemas import cql as tables
-
-    with cql_session(run.settings) as cql:
-        runs = [
-            r
-            for r in cql.execute(f"SELECT * FROM {tables.BATCH_RUNS_TABLE}", timeout=60)
-            if r.status == "committed"
-            and r.interval_start.replace(tzinfo=UTC) == start
-            and r.interval_end.replace(tzinfo=UTC) == end
-        ]
-        if not runs:
-            raise StepFailed(f"batch: no committed run over [{start}, {end}) in batch_runs")
-        r = max(runs, key=lambda r: r.finished_at)
-        fixes = list(cql.execute(f"SELECT * FROM {tables.BATCH_FIXES_TABLE}", timeout=60))
-    fixed = [f for f in fixes if f.receipts_fixed or f.revenue_fixed]
+    run.dag = dag
+    row = batch_dag.committed_run(run.settings, start, end)
+    windows_fixed, receipts_fixed = batch_dag.fixes(run.settings)
     return story.BatchSeen(
-        dag_run_id=run_id,
+        dag_run_id=dag.run_id,
         interval_start=start,
         interval_end=end,
-        lookback_hours=float(r.lookback_hours or 0),
-        seconds=took,
-        input_rows=int(r.input_rows or 0),
-        receipts=int(r.receipts or 0),
-        duplicates_removed=int(r.duplicates_removed or 0),
-        conflicts=int(r.conflicts or 0),
-        beyond_speed_bound=int(r.beyond_speed_bound or 0),
-        windows_fixed=len(fixed),
-        receipts_fixed=sum(int(f.receipts_fixed or 0) for f in fixed),
+        lookback_hours=row.lookback_hours,
+        seconds=dag.seconds,
+        input_rows=row.input_rows,
+        receipts=row.receipts,
+        duplicates_removed=row.duplicates_removed,
+        conflicts=row.conflicts,
+        beyond_speed_bound=row.beyond_speed_bound,
+        windows_fixed=windows_fixed,
+        receipts_fixed=receipts_fixed,
     )
 
 
@@ -487,17 +429,8 @@ def _finish(run: Run) -> None:
     for proc in run.procs:
         if proc.poll() is None:
             stop_gracefully(proc, 60)
-    if run.restore_paused:
-        try:
-            from demo.airflow_api import AirflowApi
-
-            AirflowApi(run.settings).set_paused(DAG_ID, True)
-        except Exception as exc:  # Airflow gone: nothing to restore
-            run.notes.append(f"could not pause {DAG_ID} again: {exc}")
-    if run.airflow_started and run.args.stop_airflow:
-        from infra import airflow_service
-
-        airflow_service.stop(run.settings)
+    run.notes += batch_dag.restore(run.settings, run.dag, run.args.stop_airflow)
+    if run.dag is not None and run.dag.airflow_started and run.args.stop_airflow:
         run.say("airflow: stopped (the demo started it)")
 
 
@@ -546,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     text = story.render(facts)
     (logs / "story.txt").write_text(text)
     print("\n" + text, flush=True)
-    stopped = run.airflow_started and args.stop_airflow
+    stopped = run.dag is not None and run.dag.airflow_started and args.stop_airflow
     running = "Kafka, Cassandra" + ("" if stopped else ", Airflow")
     print(
         f"Still running: {running}. Look around: `make serve`, `make audit`, the Airflow UI "
