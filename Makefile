@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo bench screenshots screenshots-dashboard lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos bench screenshots screenshots-dashboard lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -90,13 +90,14 @@ check: $(INSTALLED) ## lint (ruff) and type-check (mypy)
 	$(VENV)/bin/mypy .
 
 DEMO_COUNT ?= 5000
-demo: up ## end to end: simulate receipts with faults into Kafka, run the speed layer, show views
-	$(VENV)/bin/pos-producer simulate --count $(DEMO_COUNT) --seed 7 --ledger .state/demo-ledger \
-	  --resend-rate 0.006 --burst-rate 0.02 --late-rate 0.02 --late-max-delay 7200 \
-	  --malformed-rate 0.005 --clock-skew-max 30
-	$(VENV)/bin/pos-speed run --available-now
-	$(VENV)/bin/pos-speed status
-	$(VENV)/bin/python -m speed_layer.show
+DEMO_ARGS ?=
+demo: up ## end to end: faulty stream -> speed + alerts -> batch via Airflow -> serving -> audit; prints the story (logs: .state/demo/)
+	$(VENV)/bin/pos-demo --count $(DEMO_COUNT) $(DEMO_ARGS)
+
+CHAOS_COUNT ?= 100000
+CHAOS_ARGS ?=
+chaos: up ## kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
+	$(VENV)/bin/pos-chaos --count $(CHAOS_COUNT) $(CHAOS_ARGS)
 
 bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs, batch layer)
 	$(PY) bench/producer_idempotence.py
