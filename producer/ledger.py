@@ -3,8 +3,11 @@
 A directory of plain JSON files that any tool can read:
 - receipts.jsonl: one line per unique receipt: natural key, happened_at and
   window_start (UTC ISO-8601), item_quantity, revenue (decimal string),
-  line_count, first_sent_at, late, copies (1 + resends).
-- faults.jsonl: one line per injected fault (kind and details).
+  line_count, returned_value (decimal string; absent in older ledgers),
+  first_sent_at, late, copies (1 + resends).
+- faults.jsonl: one line per injected fault (kind and details; a malformed message's
+  line carries its expected_reason and value_sha256, the SHA-256 of its bytes, absent
+  in older ledgers).
 - summary.json: counts per fault kind, messages, unique receipts, seed, start, topic.
 
 Expected values are computed by the producer with Python Decimal, independently of

@@ -18,6 +18,7 @@ order by event time.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import json
@@ -309,6 +310,10 @@ def _outbox(
                     "kind": "malformed",
                     "malformed_kind": kind,
                     "expected_reason": reason,
+                    # The message's fingerprint: the auditor finds its dead letter by the
+                    # raw value it stores (the ledger is written before Kafka assigns
+                    # coordinates).
+                    "value_sha256": hashlib.sha256(value).hexdigest(),
                     "detail": f"{kind} message; the validator must say {reason}",
                 }
             )
@@ -348,6 +353,11 @@ def _ledger_line(p: _Planned, copies: int) -> dict[str, Any]:
         "item_quantity": sum(i.amount for i in r.line_items),
         "revenue": str(sum((i.price * i.amount for i in r.line_items), Decimal("0.00"))),
         "line_count": len(r.line_items),
+        # Value of the returned lines (price x |quantity| where quantity < 0): the
+        # auditor's expected large_return alerts.
+        "returned_value": str(
+            sum((i.price * -i.amount for i in r.line_items if i.amount < 0), Decimal("0.00"))
+        ),
         "first_sent_at": first_sent.isoformat(),
         "late": first_sent - r.happened_at > LATE_THRESHOLD,
         "copies": copies,
