@@ -173,6 +173,8 @@ def document(
         "parameters": parameters,
         "notes": notes,
         "machine": machine_info,
+        # The machine is shared: how busy it was when the results were written.
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "figures": [f.to_json() for f in figures],
         "runs": runs,
     }
@@ -192,7 +194,7 @@ def git_commit() -> Commit:
 
 
 def machine() -> dict[str, Any]:
-    """Where the run happened: hardware, OS, runtimes, and how busy the machine was."""
+    """Where the run happened: hardware, OS and the runtimes' versions."""
     poms = PROJECT_ROOT / "infra" / "jars"
     return {
         "cores": os.cpu_count(),
@@ -206,7 +208,6 @@ def machine() -> dict[str, Any]:
         "cassandra": _pom_version(poms / "cassandra" / "pom.xml", "cassandra-all"),
         "delta": _pom_version(poms / "spark" / "pom.xml", "delta-spark_2.12"),
         "confluent_kafka": _confluent_kafka_version(),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
 
