@@ -99,8 +99,10 @@ CHAOS_ARGS ?=
 chaos: up ## kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
 	$(VENV)/bin/pos-chaos --count $(CHAOS_COUNT) $(CHAOS_ARGS)
 
-bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer designs, batch layer)
+bench: up ## every benchmark (side-by-side ratios), then the report in docs/bench/ (JSON, tables, charts)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) bench/producer_idempotence.py
+	$(PY) bench/producer_clients.py  # confluent-kafka vs kafka-python, idempotent, same messages
 	$(PY) bench/speed_designs.py
 	$(PY) bench/batch_recompute.py --seconds 21600  # 6 h of 1 s micro-batch files (a whole day: --seconds 86400, ~4x longer)
 	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
@@ -108,6 +110,7 @@ bench: up ## benchmarks, reported as side-by-side ratios (producer, speed-layer 
 	$(PY) bench/alerts_eos.py  # alerts: exactly once vs at least once, 10 ms / 100 ms / 1 s
 	@bash infra/system-deps.sh wrk  # the HTTP load tool (Debian's)
 	$(PY) bench/serving_latency.py
+	$(PY) bench/report.py  # docs/bench/README.md + PNG charts from docs/bench/*.json
 
 screenshots: setup ## log in to the running Airflow UI in headless Chromium, trigger pos_batch, keep screenshots in docs/
 	@bash infra/system-deps.sh chromium
