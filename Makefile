@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos bench screenshots screenshots-dashboard lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos audit bench screenshots screenshots-dashboard lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -98,6 +98,10 @@ CHAOS_COUNT ?= 100000
 CHAOS_ARGS ?=
 chaos: up ## kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
 	$(VENV)/bin/pos-chaos --count $(CHAOS_COUNT) $(CHAOS_ARGS)
+
+LEDGER ?= .state/demo-ledger
+audit: $(INSTALLED) ## compare every view with a producer ledger (LEDGER, default the demo's); exit 1 on a discrepancy
+	$(VENV)/bin/pos-audit --ledger $(LEDGER) --json $(LEDGER)/audit.json
 
 bench: up ## every benchmark (side-by-side ratios), then the report in docs/bench/ (JSON, tables, charts)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'

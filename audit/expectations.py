@@ -109,7 +109,7 @@ class MalformedFact:
 class Ledger:
     receipts: dict[NaturalKey, ReceiptFact]  # in ledger (issue) order
     malformed: list[MalformedFact]
-    conflicts: Counter[NaturalKey]  # conflicting copies the ledger injected (none today)
+    conflicts: Counter[NaturalKey]  # conflicting copies injected (pos-demo adds them)
     summary: dict[str, Any]
 
     @property
@@ -152,7 +152,7 @@ def ledger_from(
         if f.get("kind") == "malformed":
             kind = str(f.get("malformed_kind", ""))
             malformed.append(MalformedFact(kind, f.get("expected_reason"), f.get("value_sha256")))
-        elif f.get("kind") == "conflict":  # a conflicting copy, should a producer inject one
+        elif f.get("kind") == "conflict":  # demo/conflicts.py: same key, other content
             conflicts[(int(f["operation_id"]), int(f["vendor_fiscal_module"]),
                        int(f["transaction_id"]))] += 1  # fmt: skip
     return Ledger(receipts, malformed, conflicts, summary)
@@ -220,9 +220,12 @@ def expected_alerts(ledger: Ledger, rules: AlertRules) -> tuple[Counter[AlertIde
     happened more than `silence` of store hours after the latest receipt of that device
     Kafka got before it (a device's receipts share a partition; Kafka got them in
     first-send order, ties in issue order, which is ledger order). Resends never alert;
-    conflict alerts: none (the simulator sends no conflicting copies).
+    conflict: one per conflicting copy the ledger records (fault kind "conflict", each
+    with its own content, sent after the original; the simulator itself sends none).
     """
     out: Counter[AlertIdentity] = Counter()
+    for key, n in ledger.conflicts.items():
+        out[("conflict", *key)] += n
     checked_returns = all(r.returned_value is not None for r in ledger.receipts.values())
     for key, r in ledger.receipts.items():
         if r.revenue > rules.high_value:
