@@ -58,6 +58,17 @@ class AirflowApi:
         except (AirflowError, OSError):
             return False
 
+    def parsed_after(self, dag_id: str, at: datetime) -> bool:
+        """The dag-processor parsed the DAG after `at` (tz-aware)."""
+        parsed = self.call("GET", f"/api/v2/dags/{dag_id}").get("last_parsed_time")
+        return parsed is not None and datetime.fromisoformat(parsed) > at
+
+    def runs(self, dag_id: str, states: tuple[str, ...]) -> list[str]:
+        """Run ids of the DAG's runs in these states."""
+        query = "&".join(f"state={s}" for s in states)
+        doc = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?{query}&limit=100")
+        return [str(r["dag_run_id"]) for r in doc["dag_runs"]]
+
     def is_paused(self, dag_id: str) -> bool:
         return bool(self.call("GET", f"/api/v2/dags/{dag_id}")["is_paused"])
 

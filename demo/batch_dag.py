@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from demo.airflow_api import AirflowApi
 from demo.steps import StepFailed, await_or_fail, cql_session
 from infra import airflow_service
+from infra.process import wait_for
 from infra.settings import Settings
 
 DAG_ID = "pos_batch"
@@ -71,9 +72,17 @@ def run_dag(
     started = ensure_airflow(settings, say)
     api = AirflowApi(settings)
     await_or_fail(lambda: api.dag_parsed(DAG_ID), 300, f"Airflow to parse {DAG_ID}")
+    triggered_at = datetime.now(UTC)
     api.trigger(DAG_ID, run_id, start, end, {"pos_env": pos_env})
     was_paused = api.is_paused(DAG_ID)
     if was_paused:
+        # A paused DAG's runs are never scheduled, and unpausing it makes the scheduler
+        # start its latest hourly run too, unless the DAG is known to be at
+        # max_active_runs: the dag-processor records that when it parses the DAG again
+        # (every 30 s), so unpause only after a parse that saw our run.
+        say(f"batch: awaiting a parse of {DAG_ID} that counts this run (<= 30 s) ...")
+        if not wait_for(lambda: api.parsed_after(DAG_ID, triggered_at), 120, 1.0):
+            say("batch: no new parse in 120 s; Airflow may also run its latest hour")
         api.set_paused(DAG_ID, False)
     say(
         f"batch: triggered {DAG_ID} run {run_id} over [{start:%Y-%m-%d %H:%M}, "
@@ -86,12 +95,19 @@ def run_dag(
             raise StepFailed(
                 f"batch: run {run_id} still {state} after {timeout:.0f} s; task logs in {logs}"
             )
-        tasks = ", ".join(f"{t} {st}" for t, st, _ in api.tasks(DAG_ID, run_id)) or state
+        tasks = (
+            ", ".join(
+                f"{t} {st if st != 'None' else 'waiting'}" for t, st, _ in api.tasks(DAG_ID, run_id)
+            )
+            or state
+        )
         if tasks != shown:
             say(f"batch: {tasks}")
             shown = tasks
         time.sleep(2.0)  # the API's polling interval, not synchronisation
     took = time.monotonic() - t0
+    if was_paused:  # as found, before the scheduler starts anything else
+        api.set_paused(DAG_ID, True)
     tasks_done = api.tasks(DAG_ID, run_id)
     summary = ", ".join(f"{t} {st} (try {n})" for t, st, n in tasks_done)
     if state != "success":
@@ -107,7 +123,14 @@ def restore(settings: Settings, run: DagRun | None, stop_airflow: bool) -> list[
         return notes
     if run.was_paused:
         try:
-            AirflowApi(settings).set_paused(DAG_ID, True)
+            api = AirflowApi(settings)
+            api.set_paused(DAG_ID, True)
+            others = [r for r in api.runs(DAG_ID, ("queued", "running")) if r != run.run_id]
+            if others:
+                notes.append(
+                    f"Airflow queued {', '.join(others)} while {DAG_ID} was unpaused; "
+                    "it runs when the DAG is unpaused again"
+                )
         except Exception as exc:  # Airflow gone: nothing to restore
             notes.append(f"could not pause {DAG_ID} again: {exc}")
     if run.airflow_started and stop_airflow:
