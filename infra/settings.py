@@ -195,9 +195,10 @@ class Settings(BaseSettings):
     )
     speed_crash_point: str | None = Field(
         default=None,
-        pattern=r"^(after_raw_rows|after_receipt_keys)$",
+        pattern=r"^(after_raw_rows|after_receipt_keys|after_aggregates)$",
         description="Testing only: SIGKILL the speed layer at this point of a micro-batch "
-        "(after_raw_rows, after_receipt_keys) to prove that the replay converges.",
+        "(after_raw_rows, after_receipt_keys, after_aggregates) to prove that the replay "
+        "converges.",
     )
 
     # --- batch layer (`pos-batch`, scheduled by dags/) -------------------------

@@ -60,7 +60,7 @@ def _columns(cols: list[tuple[str, str]]) -> str:
     return ",\n  ".join(f"{name} {cql_type}" for name, cql_type in cols)
 
 
-def _aggregate_table(keyspace: str, name: str) -> str:
+def _aggregate_table(keyspace: str, name: str, extra: str = "") -> str:
     return f"""CREATE TABLE IF NOT EXISTS {keyspace}.{name} (
   operation_id {contract.cql_type_of("operation_id")},
   day date,
@@ -68,7 +68,7 @@ def _aggregate_table(keyspace: str, name: str) -> str:
   receipt_count int,
   item_quantity bigint,
   revenue decimal,
-  late_count int,
+  late_count int,{extra}
   PRIMARY KEY ((operation_id, day), window_start)
 ) WITH CLUSTERING ORDER BY (window_start ASC)"""
 
@@ -235,7 +235,9 @@ def table_ddl(keyspace: str) -> list[str]:
   PRIMARY KEY ((operation_id, winner_day), vendor_fiscal_module, transaction_id,
                kafka_partition, kafka_offset)
 )""",
-        _aggregate_table(keyspace, AGG_SPEED_TABLE),
+        # applied_offsets: per Kafka partition, the highest offset the row counts, so
+        # that a replayed micro-batch adds nothing twice (views/increments.py).
+        _aggregate_table(keyspace, AGG_SPEED_TABLE, "\n  applied_offsets map<int, bigint>,"),
         *_batch_tables(keyspace, receipt_cols),
         # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{DEAD_LETTERS_TABLE} (

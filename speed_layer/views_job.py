@@ -4,18 +4,19 @@ Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
   1. check records with the contract's validator (`views.records`); invalid ones are
      upserted into `dead_letters`, keyed by Kafka coordinates, with the reason;
   2. look up the natural keys of the valid copies in `receipt_keys` (a direct join:
-     one read per key) and decide with the shared winner rule (`views.winners`):
+     one read per receipt) and decide with the shared winner rule (`views.winners`):
      new receipts win, a stored winner stays, other copies are resends or conflicts;
   3. upsert conflicts (both versions), the winners' raw rows, then their keys;
-  4. recompute the absolute aggregates of the windows the winners fall in, from the
-     stored receipts of those store-days plus the winners (`views.aggregate_15m`,
-     the batch layer's function), and upsert them into `agg_15m_speed`.
+  4. add the winners to the stored aggregates of the windows they fall in
+     (`views.increments`: `aggregate_15m`, the batch layer's function, of the
+     winners each window does not count yet) and upsert them into `agg_15m_speed`.
 Every write is an upsert of values that depend only on the micro-batch and what the
-previous micro-batches stored, so a micro-batch replayed after a crash at any point
-(even between two of these writes) lands on the same rows: effectively once,
-without Spark state. Receipts that reach Kafka more than `speed_max_lateness_hours`
-after they happened are recorded in `receipt_keys` (so their resends are known)
-but left out of the speed views: the batch layer takes them.
+previous micro-batches stored, and each aggregate row records the Kafka offsets it
+counts, so a micro-batch replayed after a crash at any point (even between two of
+these writes) lands on the same rows: effectively once, without Spark state.
+Receipts that reach Kafka more than `speed_max_lateness_hours` after they happened
+are recorded in `receipt_keys` (so their resends are known) but left out of the
+speed views: the batch layer takes them.
 
 Run it with `pos-speed run` (see speed_layer/cli.py).
 """
@@ -38,7 +39,7 @@ from speed_layer import SUPERVISOR_PID_ENV
 from speed_layer.progress import BatchCounts, ProgressRecorder
 from speed_layer.triggers import with_trigger
 from views import records
-from views.aggregation import AGGREGATE_COLUMNS, aggregate_15m
+from views.increments import SPEED_AGGREGATE_COLUMNS, add, increments, uncounted
 from views.winners import CONFLICT_COLUMNS, decide_batch
 
 QUERY_NAME = "pos-speed-views"
@@ -107,14 +108,17 @@ class ViewsBatch:
         incoming = records.receipt_rows(
             checked, self.late_threshold_us, self.max_lateness_us
         ).withColumn(KEY_BUCKET, key_bucket())
-        buckets = incoming.select("operation_id", "vendor_fiscal_module", KEY_BUCKET)
-        stored = self._lookup(cql.RECEIPT_KEYS_TABLE, buckets, KEY_COLUMNS).join(
-            incoming.select(*contract.NATURAL_KEY), list(contract.NATURAL_KEY), "left_semi"
+        # The full primary key: the direct join reads one row per receipt, however full
+        # its key bucket (a partition) has grown.
+        stored = self._lookup(
+            cql.RECEIPT_KEYS_TABLE,
+            incoming.select("operation_id", "vendor_fiscal_module", KEY_BUCKET, "transaction_id"),
+            KEY_COLUMNS,
         )
         # Materialised once: the writes below must not change what was decided.
         decision = decide_batch(incoming, stored).materialised()
-        winners, duplicates = decision.winners, decision.duplicates
-        counts = self._counts(winners, duplicates, valid_rows, invalid_rows)
+        winners = decision.winners
+        counts = self._counts(decision.tally(), valid_rows, invalid_rows)
         if counts.conflicts:
             self._write(decision.conflicts, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
 
@@ -124,41 +128,28 @@ class ViewsBatch:
         self._write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
         self._maybe_crash("after_receipt_keys")
 
-        # Winners never move, so a window only ever gains receipts: the touched
-        # windows are those of the winners, recomputed from everything they hold.
-        windows = decision.windows
-        store_days = windows.select("operation_id", "day")
-        known = (
-            self._lookup(cql.RAW_TABLE, store_days, RAW_COLUMNS)
-            .unionByName(in_view.select(*RAW_COLUMNS))
-            .dropDuplicates(list(contract.NATURAL_KEY))  # a replay finds its own rows
-        )
-        aggregates = aggregate_15m(known).join(
-            windows, ["operation_id", "day", "window_start"], "left_semi"
-        )
-        self._write(aggregates, cql.AGG_SPEED_TABLE, AGGREGATE_COLUMNS)
+        # Winners never move, so a window only ever gains receipts: each touched
+        # window's stored row plus the aggregate of its new winners (those its
+        # applied offsets do not count yet: a replay adds nothing twice). Reads a
+        # store-day's <= 96 window rows, not its receipts: the cost stays flat as
+        # the tables grow.
+        store_days = in_view.select("operation_id", "day")
+        windows = self._lookup(cql.AGG_SPEED_TABLE, store_days, SPEED_AGGREGATE_COLUMNS)
+        added = add(windows, increments(uncounted(in_view, windows)))
+        self._write(added, cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
+        self._maybe_crash("after_aggregates")
         return counts
 
     @staticmethod
-    def _counts(
-        winners: DataFrame, duplicates: DataFrame, valid_rows: int, invalid_rows: int
-    ) -> BatchCounts:
-        won = winners.agg(
-            F.count(F.when(~F.col("beyond_bound"), 1)).alias("in_view"),
-            F.count(F.when(~F.col("beyond_bound") & F.col("late"), 1)).alias("late"),
-            F.count(F.when(F.col("beyond_bound"), 1)).alias("beyond"),
-        ).collect()[0]
-        lost = duplicates.agg(
-            F.count(F.when(~F.col("conflict"), 1)).alias("resends"),
-            F.count(F.when(F.col("conflict"), 1)).alias("conflicts"),
-        ).collect()[0]
+    def _counts(tally: DataFrame, valid_rows: int, invalid_rows: int) -> BatchCounts:
+        row = tally.collect()[0]  # a global aggregate has exactly one row
         return BatchCounts(
             valid_rows=valid_rows,
             invalid_rows=invalid_rows,
-            resends_absorbed=int(lost["resends"]),
-            conflicts=int(lost["conflicts"]),
-            late_receipts=int(won["late"]),
-            beyond_lateness_bound=int(won["beyond"]),
+            resends_absorbed=int(row["resends"]),
+            conflicts=int(row["conflicts"]),
+            late_receipts=int(row["late"]),
+            beyond_lateness_bound=int(row["beyond"]),
         )
 
 

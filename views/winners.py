@@ -50,14 +50,18 @@ CONFLICT_COLUMNS = (
     "differs",
 )
 _RANK = "_copy_rank"
+_WINNER_HASH = "_winner_hash"  # the content hash of the key's winner, on every copy
 _STORED = "_stored"
 _INCOMING = "_incoming"  # the copy is in the input (not only a stored winner)
 
 
 def _ranked(copies: DataFrame, *first: str) -> DataFrame:
-    """Copies numbered 1, 2, ... per natural key in winner order (`first` columns lead)."""
+    """Copies numbered 1, 2, ... per natural key in winner order (`first` columns lead),
+    each with its winner's content hash (same window: no second sort)."""
     order = Window.partitionBy(*NATURAL_KEY).orderBy(*first, *COORDINATES)
-    return copies.withColumn(_RANK, F.row_number().over(order))
+    return copies.withColumn(_RANK, F.row_number().over(order)).withColumn(
+        _WINNER_HASH, F.first("content_hash").over(order)
+    )
 
 
 def _differs(copy: str, winner: str) -> Column:
@@ -100,7 +104,7 @@ class Resolution:
     def winners(self) -> DataFrame:
         """The winners to write: one receipt row per natural key won by an incoming copy."""
         won = self.ranked.where((F.col(_RANK) == 1) & F.col(_INCOMING))
-        return won.drop(_RANK, _INCOMING)
+        return won.drop(_RANK, _INCOMING, _WINNER_HASH)
 
     @property
     def duplicates(self) -> DataFrame:
@@ -118,6 +122,23 @@ class Resolution:
         Winners never move, so no other window gains or loses a receipt.
         """
         return windows_of(self.winners.where(~F.col("beyond_bound")))
+
+    def tally(self) -> DataFrame:
+        """One row: the winners (in the views, late among them, beyond the speed bound)
+        and the duplicates (resends, conflicts) of the incoming copies, in one pass."""
+        won = (F.col(_RANK) == 1) & F.col(_INCOMING)
+        lost = (F.col(_RANK) > 1) & F.col(_INCOMING)
+        same = F.col("content_hash") == F.col(_WINNER_HASH)
+        counts = {
+            "in_view": won & ~F.col("beyond_bound"),
+            "late": won & ~F.col("beyond_bound") & F.col("late"),
+            "beyond": won & F.col("beyond_bound"),
+            "resends": lost & same,
+            "conflicts": lost & ~same,
+        }
+        return self.ranked.agg(
+            *(F.count(F.when(test, 1)).alias(name) for name, test in counts.items())
+        )
 
     def materialised(self) -> Resolution:
         """The same resolution, computed once (a local checkpoint of `ranked`)."""

@@ -159,3 +159,20 @@ def test_batch_resolution_picks_the_same_winners_from_all_copies(local_spark: An
             "transaction_id bigint, kafka_offset bigint, conflict boolean",
         ),
     )
+
+
+def test_tally_counts_winners_and_duplicates_in_one_pass(local_spark: Any) -> None:
+    stored = _rows(local_spark, _copy(1, offset=3))
+    late = (*_copy(4, offset=12, sent=T0 + timedelta(hours=2))[:12], True, False)
+    beyond = (*_copy(5, offset=13)[:13], True)
+    incoming = _rows(
+        local_spark,
+        _copy(1, offset=8),  # a resend of the stored winner
+        _copy(1, offset=9, items=CAKE),  # a conflict with it
+        _copy(2, offset=10),  # new
+        _copy(2, offset=11),  # its resend in the same batch
+        late,
+        beyond,
+    )
+    [row] = decide_batch(incoming, stored).tally().collect()
+    assert row.asDict() == {"in_view": 2, "late": 1, "beyond": 1, "resends": 2, "conflicts": 1}
