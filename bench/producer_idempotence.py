@@ -10,6 +10,7 @@ and as medians, with on/off ratios:
   idempotence, the producer-id handshake);
 - warm: a client that has already delivered one message, so only the sending of
   the N receipts is timed.
+Writes docs/bench/producer_idempotence.json (bench/results.py; --no-json: don't).
 Needs Kafka (`make up`).
 """
 
@@ -19,7 +20,9 @@ import argparse
 import statistics
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
+import results  # bench/, beside this script
 from confluent_kafka import Producer
 
 from infra import schema_apply
@@ -34,11 +37,13 @@ def main() -> None:
     )
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
+    results.add_json_argument(parser, "producer_idempotence")
     args = parser.parse_args()
     settings = load_settings()
     messages = simulate(
         SimulationConfig(count=args.count, seed=1, start=datetime(2026, 3, 2, tzinfo=UTC))
     ).messages
+    runs: list[dict[str, Any]] = []
     cold: dict[bool, list[DeliveryStats]] = {True: [], False: []}
     warm: dict[bool, list[DeliveryStats]] = {True: [], False: []}
     for rnd in range(args.rounds):
@@ -55,18 +60,37 @@ def main() -> None:
             client.flush(30)
             warm_stats = produce(messages, "", topic, quiet=True, producer=client)
             warm[idempotence].append(warm_stats)
+            for kind, st in (("cold", stats), ("warm", warm_stats)):
+                runs.append(
+                    {"round": rnd + 1, "idempotence": idempotence, "client": kind,
+                     "messages": st.acked, "seconds": st.seconds, "events_per_s": _rate(st),
+                     "first_ack_ms": _first_ack_ms(st)}
+                )  # fmt: skip
             print(
                 f"round {rnd + 1}: idempotence={mode} cold {_rate(stats):,.0f} events/s "
                 f"(first ack {_first_ack_ms(stats):.0f} ms), warm {_rate(warm_stats):,.0f} events/s"
             )
-    for name, runs, metric in (
-        ("cold events/s", cold, _rate),
-        ("warm events/s", warm, _rate),
-        ("cold first ack ms", cold, _first_ack_ms),
+    figures: list[results.Figure] = []
+    for name, unit, by_mode, metric in (
+        ("cold", "events/s", cold, _rate),
+        ("warm", "events/s", warm, _rate),
+        ("cold first ack", "ms", cold, _first_ack_ms),
     ):
-        on = statistics.median(metric(s) for s in runs[True])
-        off = statistics.median(metric(s) for s in runs[False])
-        print(f"median {name}: on {on:,.0f}, off {off:,.0f}, on/off = {on / off:.2f}")
+        on = statistics.median(metric(s) for s in by_mode[True])
+        off = statistics.median(metric(s) for s in by_mode[False])
+        print(f"median {name} {unit}: on {on:,.0f}, off {off:,.0f}, on/off = {on / off:.2f}")
+        figures += [
+            results.vs_peer(f"idempotence on, {name}", on, unit, f"idempotence off, {name}", off),
+            results.baseline(f"idempotence off, {name}", off, unit),
+        ]
+    results.write(
+        args,
+        "producer_idempotence",
+        figures,
+        runs,
+        notes=f"{args.count:,} receipts per run, medians of {args.rounds} alternating rounds; "
+        "cold: client creation to final flush, warm: a connected client, the N sends only",
+    )
 
 
 def _topic(settings: Settings) -> str:

@@ -15,7 +15,8 @@ running uvicorn) next to the same reads straight through cassandra-driver, one r
    connections; p50/p99 from wrk's latency distribution.
 
 Sequential requests by default (one connection, one client loop), so the three are
-comparable per request; the report gives p50/p99 and the ratios to the floor.
+comparable per request; the report gives p50/p99 and the ratios to the floor, and
+writes them to docs/bench/serving_latency.json (bench/results.py; --no-json: don't).
 Needs Cassandra (`make up`); drops its keyspace at the end.
 """
 
@@ -34,6 +35,8 @@ import uuid
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+
+import results  # bench/, beside this script
 
 from infra import schema_apply
 from infra.process import wait_for
@@ -182,6 +185,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=15, help="per measurement")
     parser.add_argument("--connections", type=int, default=1, help="wrk connections")
     parser.add_argument("--stores", type=int, default=20)
+    results.add_json_argument(parser, "serving_latency")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: bash infra/system-deps.sh wrk (make bench does it)")
@@ -200,16 +204,16 @@ def main() -> None:
     server = None
     try:
         seed(session, args.stores)
-        driver = percentiles(timed_loop(floor(session), args.seconds))
+        driver_s = timed_loop(floor(session), args.seconds)
+        driver = percentiles(driver_s)
         with Serving(settings) as lib:
             answer = lib.windows(STORE, MIDNIGHT, MIDNIGHT + timedelta(days=1))
             assert [w.source for w in answer.windows] == ["batch"] * 56 + ["speed"] * 40
-            library = percentiles(
-                timed_loop(
-                    lambda: lib.windows(STORE, MIDNIGHT, MIDNIGHT + timedelta(days=1)),
-                    args.seconds,
-                )
+            library_s = timed_loop(
+                lambda: lib.windows(STORE, MIDNIGHT, MIDNIGHT + timedelta(days=1)),
+                args.seconds,
             )
+            library = percentiles(library_s)
         server = start_server(settings)
         url = (
             f"http://{settings.bind_host}:{settings.serve_port}/stores/{STORE}/windows"
@@ -237,6 +241,29 @@ def main() -> None:
     print(
         f"  HTTP/floor: p50 {http50 / driver[0]:.2f}, p99 {http99 / driver[1]:.2f}; "
         f"library/floor: p50 {library[0] / driver[0]:.2f}, p99 {library[1] / driver[1]:.2f}"
+    )
+    floor50, floor99 = "cassandra-driver floor p50", "cassandra-driver floor p99"
+    results.write(
+        args,
+        "serving_latency",
+        [
+            results.baseline(floor50, driver[0], "ms"),
+            results.baseline(floor99, driver[1], "ms"),
+            results.vs_floor("library Serving.windows p50", library[0], "ms", floor50, driver[0]),
+            results.vs_floor("library Serving.windows p99", library[1], "ms", floor99, driver[1]),
+            results.vs_floor("HTTP p50", http50, "ms", floor50, driver[0]),
+            results.vs_floor("HTTP p99", http99, "ms", floor99, driver[1]),
+            results.baseline("HTTP requests/s", rps, "requests/s"),
+        ],
+        runs=[
+            *(
+                {"path": path, "requests": len(xs), "p50_ms": p[0], "p99_ms": p[1]}
+                for path, xs, p in (("floor", driver_s, driver), ("library", library_s, library))
+            ),
+            {"path": "http", "requests_per_s": rps, "p50_ms": http50, "p99_ms": http99},
+        ],
+        notes=f"one store-day, 96 windows (56 batch + 40 speed), {args.stores} stores seeded; "
+        f"{args.seconds} s per measurement, {args.connections} wrk connection(s)",
     )
 
 
