@@ -10,7 +10,8 @@
 For each: backlog throughput (events/s from Kafka into Cassandra, available-now),
 and how many 15-minute windows equal the producer's ledger afterwards. For (b)
 also the latency from producing a receipt to seeing it in its window, with the
-query running continuously (1 s trigger). Needs `make up`.
+query running continuously (1 s trigger). Writes docs/bench/speed_designs.json
+(bench/results.py; --no-json: don't). Needs `make up`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import results as bench_results  # bench/, beside this script
 from cassandra.cluster import Cluster
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame
@@ -44,6 +46,8 @@ from schemas import cql as tables
 from speed_layer import views_job
 from speed_layer.progress import ProgressRecorder
 from views import records as transforms
+
+LATENCY_SAMPLES = 5  # receipts produced one at a time per design
 
 
 def _stored(session: Any) -> dict[tuple[int, datetime], tuple[Any, ...]]:
@@ -110,7 +114,10 @@ def design_a(spark: Any, settings: Settings, available_now: bool = True) -> Any:
     return writer.trigger(processingTime="1 second").start()
 
 
-def backlog(spark: Any, settings: Settings, ledger_dir: Path, n: int) -> None:
+def backlog(
+    spark: Any, settings: Settings, ledger_dir: Path, n: int
+) -> dict[str, tuple[float, int, int]]:
+    """Per design: (events/s, windows equal to the ledger, the ledger's windows)."""
     expected = {
         (store, ws.replace(tzinfo=None)): v
         for (store, ws), v in ledger.expected_aggregates(ledger_dir).items()
@@ -127,17 +134,21 @@ def backlog(spark: Any, settings: Settings, ledger_dir: Path, n: int) -> None:
         took = time.perf_counter() - t0
         stored = _stored(session)
         exact = sum(1 for k, v in expected.items() if stored.get(k) == v)
-        results[tag] = (n / took, exact)
+        results[tag] = (n / took, exact, len(expected))
         print(
             f"design ({tag}): {n / took:,.0f} events/s over {n} messages ({took:.1f} s); "
             f"windows equal to the ledger: {exact}/{len(expected)}"
         )
     ratio = results["b"][0] / results["a"][0]
     print(f"throughput (b)/(a) = {ratio:.2f}")
+    return results
 
 
-def latency(spark: Any, settings: Settings, tag: str, samples: int = 5) -> None:
-    """Produce one receipt at a time (event time = now) and await it in its window."""
+def latency(
+    spark: Any, settings: Settings, tag: str, samples: int = LATENCY_SAMPLES
+) -> list[float]:
+    """Produce one receipt at a time (event time = now) and await it in its window; the
+    seconds each took (fewer than `samples` when one was not visible within 30 s)."""
     topic = f"bench.latency.{uuid.uuid4().hex[:8]}"
     schema_apply.create_topics(settings, {topic: settings.topic_partitions})
     s, session = _fresh(settings.model_copy(update={"speed_trigger_seconds": 1.0}), topic, tag)
@@ -158,7 +169,7 @@ def latency(spark: Any, settings: Settings, tag: str, samples: int = 5) -> None:
 
         def visible(count: int = i + 1) -> bool:
             rows = session.execute(f"SELECT receipt_count FROM {tables.AGG_SPEED_TABLE}")
-            return sum(row.receipt_count for row in rows) >= count
+            return bool(sum(row.receipt_count for row in rows) >= count)
 
         if not wait_for(visible, timeout=30, interval=0.05):
             print(f"design ({tag}): receipt {i + 1} not visible in its window within 30 s")
@@ -171,6 +182,7 @@ def latency(spark: Any, settings: Settings, tag: str, samples: int = 5) -> None:
             f"{statistics.median(waits):.2f} s, max {max(waits):.2f} s over {len(waits)} "
             "receipts"
         )
+    return waits
 
 
 def main() -> None:
@@ -179,6 +191,7 @@ def main() -> None:
     )
     parser.add_argument("--count", type=int, default=30_000, help="unique receipts")
     parser.add_argument("--batch", type=int, default=1000, help="max records per micro-batch")
+    bench_results.add_json_argument(parser, "speed_designs")
     args = parser.parse_args()
     settings = load_settings()
     topic = f"bench.speed.{uuid.uuid4().hex[:8]}"
@@ -197,10 +210,57 @@ def main() -> None:
     spark = build_session(stream, "bench")
     ledger_dir = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
     ledger.write(ledger_dir, result.receipts, result.faults, result.summary)
-    backlog(spark, stream, ledger_dir, len(result.messages))
-    for tag in ("a", "b"):
-        latency(spark, settings, tag)
+    throughput = backlog(spark, stream, ledger_dir, len(result.messages))
+    waits = {tag: latency(spark, settings, tag) for tag in ("a", "b")}
     spark.stop()
+    _write(args, len(result.messages), throughput, waits)
+
+
+def _write(
+    args: argparse.Namespace,
+    messages: int,
+    throughput: dict[str, tuple[float, int, int]],
+    waits: dict[str, list[float]],
+) -> None:
+    names = {"a": "(a) watermark + dedup state", "b": "(b) foreachBatch upserts"}
+    every = bench_results.Goal(">=", 1.0, "every window equals the ledger")
+    figures = [
+        bench_results.vs_peer(
+            f"{names['b']} events/s", throughput["b"][0], "events/s",
+            f"{names['a']} events/s", throughput["a"][0],
+        ),
+        bench_results.baseline(f"{names['a']} events/s", throughput["a"][0], "events/s"),
+        *(
+            bench_results.vs_peer(f"{names[t]} exact windows", throughput[t][1], "windows",
+                                  "the ledger's windows", throughput[t][2], every)
+            for t in ("a", "b")
+        ),
+    ]  # fmt: skip
+    medians = {t: statistics.median(w) for t, w in waits.items() if len(w) == LATENCY_SAMPLES}
+    if "b" in medians:
+        label = f"{names['b']} produce-to-visible median"
+        if "a" in medians:
+            figures.append(bench_results.vs_peer(
+                label, medians["b"], "s", f"{names['a']} produce-to-visible median", medians["a"]
+            ))  # fmt: skip
+        else:
+            figures.append(bench_results.baseline(label, medians["b"], "s"))
+    not_visible = [names[t] for t in ("a", "b") if t not in medians]
+    runs = [
+        {"design": names[t], "messages": messages, "events_per_s": throughput[t][0],
+         "exact_windows": throughput[t][1], "ledger_windows": throughput[t][2],
+         "latency_s": waits[t]}
+        for t in ("a", "b")
+    ]  # fmt: skip
+    bench_results.write(
+        args,
+        "speed_designs",
+        figures,
+        runs=runs,
+        notes=f"{args.count:,} receipts with faults ({messages:,} messages), micro-batches of "
+        f"{args.batch}; latency: {LATENCY_SAMPLES} receipts, 1 s trigger"
+        + (f"; not visible within 30 s: {', '.join(not_visible)}" if not_visible else ""),
+    )
 
 
 if __name__ == "__main__":
