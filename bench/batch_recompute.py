@@ -16,7 +16,8 @@
 
 Master rows are generated in Spark (valid receipts of 20 stores over one day, 0.6 %
 resends with later offsets), in the archiver's exact schema, so what is measured is
-the batch job, not the simulator. Needs Cassandra (`make up`); uses its own keyspace
+the batch job, not the simulator. Writes docs/bench/batch_recompute.json
+(bench/results.py; --no-json: don't). Needs Cassandra (`make up`); uses its own keyspace
 and a temporary data dir, dropped at the end.
 """
 
@@ -31,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import results as bench_results  # bench/, beside this script
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -129,7 +131,7 @@ def floor(spark: SparkSession, settings: Settings) -> int:
     )
 
 
-def compaction(spark: SparkSession, base: Settings, seconds: int) -> None:
+def compaction(spark: SparkSession, base: Settings, seconds: int) -> dict[str, Any]:
     s = base.model_copy(update={"data_dir": base.data_dir / "compaction"})
     per_second, per_commit = 10, 600
     n = seconds * per_second
@@ -154,11 +156,15 @@ def compaction(spark: SparkSession, base: Settings, seconds: int) -> None:
         f"after it {files_after:,} files read in {after:.2f} s: after/before = "
         f"{after / before:.3f}"
     )
+    return {"part": "compaction", "files_before": files_before, "read_before_s": before,
+            "optimize_s": optimize_s, "files_after": files_after, "read_after_s": after,
+            "records": n}  # fmt: skip
 
 
-def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> None:
+def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> list[dict[str, Any]]:
     interval = Interval(DAY, DAY + timedelta(days=1))
     results = {}
+    runs = []
     for n in sizes:
         # Its own keyspace and table per size: the sizes never share rows.
         s = base.model_copy(
@@ -173,6 +179,9 @@ def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> None:
         floor_s, _ = timed(lambda s=s: floor(spark, s))
         job_s, result = timed(lambda s=s: job.run(spark, s, interval))
         results[n] = job_s
+        runs.append({"part": "batch", "records": n, "job_s": job_s, "floor_s": floor_s,
+                     "receipts": result.receipts,
+                     "duplicates_removed": result.duplicates_removed})  # fmt: skip
         print(
             f"batch job, {n:,} master records: {job_s:.1f} s = {n / job_s:,.0f} events/s "
             f"({result.receipts:,} receipts, {result.duplicates_removed:,} resends removed); "
@@ -182,6 +191,38 @@ def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> None:
     if len(sizes) > 1:
         lo, hi = min(sizes), max(sizes)
         print(f"batch job time ratio {hi:,}/{lo:,} records = {results[hi] / results[lo]:.2f}")
+    return runs
+
+
+def figures(runs: list[dict[str, Any]]) -> list[bench_results.Figure]:
+    out = []
+    for r in runs:
+        if r["part"] == "compaction":
+            out += [
+                bench_results.vs_peer(
+                    f"read after OPTIMIZE ({r['files_after']:,} files)", r["read_after_s"], "s",
+                    f"read before ({r['files_before']:,} files)", r["read_before_s"],
+                ),
+                bench_results.baseline(
+                    f"read before ({r['files_before']:,} files)", r["read_before_s"], "s"
+                ),
+            ]  # fmt: skip
+    jobs = [r for r in runs if r["part"] == "batch"]
+    for r in jobs:
+        n = f"{r['records']:,} records"
+        out += [
+            bench_results.vs_floor(f"batch job, {n}", r["job_s"], "s",
+                                   f"read + aggregate (Spark), {n}", r["floor_s"]),
+            bench_results.baseline(f"read + aggregate (Spark), {n}", r["floor_s"], "s"),
+        ]  # fmt: skip
+    if len(jobs) > 1:
+        lo, hi = min(jobs, key=lambda r: r["records"]), max(jobs, key=lambda r: r["records"])
+        linear = bench_results.Goal("<=", hi["records"] / lo["records"], "linear in the records")
+        out.append(bench_results.vs_peer(
+            f"batch job, {hi['records']:,} records (scaling)", hi["job_s"], "s",
+            f"batch job, {lo['records']:,} records", lo["job_s"], linear,
+        ))  # fmt: skip
+    return out
 
 
 def main() -> None:
@@ -197,6 +238,7 @@ def main() -> None:
         default=86_400,
         help="micro-batch files of the compaction day (default: one day of 1 s triggers; 0 skips)",
     )
+    bench_results.add_json_argument(parser, "batch_recompute")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pos-bench-batch-"))
     settings = load_settings().model_copy(
@@ -205,11 +247,12 @@ def main() -> None:
     schema_apply.apply_cql(settings)
     spark = build_session(settings, "pos-bench-batch")
     sizes = [int(x) for x in args.sizes.split(",") if x]
+    runs: list[dict[str, Any]] = []
     try:
         if args.seconds:
-            compaction(spark, settings, args.seconds)
+            runs.append(compaction(spark, settings, args.seconds))
         if sizes:
-            batch(spark, settings, sizes)
+            runs += batch(spark, settings, sizes)
     finally:
         spark.stop()
         from cassandra.cluster import Cluster
@@ -223,6 +266,15 @@ def main() -> None:
             session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
         cluster.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
+    bench_results.write(
+        args,
+        "batch_recompute",
+        figures(runs),
+        runs,
+        notes="compaction: a day's partition of 1 s micro-batch files, full scan before and "
+        f"after OPTIMIZE ({args.seconds:,} files); batch job: `pos-batch run` over one day "
+        "vs Spark's read + aggregate of the same Delta table (no dedup, no writes)",
+    )
 
 
 if __name__ == "__main__":

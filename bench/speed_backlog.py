@@ -8,7 +8,7 @@ micro-batch, for this checkout and (with --vs) for another revision checked out 
 a temporary git worktree, alternating, each into its own keyspace. Reports the
 views query's own processed events/s (from its progress) and the ratio. Use it to
 price a change of the micro-batch (e.g. the hardening against hostile input).
-Needs `make up`.
+Writes docs/bench/speed_backlog.json (bench/results.py; --no-json: don't). Needs `make up`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
+
+import results as bench_results  # bench/, beside this script
 
 from infra import schema_apply
 from infra.settings import PROJECT_ROOT, Settings, load_settings
@@ -67,6 +69,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=50_000, help="unique receipts")
     parser.add_argument("--vs", help="git revision to compare with (e.g. a commit)")
     parser.add_argument("--rounds", type=int, default=2)
+    bench_results.add_json_argument(parser, "speed_backlog")
     args = parser.parse_args()
     base = load_settings()
     topic = f"bench.backlog.{uuid.uuid4().hex[:8]}"
@@ -104,6 +107,27 @@ def main() -> None:
     if args.vs:
         line += f": this/{args.vs} = {medians['this'] / medians[args.vs]:.2f}"
     print(f"median: {line}")
+    this = "this checkout events/s"
+    figures = [bench_results.baseline(this, medians["this"], "events/s")]
+    if args.vs:
+        other = f"{args.vs} events/s"
+        figures = [
+            bench_results.vs_peer(this, medians["this"], "events/s", other, medians[args.vs]),
+            bench_results.baseline(other, medians[args.vs], "events/s"),
+        ]
+    bench_results.write(
+        args,
+        "speed_backlog",
+        figures,
+        runs=[
+            {"code": tag, "round": i + 1, "events_per_s": r}
+            for tag, rs in rates.items()
+            for i, r in enumerate(rs)
+        ],
+        notes=f"`pos-speed run --available-now --jobs views`, one micro-batch of "
+        f"{len(result.messages):,} messages ({args.count:,} receipts with faults); "
+        f"the views query's processed rows/s, median of {args.rounds} alternating rounds",
+    )
 
 
 if __name__ == "__main__":
