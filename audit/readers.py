@@ -16,6 +16,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -203,29 +204,35 @@ def _agg(row: Any) -> Aggregate:
 # --- Kafka -------------------------------------------------------------------------------
 
 
-def _consumer(settings: Settings, group: str, **extra: Any) -> Any:
-    from confluent_kafka import Consumer
+@contextmanager
+def _consumer(settings: Settings, group: str, **extra: Any) -> Iterator[Any]:
+    """A consumer, closed after use; Kafka trouble becomes an AuditError saying so."""
+    from confluent_kafka import Consumer, KafkaException
 
-    return Consumer(
+    c = Consumer(
         {
             **settings.kafka_security_config,
             "bootstrap.servers": settings.bootstrap_servers,
             "group.id": group,  # never subscribes: reads committed offsets, never joins
             "enable.auto.commit": False,
-            "log_level": 3,
+            # No librdkafka log lines: a failure surfaces once, as the AuditError below.
+            "log_level": 0,
             **extra,
         }
     )
+    try:
+        yield c
+    except KafkaException as exc:
+        raise AuditError(
+            f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0]} "
+            "(is it running and ready? `make status`)"
+        ) from exc
+    finally:
+        c.close()
 
 
 def _partitions(consumer: Any, topic: str) -> list[int] | None:
-    from confluent_kafka import KafkaException
-
-    try:
-        md = consumer.list_topics(topic, timeout=30)
-    except KafkaException as exc:
-        raise AuditError(f"cannot reach Kafka: {exc} (is it running? try `make up`)") from exc
-    t = md.topics.get(topic)
+    t = consumer.list_topics(topic, timeout=30).topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         return None
     return sorted(t.partitions)
@@ -235,30 +242,23 @@ def end_offsets(settings: Settings, topic: str) -> dict[int, int] | None:
     """High watermark per partition; None when the topic does not exist."""
     from confluent_kafka import TopicPartition
 
-    c = _consumer(settings, f"pos-audit-{uuid.uuid4().hex[:8]}")
-    try:
+    with _consumer(settings, f"pos-audit-{uuid.uuid4().hex[:8]}") as c:
         parts = _partitions(c, topic)
         if parts is None:
             return None
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in parts}
-    finally:
-        c.close()
 
 
 def committed_offsets(settings: Settings, group: str, topic: str) -> dict[int, int] | None:
     """The group's committed offsets on `topic`; None when it never committed any."""
     from confluent_kafka import TopicPartition
 
-    c = _consumer(settings, group, **{"isolation.level": "read_committed"})
-    try:
+    with _consumer(settings, group, **{"isolation.level": "read_committed"}) as c:
         parts = _partitions(c, topic)
         if parts is None:
             return None
         got = c.committed([TopicPartition(topic, p) for p in parts], timeout=30)
-        offsets = {tp.partition: tp.offset for tp in got if tp.offset >= 0}
-        return offsets or None
-    finally:
-        c.close()
+        return {tp.partition: tp.offset for tp in got if tp.offset >= 0} or None
 
 
 def alerts_in_topic(settings: Settings) -> list[AlertIdentity] | None:
@@ -267,11 +267,8 @@ def alerts_in_topic(settings: Settings) -> list[AlertIdentity] | None:
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
     topic = settings.topic_alerts
-    c = _consumer(
-        settings, f"pos-audit-{uuid.uuid4().hex[:8]}",
-        **{"isolation.level": "read_committed", "enable.partition.eof": True},
-    )  # fmt: skip
-    try:
+    extra = {"isolation.level": "read_committed", "enable.partition.eof": True}
+    with _consumer(settings, f"pos-audit-{uuid.uuid4().hex[:8]}", **extra) as c:
         parts = _partitions(c, topic)
         if parts is None:
             return None
@@ -292,8 +289,6 @@ def alerts_in_topic(settings: Settings) -> list[AlertIdentity] | None:
                 at_end.discard(msg.partition())
                 out.append(_alert_identity(msg.value()))
         return out
-    finally:
-        c.close()
 
 
 def _alert_identity(value: bytes | None) -> AlertIdentity:

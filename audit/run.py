@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
 
+from cassandra import DriverException, RequestExecutionException
+
 from audit import compare
 from audit import expectations as ex
 from audit.readers import (
@@ -114,6 +116,11 @@ def audit(
             results.append(result)
     except ServingError as exc:  # Unavailable: Cassandra down or schema missing
         raise AuditError(str(exc)) from exc
+    except (DriverException, RequestExecutionException) as exc:  # the auditor's own reads
+        raise AuditError(
+            f"Cassandra refused or did not answer: {exc} (is it running? is keyspace "
+            f"{settings.cassandra_keyspace!r} there? `make status`, `make schema`)"
+        ) from exc
     finally:
         sources.close()
     return AuditReport(str(ledger_dir), settings.cassandra_keyspace, topic, results)
@@ -163,7 +170,8 @@ class _Context:
         notes = [] if caught else [f"not exact now ({why}): gaps are reported, not failed"]
         if beyond is not None:
             notes.append(
-                f"{beyond} receipts beyond the {self.bound} speed bound left to the batch layer"
+                f"{beyond} receipts beyond the speed bound ({self.bound / timedelta(hours=1):g} h) "
+                "left to the batch layer"
             )
         return ViewResult(
             name, exact=caught, tally=tally, beyond_bound=beyond or 0, note="; ".join(notes)
