@@ -57,7 +57,7 @@ def plan(seed: int, faults: tuple[str, ...] = STREAM_FAULTS, alerts_kills: int =
 class Outcome:
     kind: str
     at_message: int  # messages sent when it struck
-    recovered_s: float  # until the process or service answered again
+    recovered_s: float | None  # until it worked again (None: not measured)
     detail: str
 
 
@@ -165,7 +165,8 @@ def render(facts: ChaosFacts) -> str:
         "| # | fault | at message | recovered in | detail |",
         "|---|---|---|---|---|",
         *(
-            f"| {i} | {LABELS[o.kind]} | {n(o.at_message)} | {o.recovered_s:.0f} s | {o.detail} |"
+            f"| {i} | {LABELS[o.kind]} | {n(o.at_message)} | "
+            f"{'-' if o.recovered_s is None else f'{o.recovered_s:.0f} s'} | {o.detail} |"
             for i, o in enumerate(facts.outcomes, 1)
         ),
     ]

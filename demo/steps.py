@@ -114,10 +114,12 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 def stop_gracefully(proc: subprocess.Popen[bytes], timeout: float = 120) -> int:
-    """SIGTERM (the pos-* commands stop cleanly on it), then SIGKILL after `timeout`."""
+    """SIGTERM to the command itself (the pos-* commands stop cleanly on it; `pos-speed`
+    forwards it to its driver, which stops its queries before its JVM: a SIGTERM to the
+    whole group would stop the JVM under it), then SIGKILL to the group after `timeout`."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+            proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

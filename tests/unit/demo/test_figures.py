@@ -31,7 +31,7 @@ def _facts(clean: bool, count: int = 100_000) -> figures.ChaosFacts:
         conflicts_injected=200, malformed=498, late=2_000, beyond_bound=130,
         outcomes=[
             figures.Outcome("speed_kill", 12_000, 31.4, "driver pid 7 killed in a micro-batch"),
-            figures.Outcome("alerts_kill", 15_500, 0.0, "crash point in its transaction 9"),
+            figures.Outcome("alerts_kill", 15_500, None, "crash point in its transaction 9"),
             figures.Outcome("kafka_restart", 40_100, 14.6, "broker back in 12 s"),
         ],
         planned=8, restarts=4, duplicates_removed=1_212, conflicts_found=200,
@@ -76,7 +76,7 @@ def test_a_clean_full_run_renders_as_this_table() -> None:
         "|---|---|---|---|---|\n"
         "| 1 | kill -9 of the speed-layer driver (mid micro-batch) | 12,000 | 31 s "
         "| driver pid 7 killed in a micro-batch |\n"
-        "| 2 | kill -9 of the alerts processor mid-transaction | 15,500 | 0 s "
+        "| 2 | kill -9 of the alerts processor mid-transaction | 15,500 | - "
         "| crash point in its transaction 9 |\n"
         "| 3 | Kafka broker hard restart (kill -9, start) | 40,100 | 15 s "
         "| broker back in 12 s |\n"
