@@ -184,13 +184,17 @@ def git_commit() -> Commit:
     def git(*cmd: str) -> str:
         return subprocess.run(
             ["git", *cmd], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
+        ).stdout
 
-    sha = git("rev-parse", "HEAD") or "unknown"
+    sha = git("rev-parse", "HEAD").strip() or "unknown"
     # Tracked files only: the checkout is shared, untracked files of others say nothing.
-    status = git("status", "--porcelain", "--untracked-files=no")
-    changed = [line[3:] for line in status.splitlines()]
+    changed = modified_paths(git("status", "--porcelain", "--untracked-files=no"))
     return Commit(sha, bool(changed), changed[:30])
+
+
+def modified_paths(porcelain: str) -> list[str]:
+    """Paths from `git status --porcelain` lines ("XY path"; X or Y may be a space)."""
+    return [line[3:] for line in porcelain.splitlines() if len(line) > 3]
 
 
 def machine() -> dict[str, Any]:

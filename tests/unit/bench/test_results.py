@@ -90,3 +90,12 @@ def test_pom_versions_from_properties_and_dependencies(tmp_path: Path) -> None:
     assert results._pom_version(pom, "cassandra-all") == "5.0.6"
     assert results._pom_version(pom, "spark.version") is None
     assert results._pom_version(tmp_path / "missing.xml", "x") is None
+
+
+def test_modified_paths_keep_their_first_letter() -> None:
+    # A leading space is part of the status ("XY"), not padding to strip.
+    assert results.modified_paths(" M audit/run.py\nM  README.md\n") == [
+        "audit/run.py",
+        "README.md",
+    ]
+    assert results.modified_paths("") == []
