@@ -26,7 +26,8 @@ machine (cores, memory, CPU, OS, Python, Java, Spark/Kafka/Cassandra/Delta versi
 infra/jars/*/pom.xml, confluent-kafka/librdkafka), the load average and the command line
 with its arguments; `--no-json` skips writing (quick experiments must not overwrite the
 committed report). The ratio is value / the peer's or floor's value; a goal says which
-side of a ratio counts as met (">=": throughput-like, "<=": cost-like).
+side of a ratio counts as met (">=": throughput-like, "<=": cost-like). The first figure
+with a ratio is the benchmark's headline in the report's summary table: put it first.
 """
 
 from __future__ import annotations

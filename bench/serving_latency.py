@@ -247,12 +247,12 @@ def main() -> None:
         args,
         "serving_latency",
         [
-            results.baseline(floor50, driver[0], "ms"),
-            results.baseline(floor99, driver[1], "ms"),
-            results.vs_floor("library Serving.windows p50", library[0], "ms", floor50, driver[0]),
-            results.vs_floor("library Serving.windows p99", library[1], "ms", floor99, driver[1]),
             results.vs_floor("HTTP p50", http50, "ms", floor50, driver[0]),
             results.vs_floor("HTTP p99", http99, "ms", floor99, driver[1]),
+            results.vs_floor("library Serving.windows p50", library[0], "ms", floor50, driver[0]),
+            results.vs_floor("library Serving.windows p99", library[1], "ms", floor99, driver[1]),
+            results.baseline(floor50, driver[0], "ms"),
+            results.baseline(floor99, driver[1], "ms"),
             results.baseline("HTTP requests/s", rps, "requests/s"),
         ],
         runs=[
