@@ -160,7 +160,7 @@ class _Context:
             else:
                 behind = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
                 self._speed_note = (
-                    "" if behind == 0 else f"speed layer {behind} records behind the topic's end"
+                    "" if behind == 0 else f"speed layer behind the topic's end by {behind} records"
                 )
         return self._speed_note == "", self._speed_note
 
