@@ -171,6 +171,7 @@ def chart(doc: Doc, path: Path) -> None:
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     figs = charted(doc)
     labels = [
@@ -179,21 +180,33 @@ def chart(doc: Doc, path: Path) -> None:
         for f in figs
     ]
     ratios = [float(f["ratio"]) for f in figs]
+    shown = [max(r, 1e-3) for r in ratios]  # a log axis has no 0
     colors = [
         "#9e9e9e" if "goal" not in f else "#2e7d32" if f["goal"]["met"] else "#c62828" for f in figs
     ]
     fig, ax = plt.subplots(figsize=(9, 1.0 + 0.75 * len(figs)))
     y = list(range(len(figs)))[::-1]
-    ax.barh(y, ratios, color=colors, height=0.6)
+    # A log axis with bars from 1 (parity): x2 and x0.5 look equally far from the peer,
+    # and a 40x ratio does not flatten the others.
+    ax.set_xscale("log")
+    ax.barh(y, [r - 1 for r in shown], left=1, color=colors, height=0.6)
     ax.axvline(1.0, color="black", linewidth=0.8)
-    for yi, f, r in zip(y, figs, ratios, strict=True):
-        ax.text(r, yi, f" {r:.2f}", va="center", fontsize=9)
+    goals = [float(f["goal"]["ratio"]) for f in figs if "goal" in f]
+    for yi, f, r, c in zip(y, figs, ratios, colors, strict=True):
+        ax.plot([max(r, 1e-3)], [yi], "o", color=c, markersize=5)  # seen even at 1.00
+        ax.text(max(r, 1e-3), yi, f"  {r:.2f}  ", va="center", fontsize=9,
+                ha="left" if r >= 1 else "right")  # fmt: skip
         if "goal" in f:
-            g = f["goal"]
-            ax.plot([g["ratio"]] * 2, [yi - 0.4, yi + 0.4], color="#1565c0", linewidth=2)
+            g = float(f["goal"]["ratio"])
+            ax.plot([g, g], [yi - 0.4, yi + 0.4], color="#1565c0", linewidth=2)
     ax.set_yticks(y, labels, fontsize=8)
-    ax.set_xlim(0, max([*ratios, *(float(f["goal"]["ratio"]) for f in figs if "goal" in f)]) * 1.2)
-    ax.set_xlabel("ratio to the peer or floor (1 = equal)")
+    lo, hi = min([*shown, *goals, 1.0]) / 2, max([*shown, *goals, 1.0]) * 2
+    ax.set_xlim(lo, hi)
+    steps = [m * 10.0**e for e in range(-3, 4) for m in (1, 2, 5)]
+    ax.set_xticks([t for t in steps if lo <= t <= hi], minor=False)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_xlabel("ratio to the peer or floor (log scale; 1 = equal)")
     sha = str(doc["commit"].get("sha", ""))[:10]
     ax.set_title(f"{doc['benchmark']}: {doc['measured_at']}, commit {sha}", fontsize=10)
     fig.tight_layout()
