@@ -221,7 +221,15 @@ def verdict(facts: DemoFacts) -> str:
 
 
 def _wrap(label: str, text: str) -> str:
-    return textwrap.fill(text, width=88, initial_indent=label, subsequent_indent=" " * len(label))
+    # Paths stay whole: never broken at a hyphen or inside a long word.
+    return textwrap.fill(
+        text,
+        width=88,
+        initial_indent=label,
+        subsequent_indent=" " * len(label),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def render(facts: DemoFacts) -> str:
@@ -240,7 +248,7 @@ def render(facts: DemoFacts) -> str:
         f"bursts, {n(i.late)} late receipts",
         f"{pad}({n(i.beyond_bound)} later than the speed layer's {i.bound_hours:g} h bound), "
         f"{n(i.out_of_order)} out of order,",
-        f"{pad}{_malformed(i.malformed)},",
+        _wrap(pad, f"{_malformed(i.malformed)},"),
         f"{pad}{n(i.conflicts)} conflicting copies (same key, other items), "
         f"clock skew up to +-{i.clock_skew_max_s:g} s.",
         f"Speed      {s.micro_batches} micro-batch(es) in {s.seconds:.0f} s: {n(s.valid)} valid "

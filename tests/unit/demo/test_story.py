@@ -118,3 +118,21 @@ def test_discrepancies_are_named_in_the_audit_lines_and_the_verdict() -> None:
 def test_a_report_without_clean_and_views_is_refused(doc: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="not an audit report"):
         story.parse_audit(doc, "r.json")
+
+
+def test_long_lines_wrap_at_spaces_only_and_keep_paths_whole() -> None:
+    audited = story.parse_audit(AUDIT_DOC, "/tmp/fresh-demo/.state/demo/audit.json")
+    f = facts(audited)
+    many = {"broken_json": 7, "missing_field": 6, "negative_price": 4, "oversized_list": 4}
+    f = story.DemoFacts(**{**f.__dict__, "injected": story.Injected(
+        **{**f.injected.__dict__, "malformed": {**many, "wrong_type": 6}})})  # fmt: skip
+    text = story.render(f)
+    assert (
+        "           27 malformed (broken json 7, missing field 6, negative price 4, oversized\n"
+        "           list 4, wrong type 6),\n"
+    ) in text
+    assert (
+        "Audit      clean: 2 exact view(s), 0 lost, 0 duplicated, 0 wrong\n"
+        "           (/tmp/fresh-demo/.state/demo/audit.json)\n"
+    ) in text
+    assert max(len(line) for line in text.splitlines()) <= 90
