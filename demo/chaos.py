@@ -22,7 +22,8 @@ data dir `.state/chaos/data`, ledger `.state/chaos/ledger` (all reset at the sta
 logs under `.state/chaos/logs/`. The Kafka and Cassandra restarts act on the local
 services every other job uses: run it holding the machine's heavy-work lock. Every wait
 is bounded (`--timeout` for the whole run); a finally block stops every process it
-started and starts Kafka and Cassandra again if a fault left them down. Exit codes:
+started (Airflow too, unless `--keep-airflow`) and starts Kafka and Cassandra again if a
+fault left them down. Exit codes:
 0 clean audit, 1 discrepancies or a failed step, 2 bad arguments.
 """
 
@@ -118,7 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=PROJECT_ROOT / "docs", help="chaos.md/.json dir")
     p.add_argument("--logs", type=Path, default=STATE / "logs", help="log dir")
     p.add_argument("--ledger", type=Path, default=STATE / "ledger", help="ledger dir")
-    p.add_argument("--stop-airflow", action="store_true", help="stop Airflow if started here")
+    p.add_argument(
+        "--keep-airflow",
+        action="store_true",
+        help="leave Airflow running at the end (default: stop it if this run started it)",
+    )
     return p
 
 
@@ -568,7 +573,7 @@ def _cleanup(chaos: Chaos) -> None:
                 svc.start(chaos.base)
         except Exception as exc:
             chaos.say(f"cleanup: could not start {name}: {exc}; run `make up`")
-    chaos.notes += batch_dag.restore(chaos.base, chaos.dag, chaos.args.stop_airflow)
+    chaos.notes += batch_dag.restore(chaos.base, chaos.dag, not chaos.args.keep_airflow)
 
 
 def main(argv: list[str] | None = None) -> int:
