@@ -1,0 +1,631 @@
+"""Produce-to-visible latency of the speed layer as users run it, and its fixed per-batch cost.
+
+    python bench/speed_latency.py [--rates 10,1000] [--seconds 60] [--warmup 20] [--json PATH]
+
+For each rate, on a topic, a keyspace and a data dir (checkpoints, master dataset) of
+its own, the whole speed layer as `make speed` runs it:
+
+1. start `pos-speed run --trigger-seconds 1` (both queries, archiver + views, in one
+   driver under its supervisor) as a process, and await both queries' start (the
+   driver logs "query <name> started" when Spark reports them started);
+2. cold start: produce one receipt and await it in its window: the first micro-batch
+   of a fresh driver (class loading, JIT, the connector's session, the Delta log),
+   reported on its own;
+3. steady load: receipts produced at `rate` per second with the project's producer
+   (`producer.kafka_sink.produce`, idempotent, paced), bodies from the simulator
+   (`producer.simulation`), `happened_at` = the instant the producer's pacing sends it
+   (now). First the warm-up (reported apart): at least `--warmup` s and until the views
+   query has finished `--warmup-batches` micro-batches started under this load (the
+   first ones in a fresh JVM take many times longer), at most `--max-warmup` s; then
+   `--seconds` measured;
+4. stop the speed layer (SIGTERM: graceful) and read its micro-batches from the
+   `speed_progress` table (duration_ms = Spark's triggerExecution time per batch).
+
+"Visible", precisely: a receipt r of window w (its store and the 15-minute UTC window
+of its happened_at, computed here as the producer's ledger does) is the n-th receipt
+of w in produce order. r is visible at the first poll of `agg_15m_speed` (a prepared
+read of the store-day partition, every `--poll-ms`) whose answer shows
+receipt_count(w) >= n. Its latency is that answer's arrival minus r's delivery report
+(the broker's ack, acks=all, as the producer's delivery callback sees it). So latency
+is measured up to one poll interval (plus a read) late, never early; a window counts
+receipts only once its micro-batch has written the absolute aggregate, i.e. what a
+serving-layer reader can see. Receipts not visible within `--drain-timeout` after the
+last one was produced count as infinitely late (in p99).
+
+Fixed per-micro-batch cost: the duration_ms of the views and the archiver queries'
+micro-batches of at most 10 input rows during the measured phase at 10 events/s,
+p50 and max (the two queries share the driver's cores, as in production).
+
+Goals (issue 11): p99 <= 2 s at 10 events/s, <= 3 s at 1,000 events/s; a 10-row
+micro-batch under 1 s. Prints markdown tables; `--json PATH` writes the results.
+Needs `make up`; drops its keyspaces, leaves its topics (like the other benchmarks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+import results  # bench/, beside this script
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from infra import cassandra_client, schema_apply
+from infra.process import wait_for
+from infra.settings import PROJECT_ROOT, Settings, load_settings
+from producer.kafka_sink import produce, producer_config
+from producer.simulation import OutgoingMessage, SimulationConfig, simulate, window_start
+from schemas import cql
+
+QUERIES = ("pos-speed-views", "pos-speed-archiver")
+# Goals of issue 11: p99 (s) per rate; the fixed cost of a micro-batch of <= 10 rows.
+P99_GOALS_S = {10: 2.0, 1000: 3.0}
+SMALL_BATCH_ROWS = 10
+SMALL_BATCH_GOAL_MS = 1000.0
+FIXED_COST_RATE = 10  # the rate whose small batches give the fixed cost
+
+
+# --- helpers (shared with bench/speed_constant_cost.py) ---------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100); inf values (never visible) sort last."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+# --- the speed layer as a process -----------------------------------------------------
+
+
+class SpeedLayer:
+    """`pos-speed run` (supervisor + driver) in its own process group, logging to a file."""
+
+    def __init__(self, env: dict[str, str], args: list[str], log: Path) -> None:
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "speed_layer.cli", "run", *args],
+                env=env, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: the driver child is stopped with it
+            )  # fmt: skip
+
+    def logged(self, text: str) -> bool:
+        try:
+            return text in self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return False
+
+    def await_started(self, timeout: float) -> None:
+        def started() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"pos-speed exited ({self.proc.returncode}):\n{self.tail()}")
+            return all(self.logged(f"query {q} started") for q in QUERIES)
+
+        if not wait_for(started, timeout=timeout, interval=0.5):
+            raise RuntimeError(f"pos-speed queries not started in {timeout:.0f} s:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # the supervisor forwards it to the driver
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the group we started, by its id
+                self.proc.wait(timeout=30)
+
+
+def speed_env(settings: Settings, topic: str, keyspace: str, data: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "POS_TOPIC_TRANSACTIONS": topic,
+        "POS_CASSANDRA_KEYSPACE": keyspace,
+        "POS_DATA_DIR": str(data),
+    }
+
+
+def progress_rows(settings: Settings, keyspace: str) -> list[dict[str, Any]]:
+    """Every micro-batch the speed layer recorded in `speed_progress`."""
+    cluster = cassandra_client.cluster(settings)
+    try:
+        session = cluster.connect(keyspace)
+        stmt = session.prepare(
+            f"SELECT query_name, batch_id, finished_at, input_rows, duration_ms "
+            f"FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ?"
+        )
+        return [r._asdict() for q in QUERIES for r in session.execute(stmt, (q,))]
+    finally:
+        cluster.shutdown()
+
+
+def drop(settings: Settings, keyspaces: list[str], topics: list[str]) -> None:
+    """This run's keyspaces and topics only (Cassandra and Kafka are shared)."""
+    cluster = cassandra_client.cluster(settings, writes=True)
+    try:
+        session = cluster.connect()
+        for ks in keyspaces:
+            session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
+    finally:
+        cluster.shutdown()
+    if topics:
+        admin = AdminClient({**settings.kafka_security_config,
+                             "bootstrap.servers": settings.bootstrap_servers})  # fmt: skip
+        for topic, done in admin.delete_topics(topics, operation_timeout=30).items():
+            try:
+                done.result()
+            except Exception as exc:  # left behind: say so, the results still stand
+                print(f"could not delete topic {topic}: {exc}", file=sys.stderr)
+
+
+# --- load and visibility ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planned:
+    key: bytes | None
+    body: dict[str, Any]  # the simulated message, happened_at stamped at send time
+    operation_id: int
+
+
+def bodies(seed: int, chunk: int = 10_000) -> Iterator[Planned]:
+    """Simulated receipts (no faults), without end: baskets, stores, devices, receipt
+    numbers. Each chunk is one simulation; its receipt numbers are moved up by chunk *
+    10^9 so that no natural key repeats across chunks (a repeat would be a resend)."""
+    for n in itertools.count():
+        sim = simulate(SimulationConfig(count=chunk, seed=seed + n,
+                                        start=datetime(2026, 3, 2, tzinfo=UTC)))  # fmt: skip
+        for m in sim.messages:
+            body = json.loads(m.value)
+            body["transaction_id"] += n * 10**9
+            yield Planned(m.key, body, int(body["operation_id"]))
+
+
+WindowKey = tuple[int, datetime]  # (operation_id, window_start UTC)
+
+
+@dataclass
+class Sent:
+    """What was produced: each receipt's window, rank in it, and delivery-report time."""
+
+    windows: list[WindowKey] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)  # n: the n-th receipt of its window
+    acked_at: list[float] = field(default_factory=list)  # wall clock s (nan until acked)
+    scheduled: list[float] = field(default_factory=list)  # when the pacing sends it
+    per_window: dict[WindowKey, int] = field(default_factory=dict)
+
+    def stamp(
+        self, planned: Iterator[Planned], first_at: float, rate: float,
+        more: Callable[[float], bool], on_new: Callable[[int, bytes, WindowKey], None],
+    ) -> Iterator[OutgoingMessage]:  # fmt: skip
+        """Messages while more(scheduled instant) says so; happened_at = the instant the
+        pacing sends it (first_at + i / rate). on_new(position, value, window) first."""
+        for i, p in enumerate(planned):
+            at = first_at + i / rate
+            if not more(at):
+                return
+            happened = datetime.fromtimestamp(at, UTC)
+            wkey = (p.operation_id, window_start(happened))
+            n = self.per_window.get(wkey, 0) + 1
+            value = json.dumps({**p.body, "happened_at": happened.isoformat()},
+                               separators=(",", ":")).encode()  # fmt: skip
+            on_new(len(self.windows), value, wkey)
+            self.per_window[wkey] = n
+            self.windows.append(wkey)
+            self.ranks.append(n)
+            self.acked_at.append(math.nan)
+            self.scheduled.append(at)
+            # The delivery callback finds the receipt by its value (unique per receipt).
+            yield OutgoingMessage(p.key, value, 0, "receipt")  # 0: the client stamps now
+
+
+class TimedProducer(Producer):  # type: ignore[misc]
+    """The project's producer config; notes each message's delivery-report time."""
+
+    def __init__(self, config: dict[str, Any], on_ack: Callable[[bytes], None]) -> None:
+        super().__init__(config)
+        self._on_ack = on_ack
+
+    def produce(self, topic: str, value: bytes | None = None, **kwargs: Any) -> None:  # type: ignore[override]
+        inner = kwargs.pop("on_delivery", None)
+        on_ack = self._on_ack
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None and value is not None:
+                on_ack(value)
+            if inner is not None:
+                inner(err, msg)
+
+        super().produce(topic, value=value, on_delivery=delivered, **kwargs)
+
+
+class Poller:
+    """Reads the store-day partitions of agg_15m_speed every interval, in a thread, and
+    keeps, per window, the time each receipt_count level was first seen."""
+
+    def __init__(self, settings: Settings, keyspace: str, interval_s: float) -> None:
+        self.cluster = cassandra_client.cluster(settings)
+        self.session = self.cluster.connect(keyspace)
+        self.stmt = self.session.prepare(
+            f"SELECT window_start, receipt_count FROM {cql.AGG_SPEED_TABLE} "
+            "WHERE operation_id = ? AND day = ?"
+        )
+        self.interval_s = interval_s
+        self.partitions: set[tuple[int, date]] = set()
+        self.counts: dict[WindowKey, int] = {}
+        self.first_seen: dict[WindowKey, dict[int, float]] = {}
+        self.progress = self.session.prepare(
+            f"SELECT batch_id, finished_at, duration_ms FROM {cql.SPEED_PROGRESS_TABLE} "
+            "WHERE query_name = ? LIMIT 50"
+        )
+        self.views_batches: dict[int, float] = {}  # batch id -> start (wall clock s)
+        self.polls = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def watch(self, windows: list[WindowKey]) -> None:
+        with self._lock:
+            self.partitions |= {(op, ws.date()) for op, ws in windows}
+
+    def _run(self) -> None:
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        while not self._stop.is_set():
+            started = time.monotonic()
+            with self._lock:
+                parts = sorted(self.partitions)
+            if parts:
+                results = execute_concurrent_with_args(
+                    self.session, self.stmt, parts, concurrency=32, raise_on_first_error=False
+                )
+                seen_at = time.time()
+                for (op, _day), (ok, rows) in zip(parts, results, strict=True):
+                    if not ok:
+                        continue  # a slow read: the next poll sees the window
+                    for row in rows:
+                        wkey = (op, row.window_start.replace(tzinfo=UTC))
+                        before = self.counts.get(wkey, 0)
+                        if row.receipt_count > before:
+                            levels = self.first_seen.setdefault(wkey, {})
+                            for level in range(before + 1, row.receipt_count + 1):
+                                levels[level] = seen_at
+                            self.counts[wkey] = row.receipt_count
+                self.polls += 1
+                if self.polls % 10 == 1:  # the micro-batches, about once a second
+                    self._batches()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def _batches(self) -> None:
+        try:
+            rows = self.session.execute(self.progress, (QUERIES[0],), timeout=5)
+        except Exception:  # a slow read: the next round sees them
+            return
+        for r in rows:
+            if r.finished_at is not None and r.duration_ms is not None:
+                end = r.finished_at.replace(tzinfo=UTC).timestamp()
+                self.views_batches[r.batch_id] = end - r.duration_ms / 1000
+
+    def batches_started_after(self, t: float) -> int:
+        return sum(1 for start in list(self.views_batches.values()) if start >= t)
+
+    def visible(self, wkey: WindowKey, n: int) -> bool:
+        return self.counts.get(wkey, 0) >= n
+
+    def all_visible(self, sent: Sent) -> bool:
+        return all(self.visible(w, n) for w, n in sent.per_window.items())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.cluster.shutdown()
+
+
+def latencies(sent: Sent, poller: Poller, indices: range) -> list[float]:
+    out = []
+    for i in indices:
+        seen = poller.first_seen.get(sent.windows[i], {}).get(sent.ranks[i])
+        acked = sent.acked_at[i]
+        out.append(math.inf if seen is None or math.isnan(acked) else seen - acked)
+    return out
+
+
+# --- one rate -----------------------------------------------------------------------------
+
+
+def run_rate(
+    base: Settings, rate: int, keyspace: str, topic: str, args: argparse.Namespace, log: Path
+) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="bench-lat-"))
+    schema_apply.create_topics(base, {topic: base.topic_partitions})
+    schema_apply.apply_cql(base, keyspace)
+    planned = bodies(seed=11)
+    sent = Sent()
+    index: dict[bytes, int] = {}  # message value -> its position in `sent`
+
+    def on_ack(value: bytes) -> None:
+        sent.acked_at[index[value]] = time.time()
+
+    producer = TimedProducer(
+        producer_config(base.bootstrap_servers, security=base.kafka_security_config), on_ack
+    )
+    speed = SpeedLayer(speed_env(base, topic, keyspace, data), ["--trigger-seconds", "1"], log)
+    poller = Poller(base, keyspace, args.poll_ms / 1000)
+
+    def on_new(position: int, value: bytes, wkey: WindowKey) -> None:
+        index[value] = position
+        poller.watch([wkey])
+
+    phase: dict[str, float] = {}  # first_at, measured_from (scheduled instants)
+
+    def more(at: float) -> bool:
+        """The steady stream: warm-up until --warmup s have passed and the views query
+        has finished --warmup-batches micro-batches started under this load (or
+        --max-warmup s), then --seconds measured."""
+        if "measured_from" not in phase:
+            elapsed = at - phase["first_at"]
+            warm = poller.batches_started_after(phase["first_at"]) >= args.warmup_batches
+            if (elapsed >= args.warmup and warm) or elapsed >= args.max_warmup:
+                phase["measured_from"] = at
+                phase["warmup_capped"] = float(not warm)
+                print(f"  {rate}/s: warm-up over after {elapsed:.0f} s; measuring "
+                      f"{args.seconds:g} s", flush=True)  # fmt: skip
+        return bool(at < phase.get("measured_from", math.inf) + args.seconds)
+
+    try:
+        t0 = time.monotonic()
+        speed.await_started(timeout=args.start_timeout)
+        started_s = time.monotonic() - t0
+        print(f"  {rate}/s: speed layer started in {started_s:.1f} s (topic {topic}, keyspace "
+              f"{keyspace})", flush=True)  # fmt: skip
+
+        # Cold start: the first receipt, then await it (the first micro-batch).
+        first = sent.stamp(planned, time.time(), 1.0, lambda at: not sent.windows, on_new)
+        produce(first, base.bootstrap_servers, topic, quiet=True, producer=producer)
+        if not wait_for(lambda: poller.all_visible(sent), timeout=args.start_timeout,
+                        interval=0.05):  # fmt: skip
+            raise RuntimeError(f"the first receipt was not visible in time:\n{speed.tail()}")
+        cold = latencies(sent, poller, range(1))[0]
+        print(f"  {rate}/s: first receipt visible {cold:.2f} s after its ack (cold start)",
+              flush=True)  # fmt: skip
+
+        # Steady load: warm-up, then the measured phase, one paced stream.
+        phase["first_at"] = time.time() + 0.05
+        steady = sent.stamp(planned, phase["first_at"], rate, more, on_new)
+        produce(steady, base.bootstrap_servers, topic, rate=rate, quiet=True, producer=producer)
+        produced_at = time.time()
+        behind = produced_at - (phase["measured_from"] + args.seconds)
+        all_in = wait_for(lambda: poller.all_visible(sent), timeout=args.drain_timeout,
+                          interval=0.1)  # fmt: skip
+        drained_at = time.time()
+    finally:
+        poller.close()
+        speed.stop()
+        shutil.rmtree(data, ignore_errors=True)
+    measured_from = phase["measured_from"]
+    progress = progress_rows(base, keyspace)
+    split = next(i for i, at in enumerate(sent.scheduled) if i and at >= measured_from)
+    warm_idx = range(1, split)
+    measured_idx = range(split, len(sent.windows))
+    measured = latencies(sent, poller, measured_idx)
+    warm = latencies(sent, poller, warm_idx)
+    exact = all(poller.counts.get(w) == n for w, n in sent.per_window.items())
+    batches = summarise_batches(progress, measured_from, drained_at)
+    out = {
+        "rate": rate,
+        "topic": topic,
+        "receipts": len(sent.windows),
+        "measured_receipts": len(measured),
+        "warmup_s": round(measured_from - phase["first_at"], 1),
+        "warmup_capped": bool(phase["warmup_capped"]),
+        "measured_s": args.seconds,
+        "producer_behind_schedule_s": round(behind, 3),
+        "speed_start_s": round(started_s, 1),
+        "cold_start_latency_s": round(cold, 3),
+        "warmup_p50_s": round(percentile(warm, 50), 3),
+        "warmup_p99_s": round(percentile(warm, 99), 3),
+        "p50_s": round(percentile(measured, 50), 3),
+        "p99_s": round(percentile(measured, 99), 3),
+        "max_s": round(max(measured), 3) if measured else None,
+        "not_visible": sum(1 for x in measured + warm if math.isinf(x)),
+        "all_visible": all_in,
+        "exact_counts": exact,
+        "polls": poller.polls,
+        "batches": batches,
+    }
+    print(f"  {rate}/s: p50 {out['p50_s']} s, p99 {out['p99_s']} s over {len(measured)} "
+          f"receipts; {len(progress)} micro-batches recorded", flush=True)  # fmt: skip
+    return out
+
+
+def summarise_batches(
+    progress: list[dict[str, Any]], measured_from: float, drained_at: float
+) -> dict[str, Any]:
+    """Per query: the measured phase's micro-batches (finished after the warm-up, until
+    every receipt was visible) and, among them, the small ones (<= SMALL_BATCH_ROWS rows)."""
+    out: dict[str, Any] = {}
+    for q in QUERIES:
+        rows = [
+            r for r in progress
+            if r["query_name"] == q and r["duration_ms"] is not None
+            and r["finished_at"] is not None
+            and measured_from <= r["finished_at"].replace(tzinfo=UTC).timestamp()
+            <= drained_at + 1
+        ]  # fmt: skip
+        first = [r for r in progress if r["query_name"] == q and r["batch_id"] == 0]
+        small = [r["duration_ms"] for r in rows if 0 < (r["input_rows"] or 0) <= SMALL_BATCH_ROWS]
+        durations = [r["duration_ms"] for r in rows]
+        out[q] = {
+            "batches": len(rows),
+            "first_batch_ms": first[0]["duration_ms"] if first else None,
+            "input_rows_p50": statistics.median([r["input_rows"] or 0 for r in rows])
+            if rows else None,
+            "duration_ms_p50": statistics.median(durations) if durations else None,
+            "duration_ms_max": max(durations) if durations else None,
+            "small_batches": len(small),
+            "small_duration_ms_p50": statistics.median(small) if small else None,
+            "small_duration_ms_max": max(small) if small else None,
+        }  # fmt: skip
+    return out
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return "not visible" if math.isinf(x) else f"{x:,.{digits}f}"
+
+
+def finite(x: float, instead: float) -> float:
+    """JSON has no infinity: a latency never seen is reported as the time waited for it."""
+    return x if math.isfinite(x) else instead
+
+
+def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
+    """Markdown tables; figures as ratios to the trigger interval (1 s), the floor a
+    latency or a micro-batch is measured against: a receipt can wait up to one interval
+    before its micro-batch starts, and a micro-batch longer than it delays the next."""
+    figures: list[results.Figure] = []
+    trigger = "trigger interval (1 s)"
+    print("\n| rate | receipts measured | p50 s | p99 s | max s | goal p99 | met | warm-up "
+          "p50 / p99 s | first receipt (cold) s | counts exact |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---|---|---|---:|---|")
+    for r in runs:
+        goal_s = P99_GOALS_S.get(r["rate"])
+        met = None if goal_s is None else (r["p99_s"] <= goal_s and r["exact_counts"])
+        print(f"| {r['rate']:,}/s | {r['measured_receipts']:,} | {fmt(r['p50_s'])} | "
+              f"{fmt(r['p99_s'])} | {fmt(r['max_s'])} | "
+              f"{'' if goal_s is None else f'<= {goal_s:g} s'} | "
+              f"{'' if met is None else ('yes' if met else 'NO')} | {fmt(r['warmup_p50_s'])} /"
+              f" {fmt(r['warmup_p99_s'])} | {fmt(r['cold_start_latency_s'])} | "
+              f"{'yes' if r['exact_counts'] else 'NO'} |")  # fmt: skip
+        rate = f"{r['rate']:,} events/s"
+        goal = (
+            None if goal_s is None
+            else results.Goal("<=", goal_s, f"issue 11: p99 <= {goal_s:g} s at {rate}")
+        )  # fmt: skip
+        figures += [
+            results.vs_floor(f"produce-to-visible p50, {rate}", finite(r["p50_s"], waited_s),
+                             "s", trigger, 1.0),
+            results.vs_floor(f"produce-to-visible p99, {rate}", finite(r["p99_s"], waited_s),
+                             "s", trigger, 1.0, goal),
+            results.baseline(f"first receipt (cold start), {rate}",
+                             finite(r["cold_start_latency_s"], waited_s), "s"),
+        ]  # fmt: skip
+    print("\n| rate | query | batches measured | rows/batch p50 | duration p50 ms | max ms | "
+          "batches <= 10 rows | their p50 ms | their max ms | first batch ms |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in runs:
+        for q, b in r["batches"].items():
+            print(f"| {r['rate']:,}/s | {q} | {b['batches']} | {fmt(b['input_rows_p50'], 0)} | "
+                  f"{fmt(b['duration_ms_p50'], 0)} | {fmt(b['duration_ms_max'], 0)} | "
+                  f"{b['small_batches']} | {fmt(b['small_duration_ms_p50'], 0)} | "
+                  f"{fmt(b['small_duration_ms_max'], 0)} | "
+                  f"{fmt(b['first_batch_ms'], 0)} |")  # fmt: skip
+    fixed = next((r for r in runs if r["rate"] == FIXED_COST_RATE), None)
+    for q in QUERIES if fixed is not None else ():
+        b = fixed["batches"][q]  # type: ignore[index]
+        short = q.removeprefix("pos-speed-")
+        goal = results.Goal("<=", SMALL_BATCH_GOAL_MS / 1000,
+                            "issue 11: a 10-row micro-batch under 1 s")  # fmt: skip
+        floor = "trigger interval (1,000 ms)"
+        if b["small_duration_ms_p50"] is not None:
+            p50, worst = b["small_duration_ms_p50"], b["small_duration_ms_max"]
+            label = f"micro-batches of <= {SMALL_BATCH_ROWS} rows"
+        elif b["duration_ms_p50"] is not None:
+            # None that small: each took so long that 10 events/s piled up more than 10
+            # rows behind it. The goal is missed; the measured batches say by how much.
+            p50, worst = b["duration_ms_p50"], b["duration_ms_max"]
+            label = (f"micro-batches (none had <= {SMALL_BATCH_ROWS} rows; p50 "
+                     f"{fmt(b['input_rows_p50'], 0)} rows)")  # fmt: skip
+        else:
+            continue
+        met = b["small_duration_ms_p50"] is not None and p50 < SMALL_BATCH_GOAL_MS
+        print(f"\nfixed cost, {short} query, {label} at {FIXED_COST_RATE} events/s: p50 "
+              f"{fmt(p50, 0)} ms, max {fmt(worst, 0)} ms (goal < {SMALL_BATCH_GOAL_MS:.0f} ms "
+              f"for 10 rows: {'met' if met else 'NOT met'})")  # fmt: skip
+        figures += [
+            results.vs_floor(f"{short} {label}, p50, {FIXED_COST_RATE} events/s", p50, "ms",
+                             floor, 1000.0, goal),
+            results.baseline(f"{short} {label}, max, {FIXED_COST_RATE} events/s", worst, "ms"),
+        ]  # fmt: skip
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rates", default="10,1000", help="events/s, comma-separated")
+    parser.add_argument("--seconds", type=float, default=60, help="measured phase per rate")
+    parser.add_argument("--warmup", type=float, default=30, help="least warm-up s per rate")
+    parser.add_argument("--warmup-batches", type=int, default=3,
+                        help="least views micro-batches under load in the warm-up")  # fmt: skip
+    parser.add_argument("--max-warmup", type=float, default=180, help="warm-up at most (s)")
+    parser.add_argument("--poll-ms", type=float, default=100, help="agg_15m_speed poll interval")
+    parser.add_argument("--drain-timeout", type=float, default=120,
+                        help="after the last receipt, wait this long for the rest")  # fmt: skip
+    parser.add_argument("--start-timeout", type=float, default=300,
+                        help="for the speed layer's start and the first receipt")  # fmt: skip
+    results.add_json_argument(parser, "speed_latency")
+    args = parser.parse_args()
+    try:
+        rates = [int(x) for x in args.rates.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--rates: comma-separated integers, got {args.rates!r}")
+    if not rates or min(rates) < 1 or args.seconds <= 0 or args.warmup < 0 or args.poll_ms <= 0:
+        parser.error("rates >= 1, --seconds > 0, --warmup >= 0 and --poll-ms > 0 please")
+    base = load_settings()
+    log = Path(tempfile.gettempdir()) / f"bench-speed-latency-{uuid.uuid4().hex[:8]}.log"
+    print(f"pos-speed logs in {log}", flush=True)
+    runs: list[dict[str, Any]] = []
+    keyspaces: list[str] = []
+    topics: list[str] = []
+    try:
+        for rate in rates:
+            keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
+            topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
+            runs.append(run_rate(base, rate, keyspaces[-1], topics[-1], args, log))
+    finally:
+        drop(base, keyspaces, topics)
+    figures = report(runs, args.drain_timeout)
+    never = sum(r["not_visible"] for r in runs)
+    results.write(
+        args, "speed_latency", figures,
+        runs=[{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+               for k, v in r.items()} for r in runs],
+        notes="`pos-speed run --trigger-seconds 1`, both queries (archiver + views), one "
+        "process per rate; latency = delivery report (ack) -> first agg_15m_speed poll "
+        f"showing the receipt's window count, polled every {args.poll_ms:g} ms; warm-up "
+        f"{args.warmup:g} s excluded, measured {args.seconds:g} s per rate"
+        + (f"; {never} receipt(s) never visible (counted as {args.drain_timeout:g} s)"
+           if never else ""),
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
