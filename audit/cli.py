@@ -7,8 +7,8 @@
 
 Views: receipts_by_store_day, receipt_keys, agg_15m_speed (speed: exact once the speed
 layer has read the ledger's topic to its end, within its lateness bound),
-receipts_batch, agg_15m_batch (exact up to the committed horizon), serving_windows
-(the merged answer: exact), conflicts, dead_letters, alerts_topic, alerts_table
+receipts_batch, agg_15m_batch (exact up to the committed horizon), serving_windows and
+serving_receipts (the merged answers: exact), conflicts, dead_letters, alerts_topic, alerts_table
 (skipped when the alerts processor / sink never ran, unless named with --views).
 Keyspace, topics, thresholds and the speed bound come from the POS_* settings the
 pipeline ran with (`python -m infra.settings`); the input topic from the ledger.

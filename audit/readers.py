@@ -138,6 +138,27 @@ class Sources:
             at += step
         return out
 
+    def serving_receipts(
+        self, store_days: list[tuple[int, date]]
+    ) -> list[tuple[NaturalKey, RawRow, str]]:
+        """The merged receipts (`Serving.receipts`, every page) with their source."""
+        out: list[tuple[NaturalKey, RawRow, str]] = []
+        for store, day in store_days:
+            page: str | None = None
+            while True:
+                try:
+                    answer = self.serving.receipts(store, day, page_size=PAGE, page=page)
+                except UnknownStore:
+                    break  # no view holds the store: every expected receipt is lost
+                out += [
+                    ((store, r.vendor_fiscal_module, r.transaction_id), _raw(r), r.source)
+                    for r in answer.receipts
+                ]
+                page = answer.next_page
+                if page is None:
+                    break
+        return out
+
     def conflicts(self, store_days: list[tuple[int, date]]) -> list[NaturalKey]:
         return [
             (store, c.vendor_fiscal_module, c.transaction_id)

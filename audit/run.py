@@ -46,6 +46,7 @@ VIEWS = (
     *SPEED_VIEWS,
     *BATCH_VIEWS,
     "serving_windows",
+    "serving_receipts",
     "conflicts",
     "dead_letters",
     "alerts_topic",
@@ -267,6 +268,25 @@ class _Context:
         if not exact:
             note += f"; not exact now ({why}): gaps are reported, not failed"
         return ViewResult("serving_windows", exact, tally, beyond_bound=beyond, note=note)
+
+    def serving_receipts(self) -> ViewResult:
+        """Serving.receipts per store-day: receipts of batch-answered windows from the
+        committed version, the rest from the speed view (within the bound)."""
+        pointer = self._pointer_or_empty()
+        expected: dict[ex.NaturalKey, ex.RawRow] = {}
+        beyond = 0
+        for f in self.ledger.receipts.values():
+            if pointer.covering(f.window_start) is not None or not f.beyond(self.bound):
+                expected[f.key] = f.row()
+            else:
+                beyond += 1
+        rows = self.src.serving_receipts(self.store_days)
+        observed = [(k, row) for k, row, _ in rows]
+        tally = compare.keyed_rows(expected, observed)
+        caught, why = self.speed_caught_up()
+        exact = caught or all(source == "batch" for *_, source in rows)
+        note = "" if exact else f"not exact now ({why}): gaps are reported, not failed"
+        return ViewResult("serving_receipts", exact, tally, beyond_bound=beyond, note=note)
 
     # --- conflicts, dead letters ------------------------------------------------------
 

@@ -136,8 +136,8 @@ def test_the_pipeline_audits_clean_and_speed_gaps_beyond_the_bound_are_reported(
     assert doc["clean"] is True
     assert set(views) == {
         "receipts_by_store_day", "receipt_keys", "agg_15m_speed", "receipts_batch",
-        "agg_15m_batch", "serving_windows", "conflicts", "dead_letters", "alerts_topic",
-        "alerts_table",
+        "agg_15m_batch", "serving_windows", "serving_receipts", "conflicts", "dead_letters",
+        "alerts_topic", "alerts_table",
     }  # fmt: skip
     for name, v in views.items():
         assert (v["status"], v["exact"], v["lost"], v["duplicated"], v["wrong"]) == (
@@ -166,6 +166,18 @@ def test_the_pipeline_audits_clean_and_speed_gaps_beyond_the_bound_are_reported(
     )  # fmt: skip
     assert views["agg_15m_speed"]["beyond_bound"] == beyond
     assert views["receipts_batch"]["expected"] == views["receipts_batch"]["observed"] == covered
+    # the merged receipts: the batch's before the horizon, the speed view's after it
+    merged = views["serving_receipts"]
+    beyond_after = sum(
+        1
+        for r in receipts
+        if datetime.fromisoformat(r["window_start"]) + timedelta(minutes=15) > HORIZON
+        and datetime.fromisoformat(r["first_sent_at"]) - datetime.fromisoformat(r["happened_at"])
+        > BOUND
+    )
+    assert (merged["observed"], merged["beyond_bound"]) == (
+        len(receipts) - beyond_after, beyond_after,
+    )  # fmt: skip
     dead = views["dead_letters"]
     assert dead["expected"] == dead["observed"] == summary["faults"]["malformed"] > 0
     assert "by batch" in views["serving_windows"]["note"]
@@ -211,7 +223,7 @@ def test_a_deleted_raw_row_is_lost(seeded: Seeded) -> None:
 
 def test_a_doubled_receipt_and_a_window_counting_it_twice(seeded: Seeded) -> None:
     """A resend stored as a second receipt (same key, a millisecond later) and the speed
-    window that counts it: duplicated in both, and in the merged answer (speed answers
+    window that counts it: duplicated in both, and in the merged answers (speed answers
     windows after the batch horizon)."""
     cql = seeded.cql
     rows = cql.execute(
@@ -249,10 +261,15 @@ def test_a_doubled_receipt_and_a_window_counting_it_twice(seeded: Seeded) -> Non
          *agg_key),
     )  # fmt: skip
     try:
-        report = _audit(seeded, "receipts_by_store_day", "agg_15m_speed", "serving_windows")
+        report = _audit(
+            seeded, "receipts_by_store_day", "agg_15m_speed", "serving_windows",
+            "serving_receipts", "receipts_batch",
+        )  # fmt: skip
         assert _counts(report, "receipts_by_store_day") == (0, 1, 0)
         assert _counts(report, "agg_15m_speed") == (0, 1, 0)
         assert _counts(report, "serving_windows") == (0, 1, 0)
+        assert _counts(report, "serving_receipts") == (0, 1, 0)
+        assert _counts(report, "receipts_batch") == (0, 0, 0)  # not where it was done
         assert not report.clean
     finally:
         cql.execute(
