@@ -24,11 +24,9 @@ import uuid
 from pathlib import Path
 
 import results as bench_results  # bench/, beside this script
+from faulted_topic import produce_faulted_topic
 
-from infra import schema_apply
 from infra.settings import PROJECT_ROOT, Settings, load_settings
-from producer.kafka_sink import produce
-from producer.simulation import FaultConfig, SimulationConfig, simulate
 
 
 def _env(settings: Settings, code: Path, keyspace: str, data: Path) -> dict[str, str]:
@@ -71,18 +69,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     bench_results.add_json_argument(parser, "speed_backlog")
     args = parser.parse_args()
-    base = load_settings()
-    topic = f"bench.backlog.{uuid.uuid4().hex[:8]}"
-    schema_apply.create_topics(base, {topic: base.topic_partitions})
-    settings = base.model_copy(update={"topic_transactions": topic})
-    faults = FaultConfig(resend_rate=0.006, malformed_rate=0.005, late_rate=0.02,
-                         late_max_delay_s=7200, burst_rate=0.02)  # fmt: skip
-    from datetime import UTC, datetime
-
-    result = simulate(SimulationConfig(count=args.count, seed=3, faults=faults,
-                                       start=datetime(2026, 3, 2, 8, tzinfo=UTC)))  # fmt: skip
-    produce(result.messages, settings.bootstrap_servers, topic, quiet=True)
-    print(f"{len(result.messages)} messages in {topic}", flush=True)
+    settings, result = produce_faulted_topic(load_settings(), "bench.backlog", args.count)
+    print(f"{len(result.messages)} messages in {settings.topic_transactions}", flush=True)
 
     codes = {"this": PROJECT_ROOT}
     worktree = None

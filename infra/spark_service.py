@@ -29,7 +29,7 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,28 +200,31 @@ def start(settings: Settings) -> float:
     env = daemon_env(settings, os.environ, home, java_home)
     took = 0.0
     if not master_ran:
-        require_free_ports(
-            "spark master",
-            settings.bind_host,
-            [settings.spark_master_port, settings.spark_master_webui_port],
-        )
-        took += launch_until_ready(
-            master, master_argv(settings, home), lambda: master_ready(settings),
-            READY_TIMEOUT_S, env,
+        took += _launch(
+            settings, master, master_argv(settings, home), lambda: master_ready(settings), env,
+            ports=[settings.spark_master_port, settings.spark_master_webui_port],
         )  # fmt: skip
     if worker_ran:
         took += _await_worker(settings, worker)
     else:
-        require_free_ports(
-            "spark worker",
-            settings.bind_host,
-            [settings.spark_worker_port, settings.spark_worker_webui_port],
-        )
-        took += launch_until_ready(
-            worker, worker_argv(settings, home), lambda: worker_ready(settings),
-            READY_TIMEOUT_S, env,
+        took += _launch(
+            settings, worker, worker_argv(settings, home), lambda: worker_ready(settings), env,
+            ports=[settings.spark_worker_port, settings.spark_worker_webui_port],
         )  # fmt: skip
     return took
+
+
+def _launch(
+    settings: Settings,
+    daemon: ManagedProcess,
+    argv: list[str],
+    ready: Callable[[], bool],
+    env: dict[str, str],
+    ports: list[int],
+) -> float:
+    """Start one daemon on free ports; seconds until `ready`."""
+    require_free_ports(daemon.name, settings.bind_host, ports)
+    return launch_until_ready(daemon, argv, ready, READY_TIMEOUT_S, env)
 
 
 def _await_worker(settings: Settings, worker: ManagedProcess) -> float:
