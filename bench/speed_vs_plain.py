@@ -1,16 +1,21 @@
-"""The speed layer's views query vs the plain Python consumer, same topic, same run.
+"""The speed layer vs the plain Python consumer, same topic, same run.
 
     python bench/speed_vs_plain.py [--count 50000] [--rounds 2]
 
 Produces one topic of simulated receipts with faults (resends, malformed, late;
 the producer's ledger beside it), then alternates, `--rounds` times:
   - the plain consumer (bench/plain_consumer.py, the alternative a user might write),
-  - `pos-speed run --available-now --jobs views` (one micro-batch),
+  - `pos-speed run --available-now --jobs views` (the views query alone, one
+    micro-batch),
+  - `pos-speed run --available-now` (both queries, archiver and views, as `make
+    demo` runs them: one micro-batch each, side by side in one driver),
 each into a fresh keyspace of its own, and checks each keyspace against the ledger:
-a run counts only when its views are exact. Reports events/s of each (the plain
-consumer from its first message to its last write; the speed layer's processed
-rows/s of its micro-batch, from its progress) and the ratio speed/plain. Needs
-`make up`; drops its keyspaces at the end.
+a run counts only when its views are exact. Reports events/s of each and the ratios
+to the plain consumer: the plain consumer from its first message to its last
+write; the views query's processed rows/s of its micro-batch (from its progress);
+both queries: messages / the span from the first micro-batch's start to the last
+one's end. JVM start-up is excluded on every side. Needs `make up`; drops its
+keyspaces at the end.
 """
 
 from __future__ import annotations
@@ -24,16 +29,19 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from plain_consumer import check_ledger  # bench/, beside this script
+import results  # bench/, beside this script
+from faulted_topic import produce_faulted_topic
+from plain_consumer import check_ledger
 
 from infra import cassandra_client, schema_apply
 from infra.settings import PROJECT_ROOT, Settings, load_settings
 from producer import ledger as ledger_files
-from producer.kafka_sink import produce
-from producer.simulation import FaultConfig, SimulationConfig, simulate
 
 
 def _env(settings: Settings, keyspace: str, data: Path) -> dict[str, str]:
@@ -60,26 +68,41 @@ def run_plain(settings: Settings, keyspace: str, ledger: Path) -> dict[str, obje
     return result
 
 
-def run_speed(settings: Settings, keyspace: str, ledger: Path) -> dict[str, object]:
+def _span_s(batches: list[dict[str, Any]]) -> float:
+    """Seconds from the first micro-batch's start to the last one's end."""
+    ends = [datetime.fromisoformat(b["finished_at"]) for b in batches]
+    starts = [end - timedelta(milliseconds=b["duration_ms"]) for end, b in zip(ends, batches)]  # noqa: B905 - same length
+    return (max(ends) - min(starts)).total_seconds()
+
+
+def run_speed(settings: Settings, keyspace: str, ledger: Path, jobs: str) -> dict[str, object]:
+    """`pos-speed run --available-now` with `jobs` ("views" or "archiver,views")."""
     data = Path(tempfile.mkdtemp(prefix="bench-svp-"))
     env = _env(settings, keyspace, data)
     try:
         schema_apply.apply_cql(settings, keyspace)
         done = subprocess.run(
-            [sys.executable, "-m", "speed_layer.cli", "run", "--available-now", "--jobs",
-             "views"],
+            [sys.executable, "-m", "speed_layer.cli", "run", "--available-now", "--jobs", jobs],
             env=env, cwd=PROJECT_ROOT, capture_output=True, text=True,
         )  # fmt: skip
         if done.returncode != 0:
             raise SystemExit(f"pos-speed failed:\n{done.stderr[-3000:]}")
-        status = json.loads((data / "speed_status.json").read_text())["pos-speed-views"]
+        status = json.loads((data / "speed_status.json").read_text())
     finally:
         shutil.rmtree(data, ignore_errors=True)
+    batches = [status[f"pos-speed-{job}"] for job in jobs.split(",")]
+    views = status["pos-speed-views"]
     problems = check_ledger(settings, keyspace, ledger)
+    seconds = _span_s(batches)
     return {
-        "messages": status.get("input_rows"),
-        "events_per_second": float(status["processed_rows_per_second"]),
-        "seconds": status.get("duration_ms", 0) / 1000,
+        "messages": views.get("input_rows"),
+        "events_per_second": (
+            float(views["processed_rows_per_second"])
+            if jobs == "views"
+            else int(views["input_rows"]) / seconds
+        ),
+        "seconds": seconds,
+        "batches": batches,
         "exact": not problems,
         "problems": problems,
     }
@@ -101,28 +124,25 @@ def main() -> None:
     )
     parser.add_argument("--count", type=int, default=50_000, help="unique receipts")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--json", type=Path, help="also write the results here")
+    results.add_json_argument(parser, "speed_vs_plain")
     args = parser.parse_args()
-    base = load_settings()
-    topic = f"bench.svp.{uuid.uuid4().hex[:8]}"
-    schema_apply.create_topics(base, {topic: base.topic_partitions})
-    settings = base.model_copy(update={"topic_transactions": topic})
-    faults = FaultConfig(resend_rate=0.006, malformed_rate=0.005, late_rate=0.02,
-                         late_max_delay_s=7200, burst_rate=0.02)  # fmt: skip
-    result = simulate(SimulationConfig(count=args.count, seed=3, faults=faults,
-                                       start=datetime(2026, 3, 2, 8, tzinfo=UTC)))  # fmt: skip
+    settings, result = produce_faulted_topic(load_settings(), "bench.svp", args.count)
     ledger = Path(tempfile.mkdtemp(prefix="bench-svp-ledger-"))
     ledger_files.write(ledger, result.receipts, result.faults, result.summary)
-    produce(result.messages, settings.bootstrap_servers, topic, quiet=True)
     summary = result.summary
-    print(f"{len(result.messages)} messages in {topic} ({summary.get('faults', summary)})",
-          flush=True)  # fmt: skip
+    print(f"{len(result.messages)} messages in {settings.topic_transactions} "
+          f"({summary.get('faults', summary)})", flush=True)  # fmt: skip
 
-    runs: dict[str, list[dict[str, object]]] = {"plain": [], "speed": []}
+    contenders: dict[str, Callable[[Settings, str, Path], dict[str, object]]] = {
+        "plain": run_plain,
+        "views": partial(run_speed, jobs="views"),
+        "both": partial(run_speed, jobs="archiver,views"),
+    }
+    runs: dict[str, list[dict[str, object]]] = {name: [] for name in contenders}
     keyspaces: list[str] = []
     try:
         for rnd in range(args.rounds):
-            for name, run in (("plain", run_plain), ("speed", run_speed)):
+            for name, run in contenders.items():
                 ks = f"bench_svp_{name}_{uuid.uuid4().hex[:6]}"
                 keyspaces.append(ks)
                 out = run(settings, ks, ledger)
@@ -136,14 +156,26 @@ def main() -> None:
     exact = all(r["exact"] for rs in runs.values() for r in rs)
     rates = {n: [float(r["events_per_second"]) for r in rs] for n, rs in runs.items()}  # type: ignore[arg-type]
     medians = {n: statistics.median(r) for n, r in rates.items()}
-    ratio = medians["speed"] / medians["plain"]
-    print(f"median: plain {medians['plain']:,.0f} events/s, speed (views query) "
-          f"{medians['speed']:,.0f} events/s: speed/plain = {ratio:.2f}"
+    plain = medians["plain"]
+    print(f"median: plain {plain:,.0f} events/s; views query {medians['views']:,.0f} "
+          f"events/s: views/plain = {medians['views'] / plain:.2f}; both queries "
+          f"{medians['both']:,.0f} events/s: both/plain = {medians['both'] / plain:.2f}"
           + ("" if exact else "  (NOT EXACT: the numbers do not count)"))  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps({"messages": len(result.messages), "summary": summary,
-                                         "runs": runs, "ratio": ratio, "exact": exact},
-                                        indent=2, default=str))  # fmt: skip
+    issue = "issue: speed layer at least twice as fast as a plain Python consumer"
+    figures = [
+        results.vs_peer("speed layer, views query", medians["views"], "events/s",
+                        "plain consumer", plain, results.Goal(">=", 2.0, issue)),
+        results.vs_peer("speed layer, both queries (as make demo runs it)", medians["both"],
+                        "events/s", "plain consumer", plain, results.Goal(">=", 1.5, issue)),
+        results.baseline("plain consumer", plain, "events/s"),
+    ]  # fmt: skip
+    verdict = "exact" if exact else "NOT EXACT"
+    notes = (f"{len(result.messages)} messages ({summary.get('faults', summary)}); "
+             f"every run checked against the ledger: {verdict}")  # fmt: skip
+    results.write(args, "speed_vs_plain", figures,
+                  runs=[{"contender": n, "round": i + 1, **r}
+                        for n, rs in runs.items() for i, r in enumerate(rs)],
+                  notes=notes)  # fmt: skip
 
 
 if __name__ == "__main__":

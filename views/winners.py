@@ -141,8 +141,10 @@ class Resolution:
         )
 
     def materialised(self) -> Resolution:
-        """The same resolution, computed once (a local checkpoint of `ranked`)."""
-        return Resolution(self.ranked.localCheckpoint())
+        """The same resolution, computed once: a local checkpoint of `ranked`, taken by
+        the first action on it (not eagerly: that would cost a Spark job of its own);
+        every later use reads the checkpointed rows, never the inputs again."""
+        return Resolution(self.ranked.localCheckpoint(eager=False))
 
 
 def conflicts_of(duplicates: DataFrame) -> DataFrame:
