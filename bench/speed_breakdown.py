@@ -12,8 +12,8 @@ Arrow-optimised Python UDF), the counts, each write, the stored-row reads
 (winner rule; its lazy local checkpoint forced here). Forcing a stage adds a Spark
 job or two the plain micro-batch does not run (and a stage's time includes its
 inputs' reads unless they were cached), so the sum exceeds one plain micro-batch
-somewhat; the shares are the point. `--repeat` runs it again into another fresh keyspace in the same session
-(warm JVM). Drops its keyspaces.
+somewhat; the shares are the point. `--repeat` runs it again into another fresh
+keyspace in the same session (warm JVM). Drops its keyspaces.
 """
 
 from __future__ import annotations
