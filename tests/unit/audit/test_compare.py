@@ -96,6 +96,19 @@ def test_dead_letters_by_fingerprint() -> None:
     }  # fmt: skip
 
 
+def test_dead_letters_of_identical_injected_bytes_are_a_multiset() -> None:
+    # Truncation can cut two different receipts to the same prefix: two injected
+    # messages with one fingerprint, each owed its own dead letter.
+    twin = MalformedFact("broken_json", "invalid_json", "same")
+    expected = [twin, twin, MalformedFact("broken_json", "invalid_json", "s1")]
+    both = [("same", "invalid_json"), ("same", "invalid_json"), ("s1", "invalid_json")]
+    assert counts(compare.dead_letters(expected, both)) == (3, 3, 0, 0, 0)
+    one = [("same", "invalid_json"), ("s1", "invalid_json")]
+    assert counts(compare.dead_letters(expected, one)) == (3, 2, 1, 0, 0)
+    three = [*both, ("same", "invalid_json")]
+    assert counts(compare.dead_letters(expected, three)) == (3, 4, 0, 1, 0)
+
+
 def test_dead_letters_of_an_older_ledger_by_reason_counts() -> None:
     expected = [
         MalformedFact("broken_json", None, None),
