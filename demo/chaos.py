@@ -62,6 +62,7 @@ from demo.steps import (
     stop_gracefully,
     tail,
 )
+from infra import cli_args
 from infra.process import wait_for
 from infra.settings import PROJECT_ROOT, Settings, load_settings
 from producer.simulation import OutgoingMessage
@@ -87,34 +88,35 @@ NAMESPACE = {
 }
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pos-chaos", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--count", type=_positive, default=100_000, help="unique receipts (100000)")
+    p.add_argument(
+        "--count", type=cli_args.positive_int, default=100_000, help="unique receipts (100000)"
+    )
     p.add_argument("--seed", type=int, default=13, help="stream and fault-plan seed (13)")
-    p.add_argument("--rate", type=_positive, default=150, help="messages per second (150)")
-    p.add_argument("--stores", type=_positive, default=20, help="stores (20)")
-    p.add_argument("--conflict-rate", type=float, default=0.002, help="conflicting copies")
+    p.add_argument(
+        "--rate", type=cli_args.positive_int, default=150, help="messages per second (150)"
+    )
+    p.add_argument("--stores", type=cli_args.positive_int, default=20, help="stores (20)")
+    p.add_argument(
+        "--conflict-rate", type=cli_args.fraction, default=0.002, help="conflicting copies"
+    )
     p.add_argument(
         "--batch",
         choices=("airflow", "direct"),
         default="airflow",
         help="run the final batch through the Airflow DAG (default) or pos-batch directly",
     )
-    p.add_argument("--timeout", type=_positive, default=3600, help="whole run, seconds (3600)")
     p.add_argument(
-        "--step-timeout", type=_positive, default=900, help="one step or recovery, s (900)"
+        "--timeout", type=cli_args.positive_int, default=3600, help="whole run, seconds (3600)"
+    )
+    p.add_argument(
+        "--step-timeout",
+        type=cli_args.positive_int,
+        default=900,
+        help="one step or recovery, s (900)",
     )
     p.add_argument("--out", type=Path, default=PROJECT_ROOT / "docs", help="chaos.md/.json dir")
     p.add_argument("--logs", type=Path, default=STATE / "logs", help="log dir")

@@ -59,6 +59,7 @@ from demo.steps import (
     stop_gracefully,
     tail,
 )
+from infra import cli_args
 from infra.settings import PROJECT_ROOT, Settings, load_settings
 
 STATE = PROJECT_ROOT / ".state"
@@ -75,26 +76,6 @@ FAULTS = {
 }
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
-    return value
-
-
 def _start(text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
@@ -109,21 +90,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pos-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--count", type=_positive, default=5000, help="unique receipts (5000)")
+    p.add_argument(
+        "--count", type=cli_args.positive_int, default=5000, help="unique receipts (5000)"
+    )
     p.add_argument("--seed", type=int, default=7, help="simulation seed (7)")
-    p.add_argument("--stores", type=_positive, default=20, help="stores (20)")
+    p.add_argument("--stores", type=cli_args.positive_int, default=20, help="stores (20)")
     p.add_argument(
         "--start",
         type=_start,
         help="simulated start, ISO-8601 with offset (default: 08:00 UTC three days ago)",
     )
-    p.add_argument("--conflict-rate", type=_rate, default=0.005, help="conflicting copies (0.005)")
+    p.add_argument(
+        "--conflict-rate", type=cli_args.fraction, default=0.005, help="conflicting copies (0.005)"
+    )
     p.add_argument("--ledger", type=Path, default=STATE / "demo-ledger", help="ledger dir")
     p.add_argument("--logs", type=Path, default=STATE / "demo", help="log dir (.state/demo)")
     p.add_argument("--no-alerts", action="store_true", help="skip the alerts processor")
     p.add_argument(
         "--step-timeout",
-        type=_positive,
+        type=cli_args.positive_int,
         default=900,
         help="seconds any one step may take before the demo gives up (900)",
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -25,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from infra import cli_args
 from infra.settings import Settings, load_settings
 from producer import ledger
 from producer.kafka_sink import ProducerError, check_topic, produce
@@ -36,40 +36,6 @@ from producer.simulation import (
     simulate,
 )
 from schemas.contract import Receipt, parse_message
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def _rate(text: str) -> float:
-    value = _number(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
-    return value
 
 
 def _timestamp(text: str) -> datetime:
@@ -89,7 +55,7 @@ def _kafka_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-servers", help="Kafka (default: POS_KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument(
         "--rate",
-        type=_non_negative,
+        type=cli_args.non_negative,
         default=0.0,
         help="messages per second; 0 = as fast as possible (default)",
     )
@@ -110,14 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("simulate", help="simulate stores and devices producing receipts")
-    sim.add_argument("--count", type=_positive_int, required=True, help="unique receipts N")
+    sim.add_argument("--count", type=cli_args.positive_int, required=True, help="unique receipts N")
     sim.add_argument("--seed", type=int, default=1, help="random seed (same seed, same stream)")
     sim.add_argument(
         "--start",
         type=_timestamp,
         help="simulated start, ISO-8601 with offset (default: now, to the minute)",
     )
-    sim.add_argument("--stores", type=_positive_int, default=20, help="number of stores")
+    sim.add_argument("--stores", type=cli_args.positive_int, default=20, help="number of stores")
     sim.add_argument("--ledger", type=Path, help="directory for the ground-truth ledger")
     sim.add_argument(
         "--output", type=Path, help="write messages to this JSONL file instead of Kafka"
@@ -125,46 +91,46 @@ def build_parser() -> argparse.ArgumentParser:
     faults = sim.add_argument_group("fault injection (all off by default)")
     faults.add_argument(
         "--resend-rate",
-        type=_rate,
+        type=cli_args.fraction,
         default=0.0,
         help="fraction of receipts the terminal sends twice, same bytes, 1-30 s later "
         f"(realistic: {REALISTIC_RESEND_RATE})",
     )
     faults.add_argument(
         "--burst-rate",
-        type=_rate,
+        type=cli_args.fraction,
         default=0.0,
         help="fraction of arrivals that bring 1-3 more receipts of the same store "
         "in the same second",
     )
     faults.add_argument(
         "--late-rate",
-        type=_rate,
+        type=cli_args.fraction,
         default=0.0,
         help="fraction of receipts sent more than 15 min after they happened",
     )
     faults.add_argument(
         "--late-max-delay",
-        type=_non_negative,
+        type=cli_args.non_negative,
         default=6 * 3600.0,
         help="longest delay of a late receipt, seconds; must exceed the contract's "
         "LATE_THRESHOLD of 900 s (default 21600; delays are log-uniform, so some are hours)",
     )
     faults.add_argument(
         "--out-of-order-rate",
-        type=_rate,
+        type=cli_args.fraction,
         default=0.0,
         help="fraction of receipts held back until just after their device's next one",
     )
     faults.add_argument(
         "--clock-skew-max",
-        type=_non_negative,
+        type=cli_args.non_negative,
         default=0.0,
         help="per-device fixed clock skew of happened_at, drawn from +-this many seconds",
     )
     faults.add_argument(
         "--malformed-rate",
-        type=_rate,
+        type=cli_args.fraction,
         default=0.0,
         help="fraction of receipts followed by a malformed message (broken JSON, missing "
         "fields, wrong types, negative prices, oversized lists), on top of --count",

@@ -35,7 +35,6 @@ from pyspark.sql.types import (
 )
 
 from schemas import contract
-from views.aggregation import window_start
 
 # Kafka source column -> our name (the "kafka_" prefix keeps them apart from receipt fields).
 KAFKA_COLUMNS = {
@@ -210,12 +209,3 @@ def _derived(name: str, late_threshold_us: int, max_lateness_us: int) -> Column:
         "late": arrival_delay_us() > late_threshold_us,
         "beyond_bound": beyond_bound(max_lateness_us),
     }.get(name, F.col(name)).alias(name)
-
-
-def windows_of(receipts: DataFrame) -> DataFrame:
-    """(operation_id, day, window_start) of the windows a set of receipts falls in."""
-    return receipts.select(
-        "operation_id",
-        "day",
-        window_start(F.col("happened_at")).alias("window_start"),
-    ).distinct()

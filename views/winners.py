@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from schemas.contract import NATURAL_KEY
-from views.records import COORDINATES, windows_of
+from views.records import COORDINATES
 
 # Columns describing one version of a receipt in a conflict (the copy's, and the
 # winner's with a `winner_` prefix).
@@ -114,14 +114,6 @@ class Resolution:
     @property
     def conflicts(self) -> DataFrame:
         return conflicts_of(self.duplicates)
-
-    @property
-    def windows(self) -> DataFrame:
-        """The 15-minute windows to recompute: those the winners in the views fall in.
-
-        Winners never move, so no other window gains or loses a receipt.
-        """
-        return windows_of(self.winners.where(~F.col("beyond_bound")))
 
     def tally(self) -> DataFrame:
         """One row: the winners (in the views, late among them, beyond the speed bound)

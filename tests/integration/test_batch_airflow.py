@@ -8,9 +8,6 @@ interval and awaited by polling the API. Real Spark (spark-submit) and Cassandra
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from decimal import Decimal
@@ -19,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from demo.airflow_api import AirflowApi
 from infra import airflow_service
 from infra.process import wait_for
 from infra.settings import Settings
@@ -31,34 +29,6 @@ pytestmark = pytest.mark.integration
 
 DAG_ID = "pos_batch"
 INTERVAL = ("2026-03-02T08:00:00+00:00", "2026-03-02T09:00:00+00:00")
-
-
-class Api:
-    def __init__(self, settings: Settings) -> None:
-        self.url = airflow_service.base_url(settings)
-        creds = airflow_service.login(settings)
-        assert creds is not None
-        self.token = self.call(
-            "POST", "/auth/token", {"username": creds[0], "password": creds[1]}, auth=False
-        )["access_token"]
-
-    def call(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
-        req = urllib.request.Request(
-            f"{self.url}{path}",
-            data=None if body is None else json.dumps(body).encode(),
-            method=method,
-        )
-        req.add_header("Content-Type", "application/json")
-        if auth:
-            req.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.load(resp)
-
-    def dag_parsed(self) -> bool:
-        try:
-            return bool(self.call("GET", f"/api/v2/dags/{DAG_ID}")["dag_id"] == DAG_ID)
-        except urllib.error.HTTPError:
-            return False
 
 
 @pytest.fixture
@@ -85,31 +55,23 @@ def test_the_scheduler_runs_the_batch_dag_for_a_real_interval(
     send(settings, _simulate(ledger, count=300, seed=3, faults=FaultConfig(resend_rate=0.05)))
     _archive(spark, settings)
 
-    api = Api(settings)
-    assert wait_for(api.dag_parsed, timeout=120, interval=1.0), "pos_batch never parsed"
-    run = api.call(
-        "POST",
-        f"/api/v2/dags/{DAG_ID}/dagRuns",
-        {
-            "dag_run_id": "test-interval",
-            "logical_date": INTERVAL[1],
-            "data_interval_start": INTERVAL[0],
-            "data_interval_end": INTERVAL[1],
-            "conf": {},
-        },
+    api = AirflowApi(settings)
+    assert wait_for(lambda: api.dag_parsed(DAG_ID), timeout=120, interval=1.0), (
+        "pos_batch never parsed"
     )
+    start, stop = (datetime.fromisoformat(t) for t in INTERVAL)
+    run = api.trigger(DAG_ID, "test-interval", start, stop, conf={})
     assert (run["data_interval_start"][:19], run["data_interval_end"][:19]) == (
         "2026-03-02T08:00:00",
         "2026-03-02T09:00:00",
     )
-    api.call("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    api.set_paused(DAG_ID, False)
 
     def state() -> str:
-        return str(api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/test-interval")["state"])
+        return api.run_state(DAG_ID, "test-interval")
 
     assert wait_for(lambda: state() in ("success", "failed"), timeout=900, interval=2.0)
-    tasks = api.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/test-interval/taskInstances")
-    assert state() == "success", [(t["task_id"], t["state"]) for t in tasks["task_instances"]]
+    assert state() == "success", api.tasks(DAG_ID, "test-interval")
 
     # The DAG's interval reached the job: windows before 09:00, from two days back.
     end = datetime(2026, 3, 2, 9, 0)

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 import report
 import results
 
@@ -145,7 +144,6 @@ def test_main_rejects_a_file_that_is_not_a_results_file(tmp_path: Path) -> None:
 
 
 def test_main_writes_readme_and_a_chart(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")  # the bench extra
     (tmp_path / "producer_clients.json").write_text(json.dumps(CLIENTS))
     assert report.main(["--dir", str(tmp_path)]) == 0
     assert (tmp_path / "README.md").read_text() == report.render([CLIENTS])
