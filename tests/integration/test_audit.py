@@ -13,6 +13,7 @@ auditor's expectations.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -185,8 +186,9 @@ def test_the_pipeline_audits_clean_and_speed_gaps_beyond_the_bound_are_reported(
         assert views[name]["expected"] == views[name]["observed"] > 0
 
 
-def test_a_deleted_raw_row_is_lost(seeded: Seeded) -> None:
-    cql = seeded.cql
+@contextlib.contextmanager
+def one_raw_row_deleted(cql: Any) -> Iterator[Any]:
+    """Delete one row of the raw table (yielded: its key columns); put it back after."""
     r = cql.execute(
         f"SELECT operation_id, day, happened_at, vendor_fiscal_module, transaction_id "
         f"FROM {tables.RAW_TABLE} LIMIT 1"
@@ -199,6 +201,14 @@ def test_a_deleted_raw_row_is_lost(seeded: Seeded) -> None:
     saved = cql.execute(f"SELECT JSON * FROM {tables.RAW_TABLE} WHERE {where}", params).one()[0]
     cql.execute(f"DELETE FROM {tables.RAW_TABLE} WHERE {where}", params)
     try:
+        yield r
+    finally:
+        cql.execute(f"INSERT INTO {tables.RAW_TABLE} JSON %s", (saved,))
+
+
+def test_a_deleted_raw_row_is_lost(seeded: Seeded) -> None:
+    cql = seeded.cql
+    with one_raw_row_deleted(cql) as r:
         report = _audit(seeded, "receipts_by_store_day")
         assert _counts(report, "receipts_by_store_day") == (1, 0, 0)
         assert report.view("receipts_by_store_day").tally.examples[0]["key"] == [
@@ -216,8 +226,6 @@ def test_a_deleted_raw_row_is_lost(seeded: Seeded) -> None:
         assert doc["clean"] is False
         assert doc["views"]["receipts_by_store_day"]["lost"] == 1
         assert doc["views"]["receipt_keys"]["lost"] == 0  # the damage is where it was done
-    finally:
-        cql.execute(f"INSERT INTO {tables.RAW_TABLE} JSON %s", (saved,))
     assert _audit(seeded, "receipts_by_store_day").clean
 
 
@@ -382,23 +390,10 @@ def test_while_the_speed_layer_is_behind_its_gaps_are_reported_not_failed(
 
     cql = seeded.cql
     produce_raw(seeded.settings, [receipt_json(9999, 1, 1, HORIZON)])
-    r = cql.execute(
-        f"SELECT operation_id, day, happened_at, vendor_fiscal_module, transaction_id "
-        f"FROM {tables.RAW_TABLE} LIMIT 1"
-    ).one()
-    where = (
-        "operation_id = %s AND day = %s AND happened_at = %s AND vendor_fiscal_module = %s "
-        "AND transaction_id = %s"
-    )
-    params = (r.operation_id, r.day, r.happened_at, r.vendor_fiscal_module, r.transaction_id)
-    saved = cql.execute(f"SELECT JSON * FROM {tables.RAW_TABLE} WHERE {where}", params).one()[0]
-    cql.execute(f"DELETE FROM {tables.RAW_TABLE} WHERE {where}", params)
-    try:
+    with one_raw_row_deleted(cql):
         report = _audit(seeded, "receipts_by_store_day", "receipt_keys")
         raw = report.view("receipts_by_store_day")
         assert (raw.exact, _counts(report, "receipts_by_store_day")) == (False, (1, 0, 0))
         assert "behind the topic's end by 1 records" in raw.note
         assert report.clean and report.exit_code == 0
         assert "reported" in report.table()
-    finally:
-        cql.execute(f"INSERT INTO {tables.RAW_TABLE} JSON %s", (saved,))
