@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime
 from typing import Any
@@ -68,6 +69,26 @@ class AirflowApi:
         query = "&".join(f"state={s}" for s in states)
         doc = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?{query}&limit=100")
         return [str(r["dag_run_id"]) for r in doc["dag_runs"]]
+
+    def runs_at(self, dag_id: str, logical_date: datetime) -> list[tuple[str, str]]:
+        """(run id, state) of the DAG's runs with this logical date (Airflow allows one)."""
+        at = urllib.parse.quote(logical_date.isoformat())
+        doc = self.call(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns?logical_date_gte={at}&logical_date_lte={at}"
+        )
+        return [(str(r["dag_run_id"]), str(r["state"])) for r in doc["dag_runs"]]
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        req = urllib.request.Request(
+            f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{run_id}", method="DELETE"
+        )
+        req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=30):
+                pass  # 204: no body
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:500]
+            raise AirflowError(f"DELETE run {run_id}: HTTP {exc.code}: {detail}") from exc
 
     def is_paused(self, dag_id: str) -> bool:
         return bool(self.call("GET", f"/api/v2/dags/{dag_id}")["is_paused"])

@@ -31,7 +31,6 @@ class DagRun:
     end: datetime
     seconds: float
     tasks: list[tuple[str, str, int]]
-    airflow_started: bool
     was_paused: bool
 
 
@@ -69,9 +68,20 @@ def run_dag(
     say: Callable[[str], None],
     timeout: float,
 ) -> DagRun:
-    started = ensure_airflow(settings, say)
+    """Run the DAG over [start, end) through Airflow (started by `ensure_airflow`)."""
     api = AirflowApi(settings)
     await_or_fail(lambda: api.dag_parsed(DAG_ID), 300, f"Airflow to parse {DAG_ID}")
+    # Airflow keeps one run per logical date: an earlier demo or chaos run of the same
+    # interval (or the scheduler's own run of that hour) must go before a new one. The
+    # batch job recomputes the interval from the master dataset, so nothing is lost.
+    for old, old_state in api.runs_at(DAG_ID, end):
+        if old_state in ("queued", "running"):
+            raise StepFailed(
+                f"batch: run {old} of this interval is {old_state}; let it finish (or "
+                "delete it in the Airflow UI) and start again"
+            )
+        api.delete_run(DAG_ID, old)
+        say(f"batch: deleted the earlier run {old} ({old_state}) of this interval, to run it again")
     triggered_at = datetime.now(UTC)
     api.trigger(DAG_ID, run_id, start, end, {"pos_env": pos_env})
     was_paused = api.is_paused(DAG_ID)
@@ -113,15 +123,14 @@ def run_dag(
     if state != "success":
         raise StepFailed(f"batch: run {run_id} {state}: {summary}; task logs in {logs}")
     say(f"batch: run {run_id} succeeded in {took:.0f} s: {summary}")
-    return DagRun(run_id, start, end, took, tasks_done, started, was_paused)
+    return DagRun(run_id, start, end, took, tasks_done, was_paused)
 
 
 def restore(settings: Settings, run: DagRun | None, stop_airflow: bool) -> list[str]:
-    """Pause the DAG again if it was paused; stop Airflow if asked and started here."""
+    """Pause the DAG again if it was paused; stop Airflow if asked (whether or not the
+    run got as far as a DagRun: the caller asks when it started Airflow)."""
     notes: list[str] = []
-    if run is None:
-        return notes
-    if run.was_paused:
+    if run is not None and run.was_paused:
         try:
             api = AirflowApi(settings)
             api.set_paused(DAG_ID, True)
@@ -133,7 +142,7 @@ def restore(settings: Settings, run: DagRun | None, stop_airflow: bool) -> list[
                 )
         except Exception as exc:  # Airflow gone: nothing to restore
             notes.append(f"could not pause {DAG_ID} again: {exc}")
-    if run.airflow_started and stop_airflow:
+    if stop_airflow:
         airflow_service.stop(settings)
     return notes
 

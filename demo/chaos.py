@@ -165,6 +165,7 @@ class Chaos:
     lock: threading.Lock = field(default_factory=threading.Lock)
     deadline: float = 0.0
     dag: batch_dag.DagRun | None = None
+    airflow_started: bool = False  # by this run (then stopped at the end)
     interval: tuple[datetime, datetime] = (datetime.min, datetime.min)  # the data's hours
 
     @property
@@ -499,6 +500,7 @@ def catch_up(chaos: Chaos) -> None:
 def final_batch(chaos: Chaos) -> str:
     start, end = chaos.interval
     if chaos.args.batch == "airflow":
+        chaos.airflow_started = batch_dag.ensure_airflow(chaos.base, chaos.say)
         chaos.dag = batch_dag.run_dag(
             chaos.base, NAMESPACE, start, end,
             f"chaos-{datetime.now(UTC):%Y%m%dT%H%M%S}", chaos.say, chaos.args.step_timeout,
@@ -587,7 +589,8 @@ def _cleanup(chaos: Chaos) -> None:
                 svc.start(chaos.base)
         except Exception as exc:
             chaos.say(f"cleanup: could not start {name}: {exc}; run `make up`")
-    chaos.notes += batch_dag.restore(chaos.base, chaos.dag, not chaos.args.keep_airflow)
+    stop = chaos.airflow_started and not chaos.args.keep_airflow
+    chaos.notes += batch_dag.restore(chaos.base, chaos.dag, stop)
 
 
 def main(argv: list[str] | None = None) -> int:

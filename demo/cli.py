@@ -129,6 +129,7 @@ class Run:
     say: Progress
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     dag: batch_dag.DagRun | None = None
+    airflow_started: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -302,6 +303,7 @@ def _hour_floor(t: datetime) -> datetime:
 
 def batch(run: Run, first: datetime, last: datetime) -> story.BatchSeen:
     start, end = _hour_floor(first), _hour_floor(last) + timedelta(hours=1)
+    run.airflow_started = batch_dag.ensure_airflow(run.settings, run.say)
     dag = batch_dag.run_dag(
         run.settings,
         run.overrides,
@@ -414,8 +416,9 @@ def _finish(run: Run) -> None:
     for proc in run.procs:
         if proc.poll() is None:
             stop_gracefully(proc, 60)
-    run.notes += batch_dag.restore(run.settings, run.dag, run.args.stop_airflow)
-    if run.dag is not None and run.dag.airflow_started and run.args.stop_airflow:
+    stop = run.airflow_started and run.args.stop_airflow
+    run.notes += batch_dag.restore(run.settings, run.dag, stop)
+    if stop:
         run.say("airflow: stopped (the demo started it)")
 
 
@@ -464,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     text = story.render(facts)
     (logs / "story.txt").write_text(text)
     print("\n" + text, flush=True)
-    stopped = run.dag is not None and run.dag.airflow_started and args.stop_airflow
+    stopped = run.airflow_started and args.stop_airflow
     running = "Kafka, Cassandra" + ("" if stopped else ", Airflow")
     print(
         f"Still running: {running}. Look around: `make serve`, `make audit`, the Airflow UI "
