@@ -1,13 +1,16 @@
 """Produce-to-visible latency of the speed layer as users run it, and its fixed per-batch cost.
 
-    python bench/speed_latency.py [--rates 10,1000] [--seconds 60] [--warmup 20] [--json PATH]
+    python bench/speed_latency.py [--rates 10,1000] [--archive-trigger-seconds 30,1]
+                                  [--seconds 60] [--warmup 20] [--json PATH]
 
 For each rate, on a topic, a keyspace and a data dir (checkpoints, master dataset) of
 its own, the whole speed layer as `make speed` runs it:
 
-1. start `pos-speed run --trigger-seconds 1` (both queries, archiver + views, in one
-   driver under its supervisor) as a process, and await both queries' start (the
-   driver logs "query <name> started" when Spark reports them started);
+1. start `pos-speed run --trigger-seconds 1 --archive-trigger-seconds A` (both
+   queries, archiver + views, in one driver under its supervisor; A = the archiver's
+   interval, 30 s as shipped; given several, each rate runs with each, side by side)
+   as a process, and await both queries' start (the driver logs "query <name>
+   started" when Spark reports them started);
 2. cold start: produce one receipt and await it in its window: the first micro-batch
    of a fresh driver (class loading, JIT, the connector's session, the Delta log),
    reported on its own;
@@ -356,7 +359,13 @@ def latencies(sent: Sent, poller: Poller, indices: range) -> list[float]:
 
 
 def run_rate(
-    base: Settings, rate: int, keyspace: str, topic: str, args: argparse.Namespace, log: Path
+    base: Settings,
+    rate: int,
+    archive_trigger_s: float,
+    keyspace: str,
+    topic: str,
+    args: argparse.Namespace,
+    log: Path,
 ) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="bench-lat-"))
     schema_apply.create_topics(base, {topic: base.topic_partitions})
@@ -371,7 +380,11 @@ def run_rate(
     producer = TimedProducer(
         producer_config(base.bootstrap_servers, security=base.kafka_security_config), on_ack
     )
-    speed = SpeedLayer(speed_env(base, topic, keyspace, data), ["--trigger-seconds", "1"], log)
+    speed = SpeedLayer(
+        speed_env(base, topic, keyspace, data),
+        ["--trigger-seconds", "1", "--archive-trigger-seconds", f"{archive_trigger_s:g}"],
+        log,
+    )
     poller = Poller(base, keyspace, args.poll_ms / 1000)
 
     def on_new(position: int, value: bytes, wkey: WindowKey) -> None:
@@ -435,6 +448,7 @@ def run_rate(
     batches = summarise_batches(progress, measured_from, drained_at)
     out = {
         "rate": rate,
+        "archive_trigger_s": archive_trigger_s,
         "topic": topic,
         "receipts": len(sent.windows),
         "measured_receipts": len(measured),
@@ -505,25 +519,29 @@ def finite(x: float, instead: float) -> float:
     return x if math.isfinite(x) else instead
 
 
+def _row(r: dict[str, Any]) -> str:
+    return f"{r['rate']:,}/s, {r['archive_trigger_s']:g} s"
+
+
 def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
     """Markdown tables; figures as ratios to the trigger interval (1 s), the floor a
     latency or a micro-batch is measured against: a receipt can wait up to one interval
     before its micro-batch starts, and a micro-batch longer than it delays the next."""
     figures: list[results.Figure] = []
     trigger = "trigger interval (1 s)"
-    print("\n| rate | receipts measured | p50 s | p99 s | max s | goal p99 | met | warm-up "
-          "p50 / p99 s | first receipt (cold) s | counts exact |")  # fmt: skip
+    print("\n| rate, archiver interval | receipts measured | p50 s | p99 s | max s | goal p99 "
+          "| met | warm-up p50 / p99 s | first receipt (cold) s | counts exact |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---|---|---|---:|---|")
     for r in runs:
         goal_s = P99_GOALS_S.get(r["rate"])
         met = None if goal_s is None else (r["p99_s"] <= goal_s and r["exact_counts"])
-        print(f"| {r['rate']:,}/s | {r['measured_receipts']:,} | {fmt(r['p50_s'])} | "
+        print(f"| {_row(r)} | {r['measured_receipts']:,} | {fmt(r['p50_s'])} | "
               f"{fmt(r['p99_s'])} | {fmt(r['max_s'])} | "
               f"{'' if goal_s is None else f'<= {goal_s:g} s'} | "
               f"{'' if met is None else ('yes' if met else 'NO')} | {fmt(r['warmup_p50_s'])} /"
               f" {fmt(r['warmup_p99_s'])} | {fmt(r['cold_start_latency_s'])} | "
               f"{'yes' if r['exact_counts'] else 'NO'} |")  # fmt: skip
-        rate = f"{r['rate']:,} events/s"
+        rate = f"{r['rate']:,} events/s, archiver every {r['archive_trigger_s']:g} s"
         goal = (
             None if goal_s is None
             else results.Goal("<=", goal_s, f"issue 11: p99 <= {goal_s:g} s at {rate}")
@@ -536,20 +554,20 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
             results.baseline(f"first receipt (cold start), {rate}",
                              finite(r["cold_start_latency_s"], waited_s), "s"),
         ]  # fmt: skip
-    print("\n| rate | query | batches measured | rows/batch p50 | duration p50 ms | max ms | "
-          "batches <= 10 rows | their p50 ms | their max ms | first batch ms |")  # fmt: skip
+    print("\n| rate, archiver interval | query | batches measured | rows/batch p50 | "
+          "duration p50 ms | max ms | batches <= 10 rows | their p50 ms | their max ms | "
+          "first batch ms |")  # fmt: skip
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         for q, b in r["batches"].items():
-            print(f"| {r['rate']:,}/s | {q} | {b['batches']} | {fmt(b['input_rows_p50'], 0)} | "
+            print(f"| {_row(r)} | {q} | {b['batches']} | {fmt(b['input_rows_p50'], 0)} | "
                   f"{fmt(b['duration_ms_p50'], 0)} | {fmt(b['duration_ms_max'], 0)} | "
                   f"{b['small_batches']} | {fmt(b['small_duration_ms_p50'], 0)} | "
                   f"{fmt(b['small_duration_ms_max'], 0)} | "
                   f"{fmt(b['first_batch_ms'], 0)} |")  # fmt: skip
-    fixed = next((r for r in runs if r["rate"] == FIXED_COST_RATE), None)
-    for q in QUERIES if fixed is not None else ():
-        b = fixed["batches"][q]  # type: ignore[index]
-        short = q.removeprefix("pos-speed-")
+    for fixed, q in ((r, q) for r in runs if r["rate"] == FIXED_COST_RATE for q in QUERIES):
+        b = fixed["batches"][q]
+        short = f"{q.removeprefix('pos-speed-')} (archiver every {fixed['archive_trigger_s']:g} s)"
         goal = results.Goal("<=", SMALL_BATCH_GOAL_MS / 1000,
                             "issue 11: a 10-row micro-batch under 1 s")  # fmt: skip
         floor = "trigger interval (1,000 ms)"
@@ -573,6 +591,19 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
                              floor, 1000.0, goal),
             results.baseline(f"{short} {label}, max, {FIXED_COST_RATE} events/s", worst, "ms"),
         ]  # fmt: skip
+    # Side by side: the archiver's interval as shipped (the first given) vs the others.
+    for rate in sorted({r["rate"] for r in runs}):
+        shipped, *others = [r for r in runs if r["rate"] == rate]
+        for other in others:
+            figures.append(
+                results.vs_peer(
+                    f"produce-to-visible p99, {rate:,} events/s, archiver every "
+                    f"{shipped['archive_trigger_s']:g} s",
+                    finite(shipped["p99_s"], waited_s), "s",
+                    f"archiver every {other['archive_trigger_s']:g} s",
+                    finite(other["p99_s"], waited_s),
+                )
+            )  # fmt: skip
     return figures
 
 
@@ -581,6 +612,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rates", default="10,1000", help="events/s, comma-separated")
+    parser.add_argument("--archive-trigger-seconds", default="30",
+                        help="the archiver's interval(s), comma-separated: each rate "
+                        "runs with each, side by side (figures are of the first)")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=60, help="measured phase per rate")
     parser.add_argument("--warmup", type=float, default=30, help="least warm-up s per rate")
     parser.add_argument("--warmup-batches", type=int, default=3,
@@ -597,6 +631,13 @@ def main() -> None:
         rates = [int(x) for x in args.rates.split(",") if x.strip()]
     except ValueError:
         parser.error(f"--rates: comma-separated integers, got {args.rates!r}")
+    try:
+        archive_triggers = [float(x) for x in args.archive_trigger_seconds.split(",") if x]
+    except ValueError:
+        parser.error(f"--archive-trigger-seconds: comma-separated seconds, got "
+                     f"{args.archive_trigger_seconds!r}")  # fmt: skip
+    if not archive_triggers or min(archive_triggers) <= 0:
+        parser.error("--archive-trigger-seconds: one or more intervals > 0 please")
     if not rates or min(rates) < 1 or args.seconds <= 0 or args.warmup < 0 or args.poll_ms <= 0:
         parser.error("rates >= 1, --seconds > 0, --warmup >= 0 and --poll-ms > 0 please")
     base = load_settings()
@@ -607,9 +648,10 @@ def main() -> None:
     topics: list[str] = []
     try:
         for rate in rates:
-            keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
-            topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
-            runs.append(run_rate(base, rate, keyspaces[-1], topics[-1], args, log))
+            for archive_s in archive_triggers:
+                keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
+                topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
+                runs.append(run_rate(base, rate, archive_s, keyspaces[-1], topics[-1], args, log))
     finally:
         drop(base, keyspaces, topics)
     figures = report(runs, args.drain_timeout)
@@ -618,8 +660,9 @@ def main() -> None:
         args, "speed_latency", figures,
         runs=[{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                for k, v in r.items()} for r in runs],
-        notes="`pos-speed run --trigger-seconds 1`, both queries (archiver + views), one "
-        "process per rate; latency = delivery report (ack) -> first agg_15m_speed poll "
+        notes="`pos-speed run --trigger-seconds 1 --archive-trigger-seconds A`, both queries "
+        "(archiver + views), one process per rate and archiver interval A; latency = "
+        "delivery report (ack) -> first agg_15m_speed poll "
         f"showing the receipt's window count, polled every {args.poll_ms:g} ms; warm-up "
         f"{args.warmup:g} s excluded, measured {args.seconds:g} s per rate"
         + (f"; {never} receipt(s) never visible (counted as {args.drain_timeout:g} s)"

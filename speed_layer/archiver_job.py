@@ -37,4 +37,5 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
         .partitionBy("event_day")
         .outputMode("append")
     )
-    return with_trigger(writer, settings, available_now).start()
+    # Its own, longer interval (POS_SPEED_ARCHIVE_TRIGGER_SECONDS): see infra/settings.py.
+    return with_trigger(writer, settings.speed_archive_trigger_seconds, available_now).start()

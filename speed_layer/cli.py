@@ -253,7 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument(
         "--trigger-seconds",
         type=float,
-        help="micro-batch interval (POS_SPEED_TRIGGER_SECONDS, default 5)",
+        help="micro-batch interval of the views query (POS_SPEED_TRIGGER_SECONDS, default 5)",
+    )
+    run_p.add_argument(
+        "--archive-trigger-seconds",
+        type=float,
+        help="micro-batch interval of the archiver (POS_SPEED_ARCHIVE_TRIGGER_SECONDS, default 30)",
     )
     run_p.add_argument("--starting-offsets", help="earliest|latest for a new checkpoint")
     run_p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
@@ -282,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = load_settings(
                 topic_transactions=args.topic,
                 speed_trigger_seconds=args.trigger_seconds,
+                speed_archive_trigger_seconds=args.archive_trigger_seconds,
                 speed_starting_offsets=args.starting_offsets,
                 speed_max_offsets_per_trigger=args.max_offsets_per_trigger,
             )

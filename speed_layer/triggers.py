@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from infra.settings import Settings
 
-
-def with_trigger(
-    writer: DataStreamWriter, settings: Settings, available_now: bool
-) -> DataStreamWriter:
-    """`availableNow` (drain what Kafka holds now, then stop) or every N seconds."""
+def with_trigger(writer: DataStreamWriter, seconds: float, available_now: bool) -> DataStreamWriter:
+    """`availableNow` (drain what Kafka holds now, then stop) or every `seconds`."""
     if available_now:
         return writer.trigger(availableNow=True)
-    return writer.trigger(processingTime=f"{settings.speed_trigger_seconds} seconds")
+    return writer.trigger(processingTime=f"{seconds} seconds")

@@ -188,4 +188,4 @@ def start(
         .foreachBatch(on_batch)
         .option("checkpointLocation", str(settings.checkpoint_dir / "views"))
     )
-    return with_trigger(writer, settings, available_now).start()
+    return with_trigger(writer, settings.speed_trigger_seconds, available_now).start()
