@@ -595,8 +595,6 @@ def _cleanup(chaos: Chaos) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not 0.0 <= args.conflict_rate <= 1.0:
-        build_parser().error("--conflict-rate must be between 0 and 1")
     say = Progress()
     Path(args.logs).mkdir(parents=True, exist_ok=True)
     steps.log_to_file(Path(args.logs) / "chaos.log")
@@ -620,6 +618,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{f.kind} at {f.at:.0%}" for f in fault_plan.faults)
         + f"; alerts processor crash in transactions {fault_plan.alerts_crash_at}"
     )
+    steps.interrupt_on_sigterm()
     try:
         messages, summary = prepare(chaos)
         chaos.start_speed()

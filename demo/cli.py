@@ -50,6 +50,7 @@ from demo.steps import (
     cql_session,
     env_with,
     group_caught_up,
+    interrupt_on_sigterm,
     log_to_file,
     reset_dir,
     reset_keyspace,
@@ -431,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings()
     run = Run(settings, args, say)
     say(f"pos-demo: logs go to {logs}/ (Airflow's to .state/airflow/logs/)")
+    interrupt_on_sigterm()
     try:
         services(run)
         reset(run)

@@ -58,6 +58,16 @@ def log_to_file(path: Path) -> None:
     root.setLevel(logging.INFO)
 
 
+def interrupt_on_sigterm() -> None:
+    """Treat SIGTERM (`kill`, a CI timeout, a process manager) like Ctrl-C: the run's
+    `finally` then stops what it started instead of leaving it running."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def env_with(overrides: Mapping[str, str]) -> dict[str, str]:
     """This process's environment plus POS_* overrides (and the venv first on PATH)."""
     env = {**os.environ, **overrides}
