@@ -104,6 +104,9 @@ class SpeedLayer:
 
     def __init__(self, env: dict[str, str], args: list[str], log: Path) -> None:
         self.log = log
+        # One log for every run of the benchmark: this run's lines start here (an earlier
+        # run's "query ... started" must not count as this one's start).
+        self.start = log.stat().st_size if log.exists() else 0
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "speed_layer.cli", "run", *args],
@@ -113,7 +116,9 @@ class SpeedLayer:
 
     def logged(self, text: str) -> bool:
         try:
-            return text in self.log.read_text(errors="replace")
+            with open(self.log, "rb") as f:
+                f.seek(self.start)
+                return text in f.read().decode(errors="replace")
         except FileNotFoundError:
             return False
 
