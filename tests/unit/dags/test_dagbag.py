@@ -33,8 +33,17 @@ def test_batch_dag_is_hourly_over_data_intervals_and_never_overlaps(dagbag: Any)
     assert dag.timetable.summary == "0 * * * *"
     assert dag.max_active_runs == 1
     assert not dag.catchup
-    assert [t.task_id for t in dag.topological_sort()] == ["recompute", "quality"]
-    for task in dag.tasks:
+    assert [t.task_id for t in dag.topological_sort()] == [
+        "await_archive",
+        "recompute",
+        "quality",
+    ]
+    # The hour's last records reach the master dataset up to an archiver micro-batch
+    # (30 s by default) after its end: the recompute waits past that.
+    sensor = dag.get_task("await_archive")
+    assert sensor.delta == timedelta(minutes=2)
+    assert sensor.mode == "reschedule"
+    for task in (dag.get_task("recompute"), dag.get_task("quality")):
         assert task.pool == "pos_batch"
         assert task.retries == 2
         assert task.execution_timeout is not None
