@@ -72,8 +72,10 @@ def run_dag(
     api = AirflowApi(settings)
     await_or_fail(lambda: api.dag_parsed(DAG_ID), 300, f"Airflow to parse {DAG_ID}")
     # Airflow keeps one run per logical date: an earlier demo or chaos run of the same
-    # interval (or the scheduler's own run of that hour) must go before a new one. The
-    # batch job recomputes the interval from the master dataset, so nothing is lost.
+    # interval (or any other run with that logical date, e.g. the scheduler's run of the
+    # next hour, whose logical date is its start) must go before a new one. Deleting a
+    # run deletes Airflow's record of it, not the views it committed; this run
+    # recomputes its interval from the master dataset.
     for old, old_state in api.runs_at(DAG_ID, end):
         if old_state in ("queued", "running"):
             raise StepFailed(
