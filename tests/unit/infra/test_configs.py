@@ -102,6 +102,8 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
         "io.delta.sql.DeltaSparkSessionExtension"
     )
     assert conf["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog")
+    # Room for every generated class of a micro-batch (Spark's default is 100).
+    assert int(conf["spark.sql.codegen.cache.maxEntries"]) >= 1000
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
