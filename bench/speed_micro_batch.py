@@ -11,7 +11,10 @@ calls it) into a fresh keyspace, timing every stage: the first action (Kafka rea
 validation, the valid/invalid counts), the winner rule (its local checkpoint's
 shuffles run when it is planned), the tally, each Cassandra write, and the rest
 (building the plans in Python). The first `--warmup` micro-batches (JIT, caches) are
-left out. Variants alternate, `--rounds` times, in separate drivers:
+left out. The micro-batches come from Spark's batch Kafka reader, which resolves its
+offsets when the first action is planned (the streaming source does that before
+`foreachBatch`, in `latestOffset`): the first action's figure includes it. Variants
+alternate, `--rounds` times, in separate drivers:
 
   - the project's Spark configuration (infra/spark.py);
   - the same with Spark's default code-generation cache (100 classes), the state
