@@ -4,21 +4,23 @@
 
 A micro-batch of a few records (latency's case: 10 events/s with a 1 s trigger) costs
 seconds whatever its size; this benchmark says where they go. It produces a fresh
-faulted topic (bench/faulted_topic.py), then runs, in one warm driver per variant,
-`--batches` consecutive micro-batches of `--step` records per Kafka partition each
-through the views job's own micro-batch (`ViewsBatch.process`, as `foreachBatch`
-calls it) into a fresh keyspace, timing every stage: the first action (Kafka read,
-validation, the valid/invalid counts), the winner rule (its local checkpoint's
-shuffles run when it is planned), the tally, each Cassandra write, and the rest
-(building the plans in Python). The first `--warmup` micro-batches (JIT, caches) are
-left out. The micro-batches come from Spark's batch Kafka reader, which resolves its
-offsets when the first action is planned (the streaming source does that before
-`foreachBatch`, in `latestOffset`): the first action's figure includes it. Variants
+faulted topic (bench/faulted_topic.py), then runs, in one driver per variant, the
+views query as `pos-speed run --available-now --jobs views` starts it
+(`views_job.start`), capped at `--step` records per Kafka partition and micro-batch
+(maxOffsetsPerTrigger), into a fresh keyspace, for `--batches` micro-batches. Inside
+`foreachBatch` every stage is timed: the first action (Kafka read, validation, the
+valid/invalid counts), the winner rule (its local checkpoint's shuffles run when it
+is planned), the tally, each Cassandra write, and the rest (building the plans in
+Python); Spark's progress adds the time around `foreachBatch` (offsets, planning,
+write-ahead log, commit) and the whole micro-batch (`triggerExecution`). The first
+`--warmup` micro-batches (JIT, caches) are left out. Variants
 alternate, `--rounds` times, in separate drivers:
 
   - the project's Spark configuration (infra/spark.py);
   - the same with Spark's default code-generation cache (100 classes), the state
-    before that setting: the peer the change is measured against.
+    before that setting: the peer the change is measured against;
+  - or, with `--variant NAME:key=value;...` (repeatable), the settings to try before
+    making them the project's (with `--no-json`, not to overwrite the report).
 
 Each driver's views are checked against the simulator's own labels of the messages it
 read (receipts, resends, malformed; parsed here with `json`): distinct receipts in
@@ -31,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -44,11 +48,11 @@ import results  # bench/, beside this script
 from infra import cassandra_client, schema_apply
 from infra.settings import Settings, load_settings
 
-VARIANTS = {
-    # name -> Spark settings laid over the project's (the child's --conf)
-    "project configuration": {},
-    "Spark's default codegen cache (100)": {"spark.sql.codegen.cache.maxEntries": "100"},
-}
+PROJECT = "project configuration"
+OUTSIDE = "outside foreachBatch (offsets, planning, WAL, commit)"
+# The peers: name -> Spark settings laid over the project's (the child's --conf).
+# `--variant` replaces them, to try a setting before making it the project's.
+PEERS = {"Spark's default codegen cache (100)": {"spark.sql.codegen.cache.maxEntries": "100"}}
 FIRST_ACTION = "Kafka read + validation + counts (first action)"
 STAGES = (
     FIRST_ACTION,
@@ -71,8 +75,8 @@ def child(args: argparse.Namespace) -> None:
 
     import infra.spark as spark_setup
     from adapters import cassandra
-    from schemas import contract, cql
     from speed_layer import views_job
+    from speed_layer.progress import BatchCounts, ProgressRecorder
     from views import winners
 
     conf_over: dict[str, str] = json.loads(args.conf)
@@ -111,45 +115,69 @@ def child(args: argparse.Namespace) -> None:
     DataFrame.collect = collect  # type: ignore[method-assign]
     winners.Resolution.materialised = materialised  # type: ignore[method-assign]
 
-    job = views_job.ViewsBatch(
-        spark=spark,
-        keyspace=args.keyspace,
-        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+    # The views query as `pos-speed run --available-now --jobs views` starts it, capped
+    # at `--step` records per partition and micro-batch; micro-batches past `--batches`
+    # do nothing (the views then hold exactly the first ones) and stop the query.
+    parts = settings.topic_partitions
+    data_dir = Path(tempfile.mkdtemp(prefix="pos-bench-micro-"))
+    settings = settings.model_copy(
+        update={
+            "cassandra_keyspace": args.keyspace,
+            "data_dir": data_dir,
+            "speed_starting_offsets": "earliest",
+            "speed_max_offsets_per_trigger": args.step * parts,
+        }
     )
-    cassandra.await_tables(spark, args.keyspace, [cql.RAW_TABLE, cql.AGG_SPEED_TABLE])
-    parts = range(settings.topic_partitions)
-    for n in range(args.batches):
-        lo, hi = n * args.step, (n + 1) * args.step
-        batch = (
-            spark.read.format("kafka")
-            .options(**settings.spark_kafka_options)
-            .option("subscribe", args.topic)
-            .option("kafka.isolation.level", "read_committed")
-            .option("startingOffsets", json.dumps({args.topic: {str(p): lo for p in parts}}))
-            .option("endingOffsets", json.dumps({args.topic: {str(p): hi for p in parts}}))
-            .load()
-        )
+    real_process = views_job.ViewsBatch.process
+    lines: list[dict[str, Any]] = []
+
+    def process(self: Any, batch: DataFrame) -> Any:
+        if len(lines) >= args.batches:
+            return BatchCounts()
         marks.clear()
         t0 = time.perf_counter()
-        counts = job.process(batch)
+        counts = real_process(self, batch)
         total = time.perf_counter() - t0
         stages = {s: 0.0 for s in STAGES}
         for stage, secs in marks:
             stages[stage] += secs
         stages[STAGES[-1]] = total - sum(secs for _, secs in marks)
-        rows = counts.valid_rows + counts.invalid_rows
-        line = {"batch": n, "rows": rows, "ms": total * 1000}
-        line["stages_ms"] = {s: round(v * 1000, 1) for s, v in stages.items()}
+        lines.append(
+            {
+                "rows": counts.valid_rows + counts.invalid_rows,
+                "ms": total * 1000,
+                "stages_ms": {s: round(v * 1000, 1) for s, v in stages.items()},
+            }
+        )
+        return counts
+
+    views_job.ViewsBatch.process = process  # type: ignore[method-assign]
+    recorder = ProgressRecorder(data_dir / "status.json")
+    query = views_job.start(spark, settings, recorder, available_now=True)
+    while query.isActive and len(lines) < args.batches:
+        query.awaitTermination(0.5)
+    query.stop()
+    # Spark's own account of each micro-batch: the time around foreachBatch too.
+    progress = {p["batchId"]: p for p in query.recentProgress}
+    for n, line in enumerate(lines):
+        durations = progress[n]["durationMs"]
+        outside = durations["triggerExecution"] - durations.get("addBatch", 0)
+        line |= {"batch": n, "trigger_ms": durations["triggerExecution"], "outside_ms": outside}
         print(json.dumps(line), flush=True)
+    end = progress[len(lines) - 1]["sources"][0]["endOffset"]  # JSON text or parsed
+    ends = (json.loads(end) if isinstance(end, str) else end)[args.topic]
+    print(json.dumps({"end_offsets": {int(p): int(o) for p, o in ends.items()}}), flush=True)
     spark.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 # --- parent: topic, alternating drivers, checks, figures ------------------------------
 
 
-def expected(settings: Settings, topic: str, kinds: dict[bytes, str], end: int) -> dict[str, int]:
-    """From the messages the drivers read (offsets [0, end) of every partition) and the
+def expected(
+    settings: Settings, topic: str, kinds: dict[bytes, str], ends: dict[int, int]
+) -> dict[str, int]:
+    """From the messages a driver read (offsets [0, ends[p]) of each partition p) and the
     simulator's labels: distinct receipts and malformed messages."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -163,11 +191,11 @@ def expected(settings: Settings, topic: str, kinds: dict[bytes, str], end: int) 
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.topic_partitions)])
     keys, malformed, seen = set(), 0, {p: 0 for p in range(settings.topic_partitions)}
-    while any(n < end for n in seen.values()):
+    while any(seen[p] < ends.get(p, 0) for p in seen):
         msg = consumer.poll(10)
         if msg is None:
-            raise SystemExit(f"topic {topic}: fewer than {end} records per partition")
-        if msg.error() or msg.offset() >= end:
+            raise SystemExit(f"topic {topic}: fewer records than the driver read ({ends})")
+        if msg.error() or msg.offset() >= ends.get(msg.partition(), 0):
             continue
         seen[msg.partition()] += 1
         if kinds[msg.value()].startswith("malformed"):
@@ -192,14 +220,19 @@ def observed(settings: Settings, keyspace: str) -> dict[str, int]:
         cluster.shutdown()
 
 
-def run_driver(args: argparse.Namespace, topic: str, keyspace: str, conf: dict[str, str]) -> Any:
+def run_driver(
+    args: argparse.Namespace, topic: str, keyspace: str, conf: dict[str, str]
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """One driver's micro-batches, and the Kafka end offsets of the last one."""
     cmd = [
         sys.executable, str(Path(__file__).resolve()), "--child", "--topic", topic,
         "--keyspace", keyspace, "--step", str(args.step), "--batches", str(args.batches),
         "--conf", json.dumps(conf),
     ]  # fmt: skip
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    ends = {int(p): o for p, o in lines.pop()["end_offsets"].items()}
+    return lines, ends
 
 
 def main() -> None:
@@ -210,6 +243,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="micro-batches per driver")
     parser.add_argument("--warmup", type=int, default=4, help="first micro-batches left out")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--variant",
+        type=_variant,
+        action="append",
+        metavar="NAME:key=value;...",
+        help="a peer: Spark settings over the project's (repeatable; default: Spark's "
+        "default codegen cache)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--keyspace", help=argparse.SUPPRESS)
@@ -224,24 +265,26 @@ def main() -> None:
 
     from faulted_topic import produce_faulted_topic
 
+    variants = {PROJECT: {}, **(dict(args.variant) if args.variant else PEERS)}
+
     base = load_settings()
-    # Enough records for every partition's slices (keys spread devices over partitions).
+    # More than the micro-batches read (devices spread unevenly over partitions).
     count = args.step * args.batches * base.topic_partitions * 3
     settings, sim = produce_faulted_topic(base, "bench.micro", count)
     topic = settings.topic_transactions
     kinds = {m.value: m.kind for m in sim.messages}
-    want = expected(settings, topic, kinds, args.step * args.batches)
-    print(f"topic {topic}: {args.batches} micro-batches of {args.step} records per partition; "
-          f"expected {want}", flush=True)  # fmt: skip
+    print(f"topic {topic}: {args.batches} micro-batches of up to {args.step} records per "
+          f"partition", flush=True)  # fmt: skip
     runs: list[dict[str, Any]] = []
     keyspaces: list[str] = []
     try:
         for rnd in range(1, args.rounds + 1):
-            for name, conf in VARIANTS.items():
+            for name, conf in variants.items():
                 ks = f"bench_mb_{uuid.uuid4().hex[:6]}"
                 keyspaces.append(ks)
                 schema_apply.apply_cql(base, ks)
-                batches = run_driver(args, topic, ks, conf)
+                batches, ends = run_driver(args, topic, ks, conf)
+                want = expected(settings, topic, kinds, ends)
                 got = observed(base, ks)
                 exact = got == {**want, "windowed": want["receipts"]}
                 warm = batches[args.warmup :]
@@ -259,29 +302,44 @@ def main() -> None:
         cluster.shutdown()
     if not all(r["exact"] for r in runs):
         raise SystemExit("a driver's views were not exact: its figures do not count")
-    _report(args, runs)
+    _report(args, runs, list(variants))
 
 
-def _report(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """`NAME:key=value;key=value` (argparse type of --variant)."""
+    name, sep, settings = text.partition(":")
+    pairs = [kv.split("=", 1) for kv in settings.split(";") if kv]
+    if not sep or not name or any(len(kv) != 2 for kv in pairs):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:key=value[;key=value...]")
+    return name, dict(pairs)  # type: ignore[arg-type]
+
+
+def _report(args: argparse.Namespace, runs: list[dict[str, Any]], names: list[str]) -> None:
     def warm(variant: str) -> list[dict[str, Any]]:
         return [b for r in runs if r["variant"] == variant for b in r["batches"][args.warmup :]]
 
-    project, peer = list(VARIANTS)
-    med = {v: statistics.median(b["ms"] for b in warm(v)) for v in VARIANTS}
+    project, peers = names[0], names[1:]
+    med = {v: statistics.median(b["ms"] for b in warm(v)) for v in names}
     rows = statistics.median(b["rows"] for b in warm(project))
-    print("\n| stage (warm medians, ms) | " + " | ".join(VARIANTS) + " |")
-    print("|---|" + "---:|" * len(VARIANTS))
+    print("\n| stage (warm medians, ms) | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
     for stage in STAGES:
-        cells = [statistics.median(b["stages_ms"][stage] for b in warm(v)) for v in VARIANTS]
+        cells = [statistics.median(b["stages_ms"][stage] for b in warm(v)) for v in names]
         print(f"| {stage} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
-    print("| **micro-batch** | " + " | ".join(f"**{med[v]:,.0f}**" for v in VARIANTS) + " |")
+    print("| **foreachBatch** | " + " | ".join(f"**{med[v]:,.0f}**" for v in names) + " |")
+    outside = {v: statistics.median(b["outside_ms"] for b in warm(v)) for v in names}
+    trigger = {v: statistics.median(b["trigger_ms"] for b in warm(v)) for v in names}
+    print(f"| {OUTSIDE} | " + " | ".join(f"{outside[v]:,.0f}" for v in names) + " |")
+    print("| **micro-batch (Spark's triggerExecution)** | "
+          + " | ".join(f"**{trigger[v]:,.0f}**" for v in names) + " |")  # fmt: skip
     figures = [
-        results.vs_peer(
-            f"views micro-batch of ~{rows:.0f} records, {project}", med[project], "ms",
-            peer, med[peer],
+        *(
+            results.vs_peer(f"views micro-batch of ~{rows:.0f} records, {project}",
+                            trigger[project], "ms", peer, trigger[peer])
+            for peer in peers
         ),
         results.vs_floor(
-            f"views micro-batch of ~{rows:.0f} records", med[project], "ms",
+            f"views micro-batch of ~{rows:.0f} records", trigger[project], "ms",
             "trigger interval (1 s)", 1000.0,
             goal=results.Goal("<=", 1.0, "issue 11: a 10-row micro-batch under 1 s"),
         ),
@@ -290,14 +348,17 @@ def _report(args: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
                              statistics.median(b["stages_ms"][stage] for b in warm(project)), "ms")
             for stage in STAGES
         ),
+        results.baseline(f"{OUTSIDE} ({project})", outside[project], "ms"),
     ]  # fmt: skip
     results.write(
         args,
         "speed_micro_batch",
         figures,
         runs,
-        notes=f"{args.batches} consecutive micro-batches of {args.step} records per partition "
-        f"per driver, first {args.warmup} left out (warm medians); variants alternate, "
+        notes=f"{args.batches} consecutive micro-batches of up to {args.step} records per "
+        f"partition per driver (the views query, availableNow, maxOffsetsPerTrigger), first "
+        f"{args.warmup} left out (warm medians); micro-batch = Spark's triggerExecution; "
+        f"variants alternate, "
         f"{args.rounds} round(s), one driver each; every driver's views exact",
     )
 

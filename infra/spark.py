@@ -90,8 +90,8 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # micro-batch plans some ten actions (two queries, several stages each), more
         # distinct classes than that, so every micro-batch compiled them all again with
         # Janino: a fixed cost per micro-batch whatever its size. With room for all of
-        # them, a warm 12-record views micro-batch took 20 % less (4.4 vs 5.5 s, two
-        # alternating rounds: bench/speed_micro_batch.py).
+        # them, a warm 10-record micro-batch of the views query took 3.4 s instead of
+        # 3.8 s (0.91; bench/speed_micro_batch.py, two alternating rounds).
         "spark.sql.codegen.cache.maxEntries": "2000",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
