@@ -88,8 +88,9 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         ),
         # Generated classes are cached by source code, 100 of them by default. A speed
         # micro-batch plans some ten actions (two queries, several stages each), more
-        # distinct classes than that, so every micro-batch compiled them all again with
-        # Janino: a fixed cost per micro-batch whatever its size. With room for all of
+        # distinct classes than that, so Janino compiled classes again every micro-batch
+        # (~10 % of the driver thread's profile samples; ~1 % with room for all): a
+        # fixed cost per micro-batch whatever its size. With room for all of
         # them, a warm 10-record micro-batch of the views query took 3.4 s instead of
         # 3.8 s (0.91; bench/speed_micro_batch.py, two alternating rounds).
         "spark.sql.codegen.cache.maxEntries": "2000",
