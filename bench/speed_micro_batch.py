@@ -289,7 +289,7 @@ def main() -> None:
                 exact = got == {**want, "windowed": want["receipts"]}
                 warm = batches[args.warmup :]
                 ms = statistics.median(b["ms"] for b in warm)
-                print(f"round {rnd}, {name}: warm median {ms:,.0f} ms per micro-batch "
+                print(f"round {rnd}, {name}: warm median {ms:,.0f} ms in foreachBatch "
                       f"({statistics.median(b['rows'] for b in warm):.0f} records); "
                       f"{'exact' if exact else f'NOT EXACT: {got}'}", flush=True)  # fmt: skip
                 runs.append({"round": rnd, "variant": name, "conf": conf, "exact": exact,
