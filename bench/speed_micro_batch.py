@@ -20,7 +20,10 @@ alternate, `--rounds` times, in separate drivers:
   - the same with Spark's default code-generation cache (100 classes), the state
     before that setting: the peer the change is measured against;
   - or, with `--variant NAME:key=value;...` (repeatable), the settings to try before
-    making them the project's (with `--no-json`, not to overwrite the report).
+    making them the project's (with `--no-json`, not to overwrite the report);
+  - or, with `--baseline REV`, the project's code at a git revision (a worktree of
+    this repository, its own copy of this script as the driver): what a code change
+    buys, measured side by side.
 
 Each driver's views are checked against the simulator's own labels of the messages it
 read (receipts, resends, malformed; parsed here with `json`): distinct receipts in
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -221,15 +225,30 @@ def observed(settings: Settings, keyspace: str) -> dict[str, int]:
 
 
 def run_driver(
-    args: argparse.Namespace, topic: str, keyspace: str, conf: dict[str, str]
+    args: argparse.Namespace,
+    topic: str,
+    keyspace: str,
+    conf: dict[str, str],
+    tree: Path | None = None,
 ) -> tuple[list[dict[str, Any]], dict[int, int]]:
-    """One driver's micro-batches, and the Kafka end offsets of the last one."""
+    """One driver's micro-batches, and the Kafka end offsets of the last one.
+
+    tree: a checkout of other code to drive (its modules come first on the path, ahead
+    of the editable install of this one); None: this checkout.
+    """
+    script = (tree / "bench" if tree else Path(__file__).resolve().parent) / Path(__file__).name
     cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--child", "--topic", topic,
+        sys.executable, str(script), "--child", "--topic", topic,
         "--keyspace", keyspace, "--step", str(args.step), "--batches", str(args.batches),
         "--conf", json.dumps(conf),
     ]  # fmt: skip
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    here = load_settings()  # the other checkout uses this one's jars and services
+    env = (
+        {**os.environ, "PYTHONPATH": str(tree), "POS_JARS_DIR": str(here.jars_dir),
+         "POS_STATE_DIR": str(here.state_dir)}
+        if tree else None
+    )  # fmt: skip
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     ends = {int(p): o for p, o in lines.pop()["end_offsets"].items()}
     return lines, ends
@@ -251,6 +270,11 @@ def main() -> None:
         help="a peer: Spark settings over the project's (repeatable; default: Spark's "
         "default codegen cache)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="a peer: the project's code at this git revision (e.g. HEAD~1), same settings",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--keyspace", help=argparse.SUPPRESS)
@@ -265,7 +289,12 @@ def main() -> None:
 
     from faulted_topic import produce_faulted_topic
 
-    variants = {PROJECT: {}, **(dict(args.variant) if args.variant else PEERS)}
+    peers = dict(args.variant or ())
+    trees: dict[str, Path] = {}
+    if args.baseline:
+        name = f"code at {args.baseline} ({_short(args.baseline)})"
+        peers[name], trees[name] = {}, _worktree(args.baseline)
+    variants = {PROJECT: {}, **(peers or PEERS)}
 
     base = load_settings()
     # More than the micro-batches read (devices spread unevenly over partitions).
@@ -283,7 +312,7 @@ def main() -> None:
                 ks = f"bench_mb_{uuid.uuid4().hex[:6]}"
                 keyspaces.append(ks)
                 schema_apply.apply_cql(base, ks)
-                batches, ends = run_driver(args, topic, ks, conf)
+                batches, ends = run_driver(args, topic, ks, conf, trees.get(name))
                 want = expected(settings, topic, kinds, ends)
                 got = observed(base, ks)
                 exact = got == {**want, "windowed": want["receipts"]}
@@ -300,9 +329,30 @@ def main() -> None:
         for ks in keyspaces:
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
+        for tree in trees.values():
+            _git("worktree", "remove", "--force", str(tree))
     if not all(r["exact"] for r in runs):
         raise SystemExit("a driver's views were not exact: its figures do not count")
     _report(args, runs, list(variants))
+
+
+def _git(*args: str) -> str:
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def _short(rev: str) -> str:
+    return _git("rev-parse", "--short", f"{rev}^{{commit}}")
+
+
+def _worktree(rev: str) -> Path:
+    """A detached worktree of `rev` (removed at the end), for `--baseline`."""
+    tree = Path(tempfile.mkdtemp(prefix="pos-bench-baseline-")) / "tree"
+    _git("worktree", "add", "--detach", str(tree), _short(rev))
+    return tree
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:

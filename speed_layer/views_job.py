@@ -8,7 +8,7 @@ Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
      new receipts win, a stored winner stays, other copies are resends or conflicts;
   3. upsert conflicts (both versions), the winners' raw rows, then their keys;
   4. add the winners to the stored aggregates of the windows they fall in
-     (`views.increments`: `aggregate_15m`, the batch layer's function, of the
+     (`views.increments.added`: `aggregate_15m`, the batch layer's function, of the
      winners each window does not count yet) and upsert them into `agg_15m_speed`.
 Every write is an upsert of values that depend only on the micro-batch and what the
 previous micro-batches stored, and each aggregate row records the Kafka offsets it
@@ -39,7 +39,7 @@ from speed_layer import SUPERVISOR_PID_ENV
 from speed_layer.progress import BatchCounts, ProgressRecorder
 from speed_layer.triggers import with_trigger
 from views import records
-from views.increments import SPEED_AGGREGATE_COLUMNS, add, increments, uncounted
+from views.increments import SPEED_AGGREGATE_COLUMNS, added
 from views.winners import CONFLICT_COLUMNS, decide_batch
 
 QUERY_NAME = "pos-speed-views"
@@ -135,8 +135,7 @@ class ViewsBatch:
         # the tables grow.
         store_days = in_view.select("operation_id", "day")
         windows = self._lookup(cql.AGG_SPEED_TABLE, store_days, SPEED_AGGREGATE_COLUMNS)
-        added = add(windows, increments(uncounted(in_view, windows)))
-        self._write(added, cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
+        self._write(added(windows, in_view), cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
         self._maybe_crash("after_aggregates")
         return counts
 

@@ -42,11 +42,13 @@ def window_start(ts: Column) -> Column:
     return F.timestamp_seconds(F.floor(F.unix_timestamp(ts) / WINDOW_SECONDS) * WINDOW_SECONDS)
 
 
-def aggregate_15m(receipts: DataFrame) -> DataFrame:
+def aggregate_15m(receipts: DataFrame, **more: Column) -> DataFrame:
     """Absolute 15-minute aggregates per store.
 
     Input: one row per receipt (already deduplicated) with operation_id,
-    happened_at, item_quantity, revenue and late. Output: AGGREGATE_COLUMNS.
+    happened_at, item_quantity, revenue and late. Output: AGGREGATE_COLUMNS, then
+    `more`: other aggregates over the same groups, by name (the speed layer adds
+    the Kafka offsets a window counts in the same pass).
     """
     windowed = receipts.withColumn("window_start", window_start(F.col("happened_at")))
     return (
@@ -56,7 +58,8 @@ def aggregate_15m(receipts: DataFrame) -> DataFrame:
             F.sum("item_quantity").cast("long").alias("item_quantity"),
             F.sum("revenue").cast(REVENUE_TYPE).alias("revenue"),
             F.sum(F.when(F.col("late"), 1).otherwise(0)).cast("int").alias("late_count"),
+            *(column.alias(name) for name, column in more.items()),
         )
         .withColumn("day", F.to_date("window_start"))
-        .select(*AGGREGATE_COLUMNS)
+        .select(*AGGREGATE_COLUMNS, *more)
     )

@@ -17,7 +17,9 @@ are Kafka's offsets, not Spark's batch ids, so they hold across checkpoint reset
 too; a keyspace's speed views follow one topic (re-creating the topic restarts
 its offsets: see docs/operations.md).
 
-Pure DataFrame -> DataFrame functions, unit-tested in tests/unit/views.
+One plan, each input read once: the receipts joined with their windows' stored rows
+(a Cassandra lookup), those not counted yet aggregated with the stored values carried
+along, and added. Pure DataFrame -> DataFrame, unit-tested in tests/unit/views.
 """
 
 from __future__ import annotations
@@ -36,45 +38,24 @@ _SUMS = {  # measure -> its type in AGGREGATE_COLUMNS (a sum of two keeps it)
     "revenue": REVENUE_TYPE.simpleString(),
     "late_count": "int",
 }
+_STORED = "stored_"  # prefix of a stored row's columns, carried along the receipts
+_NEW_OFFSETS = "_new_offsets"
 
 
-def uncounted(receipts: DataFrame, stored: DataFrame) -> DataFrame:
-    """The receipts their window's stored row does not count yet.
+def _offsets_counted() -> Column:
+    """Aggregate: for each Kafka partition among a window's receipts, the highest offset.
 
-    receipts: receipt rows (operation_id, day, happened_at, kafka_partition,
-    kafka_offset, ...). stored: speed aggregate rows of (at least) their windows.
+    Higher-order functions over the group's (partition, offset) pairs: one pass with
+    the sums, where a second aggregation per partition would cost a shuffle.
     """
-    marks = stored.select(*WINDOW_KEY, APPLIED_OFFSETS)
-    keyed = receipts.withColumn("window_start", window_start(F.col("happened_at")))
-    mark = F.col(APPLIED_OFFSETS)[F.col("kafka_partition")]
-    return (
-        keyed.join(marks, list(WINDOW_KEY), "left")
-        .where(mark.isNull() | (F.col("kafka_offset") > mark))
-        .drop("window_start", APPLIED_OFFSETS)
-    )
+    pairs = F.collect_list(F.struct("kafka_partition", "kafka_offset"))
+    partitions = F.array_distinct(F.transform(pairs, lambda p: p["kafka_partition"]))
 
+    def highest(partition: Column) -> Column:
+        mine = F.filter(pairs, lambda p: p["kafka_partition"] == partition)
+        return F.array_max(F.transform(mine, lambda p: p["kafka_offset"]))
 
-def increments(receipts: DataFrame) -> DataFrame:
-    """Per window: `aggregate_15m` of the receipts, with the offsets they bring.
-
-    Output: SPEED_AGGREGATE_COLUMNS; `applied_offsets` holds each partition's
-    highest offset among the window's receipts.
-    """
-    per_partition = (
-        receipts.withColumn("window_start", window_start(F.col("happened_at")))
-        .groupBy("operation_id", "window_start", "kafka_partition")
-        .agg(F.max("kafka_offset").alias("kafka_offset"))
-    )
-    offsets = per_partition.groupBy("operation_id", "window_start").agg(
-        F.map_from_entries(F.collect_list(F.struct("kafka_partition", "kafka_offset"))).alias(
-            APPLIED_OFFSETS
-        )
-    )
-    return (
-        aggregate_15m(receipts)
-        .join(offsets, ["operation_id", "window_start"])
-        .select(*SPEED_AGGREGATE_COLUMNS)
-    )
+    return F.map_from_arrays(partitions, F.transform(partitions, highest))
 
 
 def _highest(stored: Column, added: Column) -> Column:
@@ -83,21 +64,30 @@ def _highest(stored: Column, added: Column) -> Column:
     return F.when(stored.isNull(), added).otherwise(both)
 
 
-def add(stored: DataFrame, increment: DataFrame) -> DataFrame:
-    """The rows to write: each incremented window's stored row plus its increment.
+def added(stored: DataFrame, receipts: DataFrame) -> DataFrame:
+    """The rows to write: each window's stored row plus `aggregate_15m` of the receipts
+    it does not count yet (a window without a stored row starts from zero).
 
-    A window without a stored row starts from zero. Windows with no increment are
-    not returned (there is nothing to write).
+    receipts: receipt rows (operation_id, day, happened_at, item_quantity, revenue,
+    late, kafka_partition, kafka_offset). stored: speed aggregate rows of (at least)
+    their windows. Windows that gain nothing are not returned: nothing to write.
     """
-    s, i = stored.alias("s"), increment.alias("i")
-    joined = i.join(s, [F.col(f"i.{k}") == F.col(f"s.{k}") for k in WINDOW_KEY], "left")
-    return joined.select(
-        *(F.col(f"i.{k}").alias(k) for k in WINDOW_KEY),
+    kept = stored.select(
+        *WINDOW_KEY,
+        *(F.col(c).alias(_STORED + c) for c in (*_SUMS, APPLIED_OFFSETS)),
+    )
+    keyed = receipts.withColumn("window_start", window_start(F.col("happened_at")))
+    mark = F.col(_STORED + APPLIED_OFFSETS)[F.col("kafka_partition")]
+    new = keyed.join(kept, list(WINDOW_KEY), "left").where(
+        mark.isNull() | (F.col("kafka_offset") > mark)
+    )
+    carried = {_STORED + c: F.first(_STORED + c) for c in (*_SUMS, APPLIED_OFFSETS)}
+    increment = aggregate_15m(new, **carried, **{_NEW_OFFSETS: _offsets_counted()})
+    return increment.select(
+        *WINDOW_KEY,
         *(
-            (F.coalesce(F.col(f"s.{m}").cast(t), F.lit(0)) + F.col(f"i.{m}")).cast(t).alias(m)
+            (F.coalesce(F.col(_STORED + m).cast(t), F.lit(0)) + F.col(m)).cast(t).alias(m)
             for m, t in _SUMS.items()
         ),
-        _highest(F.col(f"s.{APPLIED_OFFSETS}"), F.col(f"i.{APPLIED_OFFSETS}")).alias(
-            APPLIED_OFFSETS
-        ),
+        _highest(F.col(_STORED + APPLIED_OFFSETS), F.col(_NEW_OFFSETS)).alias(APPLIED_OFFSETS),
     )

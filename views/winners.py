@@ -157,15 +157,26 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
     `winners` are the incoming copies that won: new receipts, plus (in a micro-batch
     replayed after a crash) copies already stored by the failed attempt, recognised by
     their Kafka coordinates, so that the replay rewrites the very same rows.
+
+    One plan: the stored winners and the incoming copies in one union, ranked by one
+    window per natural key (stored first), so that each input is read once; a join of
+    the two would read the stored rows (a Cassandra lookup) once per side.
     """
-    coords = list(COORDINATES)
-    mine = incoming.select(*coords).withColumn(_INCOMING, F.lit(True))
-    kept = (
-        stored.join(mine, coords, "left").fillna(False, [_INCOMING]).withColumn(_STORED, F.lit(0))
+    copies = stored.withColumn(_INCOMING, F.lit(False)).withColumn(_STORED, F.lit(0))
+    copies = copies.unionByName(
+        incoming.withColumn(_INCOMING, F.lit(True)).withColumn(_STORED, F.lit(1))
     )
-    fresh = (
-        incoming.join(stored.select(*coords), coords, "left_anti")
-        .withColumn(_INCOMING, F.lit(True))
-        .withColumn(_STORED, F.lit(1))
+    order = Window.partitionBy(*NATURAL_KEY).orderBy(_STORED, *COORDINATES)
+    whole = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    coords = F.struct(*COORDINATES)
+    # A replay: the incoming twin of the stored winner (its own Kafka record) is not a
+    # copy of its own; it makes the stored winner incoming, to be rewritten as it was.
+    # (Copies have distinct coordinates, so only that twin shares the winner's.)
+    ranked = _ranked(copies, _STORED)
+    twin = (F.col(_RANK) > 1) & (coords == F.first(coords).over(order))
+    return Resolution(
+        ranked.withColumn("_twin", twin)
+        .withColumn(_INCOMING, F.col(_INCOMING) | F.max("_twin").over(whole))
+        .where(~F.col("_twin"))
+        .drop(_STORED, "_twin")
     )
-    return Resolution(_ranked(kept.unionByName(fresh), _STORED).drop(_STORED))

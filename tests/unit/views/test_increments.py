@@ -12,7 +12,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.testing import assertDataFrameEqual
 
-from views.increments import SPEED_AGGREGATE_COLUMNS, add, increments, uncounted
+from views.increments import SPEED_AGGREGATE_COLUMNS, added
 
 RECEIPTS = (
     "operation_id int, day date, happened_at timestamp, item_quantity bigint, "
@@ -43,7 +43,7 @@ def _stored(spark: Any, *rows: tuple[Any, ...]) -> DataFrame:
 
 def _step(stored: DataFrame, receipts: DataFrame) -> DataFrame:
     """What the speed layer writes for one micro-batch."""
-    return add(stored, increments(uncounted(receipts, stored)))
+    return added(stored, receipts)
 
 
 def test_new_receipts_add_to_the_stored_window_and_start_a_new_one(local_spark: Any) -> None:
@@ -90,3 +90,20 @@ def test_a_row_from_before_offsets_were_recorded_counts_none_of_them(local_spark
     batch = _receipts(local_spark, (7, DAY, _at(5), 1, Decimal("1.00"), False, 3, 0))
     [row] = _step(stored, batch).collect()
     assert (row.receipt_count, row.revenue, row.applied_offsets) == (3, Decimal("4.00"), {3: 0})
+
+
+def test_a_window_counts_each_partitions_highest_offset(local_spark: Any) -> None:
+    batch = _receipts(
+        local_spark,
+        (7, DAY, _at(1), 1, Decimal("1.00"), False, 0, 12),
+        (7, DAY, _at(2), 1, Decimal("1.00"), False, 0, 17),
+        (7, DAY, _at(3), 1, Decimal("1.00"), False, 1, 4),
+        (7, DAY, _at(4), 1, Decimal("1.00"), False, 0, 15),
+        (7, DAY, _at(5), 1, Decimal("1.00"), False, 1, 3),
+    )
+    [row] = _step(_stored(local_spark), batch).collect()
+    assert (row.receipt_count, row.revenue, row.applied_offsets) == (
+        5,
+        Decimal("5.00"),
+        {0: 17, 1: 4},
+    )
