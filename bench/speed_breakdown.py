@@ -64,6 +64,7 @@ def one_round(spark: Any, settings: Settings, keyspace: str) -> tuple[int, float
         keyspace=keyspace,
         late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
         max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        bucket_reads_from=settings.speed_bucket_reads_from,
     )
     cassandra.await_tables(spark, keyspace, [cql.RAW_TABLE, cql.AGG_SPEED_TABLE])
     reader = (

@@ -195,6 +195,13 @@ class Settings(BaseSettings):
         description="Receipts arriving later than this after they happened skip the speed "
         "views (counted in progress) and are left to the batch layer.",
     )
+    speed_bucket_reads_from: float = Field(
+        default=50.0,
+        gt=0,
+        description="A views micro-batch with at least this many receipts per receipt_keys "
+        "partition (key bucket of 1,000 receipt numbers) on average, a backlog, reads whole "
+        "partitions instead of one row per receipt (measured: docs/bench/README.md).",
+    )
     speed_max_restarts: int = Field(
         default=5,
         ge=0,

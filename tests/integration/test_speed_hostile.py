@@ -32,6 +32,9 @@ from tests.integration.speed_helpers import (
 pytestmark = pytest.mark.integration
 
 AT = datetime(2026, 3, 2, 9, 3, 0, tzinfo=UTC)
+# Both ways to read the stored winners: one row per receipt (a small micro-batch, the
+# default) and whole receipt_keys partitions (a backlog; forced here by a tiny threshold).
+BY_READS = pytest.mark.parametrize("reads", [50.0, 0.001], ids=["receipt_reads", "partition_reads"])
 BIGGEST_ITEMS = [{"title": "x" * 200, "price": "9999999999.99", "amount": 10000}] * 200
 
 
@@ -82,10 +85,12 @@ def test_a_receipt_at_every_contract_limit_lands_between_two_normal_ones(
     assert len(master_rows(spark, settings)) == len(values)
 
 
+@BY_READS
 def test_resends_whose_time_differs_count_once_across_windows_and_midnight(
-    isolated: tuple[Settings, Any], spark: Any
+    isolated: tuple[Settings, Any], reads: float, spark: Any
 ) -> None:
     settings, cql = isolated
+    settings = settings.model_copy(update={"speed_bucket_reads_from": reads})
     before_midnight = datetime(2026, 3, 2, 23, 59, 59, 600000, tzinfo=UTC)
     before_quarter = datetime(2026, 3, 3, 10, 14, 59, 700000, tzinfo=UTC)
     first = [
@@ -120,10 +125,12 @@ def test_resends_whose_time_differs_count_once_across_windows_and_midnight(
     assert (last["conflicts"], last["resends_absorbed"]) == (2, 0)
 
 
+@BY_READS
 def test_a_later_copy_stamped_earlier_never_replaces_the_stored_receipt(
-    isolated: tuple[Settings, Any], spark: Any
+    isolated: tuple[Settings, Any], reads: float, spark: Any
 ) -> None:
     settings, cql = isolated
+    settings = settings.model_copy(update={"speed_bucket_reads_from": reads})
     tea = [{"title": "Tea", "price": "2.00", "amount": 1}]
     cake = [{"title": "Cake", "price": "5.00", "amount": 3}]
     # The first copy reaches Kafka 20 minutes after the sale: the receipt is late.
@@ -155,10 +162,12 @@ def test_a_later_copy_stamped_earlier_never_replaces_the_stored_receipt(
     assert conflict.kafka_offset > conflict.winner_kafka_offset
 
 
+@BY_READS
 def test_copies_in_one_micro_batch_resolve_like_copies_across_batches(
-    isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
+    isolated: tuple[Settings, Any], reads: float, spark: Any, tmp_path: Path
 ) -> None:
     settings, cql = isolated
+    settings = settings.model_copy(update={"speed_bucket_reads_from": reads})
     key = [device_key(9, 1)] * 4
     values = [
         receipt_json(9, 1, 1, AT),
