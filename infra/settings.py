@@ -200,7 +200,7 @@ class Settings(BaseSettings):
         gt=0,
         description="A views micro-batch with at least this many receipts per receipt_keys "
         "partition (key bucket of 1,000 receipt numbers) on average, a backlog, reads whole "
-        "partitions instead of one row per receipt (measured: docs/bench/README.md).",
+        "partitions instead of one row per receipt (measured: README, Benchmarks).",
     )
     speed_max_restarts: int = Field(
         default=5,
