@@ -181,12 +181,15 @@ def document(
     }
 
 
-def git_commit() -> Commit:
-    def git(*cmd: str) -> str:
-        return subprocess.run(
-            ["git", *cmd], cwd=PROJECT_ROOT, capture_output=True, text=True, check=False
-        ).stdout
+def git(*cmd: str, strict: bool = False) -> str:
+    """`git cmd...` in this checkout: its output; strict: a failure stops the benchmark."""
+    done = subprocess.run(["git", *cmd], cwd=PROJECT_ROOT, capture_output=True, text=True)
+    if strict and done.returncode:
+        raise SystemExit(f"git {' '.join(cmd)}: {done.stderr.strip()}")
+    return done.stdout
 
+
+def git_commit() -> Commit:
     sha = git("rev-parse", "HEAD").strip() or "unknown"
     # Tracked files only: the checkout is shared, untracked files of others say nothing.
     changed = modified_paths(git("status", "--porcelain", "--untracked-files=no"))

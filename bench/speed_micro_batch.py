@@ -292,8 +292,9 @@ def main() -> None:
     peers = dict(args.variant or ())
     trees: dict[str, Path] = {}
     if args.baseline:
-        name = f"code at {args.baseline} ({_short(args.baseline)})"
-        peers[name], trees[name] = {}, _worktree(args.baseline)
+        commit = _short(args.baseline)
+        name = f"code at {commit}" + (f" ({args.baseline})" if args.baseline != commit else "")
+        peers[name], trees[name] = {}, _worktree(commit)
     variants = {PROJECT: {}, **(peers or PEERS)}
 
     base = load_settings()
@@ -330,28 +331,20 @@ def main() -> None:
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
         for tree in trees.values():
-            _git("worktree", "remove", "--force", str(tree))
+            results.git("worktree", "remove", "--force", str(tree), strict=True)
     if not all(r["exact"] for r in runs):
         raise SystemExit("a driver's views were not exact: its figures do not count")
     _report(args, runs, list(variants))
 
 
-def _git(*args: str) -> str:
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"git {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
 def _short(rev: str) -> str:
-    return _git("rev-parse", "--short", f"{rev}^{{commit}}")
+    return results.git("rev-parse", "--short", f"{rev}^{{commit}}", strict=True).strip()
 
 
-def _worktree(rev: str) -> Path:
-    """A detached worktree of `rev` (removed at the end), for `--baseline`."""
+def _worktree(commit: str) -> Path:
+    """A detached worktree of `commit` (removed at the end), for `--baseline`."""
     tree = Path(tempfile.mkdtemp(prefix="pos-bench-baseline-")) / "tree"
-    _git("worktree", "add", "--detach", str(tree), _short(rev))
+    results.git("worktree", "add", "--detach", str(tree), commit, strict=True)
     return tree
 
 

@@ -53,6 +53,7 @@ _RANK = "_copy_rank"
 _WINNER_HASH = "_winner_hash"  # the content hash of the key's winner, on every copy
 _STORED = "_stored"
 _INCOMING = "_incoming"  # the copy is in the input (not only a stored winner)
+_TWIN = "_twin"  # an incoming copy that is the stored winner's own Kafka record
 
 
 def _ranked(copies: DataFrame, *first: str) -> DataFrame:
@@ -175,8 +176,8 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
     ranked = _ranked(copies, _STORED)
     twin = (F.col(_RANK) > 1) & (coords == F.first(coords).over(order))
     return Resolution(
-        ranked.withColumn("_twin", twin)
-        .withColumn(_INCOMING, F.col(_INCOMING) | F.max("_twin").over(whole))
-        .where(~F.col("_twin"))
-        .drop(_STORED, "_twin")
+        ranked.withColumn(_TWIN, twin)
+        .withColumn(_INCOMING, F.col(_INCOMING) | F.max(_TWIN).over(whole))
+        .where(~F.col(_TWIN))
+        .drop(_STORED, _TWIN)
     )
