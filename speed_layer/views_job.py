@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 from dataclasses import dataclass
+from functools import cache
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -57,13 +58,30 @@ def key_bucket(transaction_id: Column | None = None) -> Column:
     return F.floor(number / cql.KEY_BUCKET_SIZE).cast("long")
 
 
-def _bucket_of_record() -> Column:
-    """A checked record's receipt_keys partition key (null if invalid)."""
-    return F.struct(
+# Built once per driver, not per micro-batch (see views/records.py).
+@cache
+def _stats() -> tuple[Column, ...]:
+    """Invalid and valid records, and (estimated) distinct receipt_keys partitions."""
+    bucket = F.struct(
         F.col("receipt.operation_id"),
         F.col("receipt.vendor_fiscal_module"),
         key_bucket(F.col("receipt.transaction_id")),
     )
+    return (
+        F.count(F.when(~records.is_valid(), 1)).alias("invalid"),
+        F.count(F.when(records.is_valid(), 1)).alias("valid"),
+        F.approx_count_distinct(F.when(records.is_valid(), bucket)).alias("buckets"),
+    )
+
+
+@cache
+def _incoming_bucket() -> Column:
+    return key_bucket()
+
+
+@cache
+def _in_view() -> Column:
+    return ~F.col("beyond_bound")
 
 
 log = logging.getLogger("pos.speed")
@@ -108,13 +126,7 @@ class ViewsBatch:
     def _process_checked(self, checked: DataFrame) -> BatchCounts:
         # Each Spark job costs a fixed overhead per micro-batch: the counts come from
         # one pass over the (persisted) checked batch.
-        stats = checked.agg(
-            F.count(F.when(~records.is_valid(), 1)).alias("invalid"),
-            F.count(F.when(records.is_valid(), 1)).alias("valid"),
-            F.approx_count_distinct(F.when(records.is_valid(), _bucket_of_record())).alias(
-                "buckets"
-            ),
-        ).collect()[0]  # a global aggregate has exactly one row
+        stats = checked.agg(*_stats()).collect()[0]  # a global aggregate: one row
         invalid_rows, valid_rows = int(stats["invalid"]), int(stats["valid"])
         if invalid_rows:
             self._write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
@@ -123,7 +135,7 @@ class ViewsBatch:
 
         incoming = records.receipt_rows(
             checked, self.late_threshold_us, self.max_lateness_us
-        ).withColumn(KEY_BUCKET, key_bucket())
+        ).withColumn(KEY_BUCKET, _incoming_bucket())
         stored = self._stored_keys(incoming, valid_rows / max(int(stats["buckets"]), 1))
         # Materialised once: the writes below must not change what was decided.
         decision = decide_batch(incoming, stored).materialised()
@@ -132,7 +144,7 @@ class ViewsBatch:
         if counts.conflicts:
             self._write(decision.conflicts, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
 
-        in_view = winners.where(~F.col("beyond_bound"))
+        in_view = winners.where(_in_view())
         self._write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
         self._maybe_crash("after_raw_rows")
         self._write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)

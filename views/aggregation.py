@@ -14,6 +14,8 @@ pinned to UTC by infra.spark, which `to_date` relies on.
 
 from __future__ import annotations
 
+from functools import cache
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
@@ -50,16 +52,32 @@ def aggregate_15m(receipts: DataFrame, **more: Column) -> DataFrame:
     `more`: other aggregates over the same groups, by name (the speed layer adds
     the Kafka offsets a window counts in the same pass).
     """
-    windowed = receipts.withColumn("window_start", window_start(F.col("happened_at")))
+    windowed = receipts.withColumn("window_start", receipt_window())
     return (
         windowed.groupBy("operation_id", "window_start")
-        .agg(
-            F.count(F.lit(1)).cast("int").alias("receipt_count"),
-            F.sum("item_quantity").cast("long").alias("item_quantity"),
-            F.sum("revenue").cast(REVENUE_TYPE).alias("revenue"),
-            F.sum(F.when(F.col("late"), 1).otherwise(0)).cast("int").alias("late_count"),
-            *(column.alias(name) for name, column in more.items()),
-        )
-        .withColumn("day", F.to_date("window_start"))
+        .agg(*_measures(), *(column.alias(name) for name, column in more.items()))
+        .withColumn("day", _day())
         .select(*AGGREGATE_COLUMNS, *more)
     )
+
+
+# Built once per driver, not per micro-batch (see views/records.py).
+@cache
+def receipt_window() -> Column:
+    """`window_start` of a receipt row (its `happened_at`)."""
+    return window_start(F.col("happened_at"))
+
+
+@cache
+def _measures() -> tuple[Column, ...]:
+    return (
+        F.count(F.lit(1)).cast("int").alias("receipt_count"),
+        F.sum("item_quantity").cast("long").alias("item_quantity"),
+        F.sum("revenue").cast(REVENUE_TYPE).alias("revenue"),
+        F.sum(F.when(F.col("late"), 1).otherwise(0)).cast("int").alias("late_count"),
+    )
+
+
+@cache
+def _day() -> Column:
+    return F.to_date("window_start")

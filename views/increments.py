@@ -24,10 +24,12 @@ along, and added. Pure DataFrame -> DataFrame, unit-tested in tests/unit/views.
 
 from __future__ import annotations
 
+from functools import cache
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from views.aggregation import AGGREGATE_COLUMNS, REVENUE_TYPE, aggregate_15m, window_start
+from views.aggregation import AGGREGATE_COLUMNS, REVENUE_TYPE, aggregate_15m, receipt_window
 
 APPLIED_OFFSETS = "applied_offsets"  # map<int, bigint>: Kafka partition -> highest offset counted
 WINDOW_KEY = ("operation_id", "day", "window_start")
@@ -42,6 +44,7 @@ _STORED = "stored_"  # prefix of a stored row's columns, carried along the recei
 _NEW_OFFSETS = "_new_offsets"
 
 
+@cache
 def _offsets_counted() -> Column:
     """Aggregate: for each Kafka partition among a window's receipts, the highest offset.
 
@@ -72,19 +75,41 @@ def added(stored: DataFrame, receipts: DataFrame) -> DataFrame:
     late, kafka_partition, kafka_offset). stored: speed aggregate rows of (at least)
     their windows. Windows that gain nothing are not returned: nothing to write.
     """
-    kept = stored.select(
-        *WINDOW_KEY,
-        *(F.col(c).alias(_STORED + c) for c in (*_SUMS, APPLIED_OFFSETS)),
-    )
-    keyed = receipts.withColumn("window_start", window_start(F.col("happened_at")))
+    new = receipts.withColumn("window_start", receipt_window())
+    new = new.join(stored.select(*_kept()), list(WINDOW_KEY), "left").where(_not_counted())
+    increment = aggregate_15m(new, **_carried())
+    return increment.select(*_sums())
+
+
+# Built once per driver, not per micro-batch (see views/records.py).
+@cache
+def _kept() -> tuple[Column, ...]:
+    """A stored row's columns, prefixed, to carry along its window's receipts."""
+    carried = (*_SUMS, APPLIED_OFFSETS)
+    return (*map(F.col, WINDOW_KEY), *(F.col(c).alias(_STORED + c) for c in carried))
+
+
+@cache
+def _not_counted() -> Column:
+    """A receipt its window's stored row does not count yet (above its partition's mark)."""
     mark = F.col(_STORED + APPLIED_OFFSETS)[F.col("kafka_partition")]
-    new = keyed.join(kept, list(WINDOW_KEY), "left").where(
-        mark.isNull() | (F.col("kafka_offset") > mark)
-    )
-    carried = {_STORED + c: F.first(_STORED + c) for c in (*_SUMS, APPLIED_OFFSETS)}
-    increment = aggregate_15m(new, **carried, **{_NEW_OFFSETS: _offsets_counted()})
-    return increment.select(
-        *WINDOW_KEY,
+    return mark.isNull() | (F.col("kafka_offset") > mark)
+
+
+@cache
+def _carried() -> dict[str, Column]:
+    """Aggregates beside aggregate_15m's: the stored values, and the offsets counted."""
+    return {
+        **{_STORED + c: F.first(_STORED + c) for c in (*_SUMS, APPLIED_OFFSETS)},
+        _NEW_OFFSETS: _offsets_counted(),
+    }
+
+
+@cache
+def _sums() -> tuple[Column, ...]:
+    """The stored row plus the increment (a window without a stored row starts from zero)."""
+    return (
+        *map(F.col, WINDOW_KEY),
         *(
             (F.coalesce(F.col(_STORED + m).cast(t), F.lit(0)) + F.col(m)).cast(t).alias(m)
             for m, t in _SUMS.items()

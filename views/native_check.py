@@ -20,6 +20,8 @@ every record takes the native path. The receipt it yields equals the validator's
 
 from __future__ import annotations
 
+from functools import cache
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -133,9 +135,22 @@ def with_native_receipt(records: DataFrame, name: str) -> DataFrame:
     accepted records (a CASE branch is evaluated only when taken), the timestamp's is
     a `try_` conversion.
     """
-    value = F.col("value")
-    parsed = records.withColumn(_MESSAGE, F.from_json(value.cast("string"), MESSAGE_SCHEMA))
-    parsed = parsed.withColumn(_INSTANT, F.try_to_timestamp(F.col(_MESSAGE)["happened_at"]))
+    parsed = records.withColumn(_MESSAGE, _message()).withColumn(_INSTANT, _instant())
+    return parsed.withColumn(name, _native()).drop(_MESSAGE, _INSTANT)
+
+
+# Built once per driver, not per micro-batch (see views/records.py).
+@cache
+def _message() -> Column:
+    return F.from_json(F.col("value").cast("string"), MESSAGE_SCHEMA)
+
+
+@cache
+def _instant() -> Column:
+    return F.try_to_timestamp(F.col(_MESSAGE)["happened_at"])
+
+
+@cache
+def _native() -> Column:
     message, instant = F.col(_MESSAGE), F.col(_INSTANT)
-    native = F.when(_accepted(value, message, instant), _receipt(message, instant))
-    return parsed.withColumn(name, native).drop(_MESSAGE, _INSTANT)
+    return F.when(_accepted(F.col("value"), message, instant), _receipt(message, instant))

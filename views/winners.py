@@ -23,6 +23,7 @@ layer in different micro-batches: the speed layer then keeps its first choice.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -59,10 +60,34 @@ _TWIN = "_twin"  # an incoming copy that is the stored winner's own Kafka record
 def _ranked(copies: DataFrame, *first: str) -> DataFrame:
     """Copies numbered 1, 2, ... per natural key in winner order (`first` columns lead),
     each with its winner's content hash (same window: no second sort)."""
+    rank, winner_hash = _rank_columns(first)
+    return copies.withColumn(_RANK, rank).withColumn(_WINNER_HASH, winner_hash)
+
+
+# Built once per driver, not per micro-batch (see views/records.py).
+@cache
+def _rank_columns(first: tuple[str, ...]) -> tuple[Column, Column]:
     order = Window.partitionBy(*NATURAL_KEY).orderBy(*first, *COORDINATES)
-    return copies.withColumn(_RANK, F.row_number().over(order)).withColumn(
-        _WINNER_HASH, F.first("content_hash").over(order)
-    )
+    return F.row_number().over(order), F.first("content_hash").over(order)
+
+
+@cache
+def _won() -> Column:
+    return (F.col(_RANK) == 1) & F.col(_INCOMING)
+
+
+@cache
+def _tally() -> tuple[Column, ...]:
+    won, lost = _won(), (F.col(_RANK) > 1) & F.col(_INCOMING)
+    same = F.col("content_hash") == F.col(_WINNER_HASH)
+    counts = {
+        "in_view": won & ~F.col("beyond_bound"),
+        "late": won & ~F.col("beyond_bound") & F.col("late"),
+        "beyond": won & F.col("beyond_bound"),
+        "resends": lost & same,
+        "conflicts": lost & ~same,
+    }
+    return tuple(F.count(F.when(test, 1)).alias(name) for name, test in counts.items())
 
 
 def _differs(copy: str, winner: str) -> Column:
@@ -104,7 +129,7 @@ class Resolution:
     @property
     def winners(self) -> DataFrame:
         """The winners to write: one receipt row per natural key won by an incoming copy."""
-        won = self.ranked.where((F.col(_RANK) == 1) & F.col(_INCOMING))
+        won = self.ranked.where(_won())
         return won.drop(_RANK, _INCOMING, _WINNER_HASH)
 
     @property
@@ -119,19 +144,7 @@ class Resolution:
     def tally(self) -> DataFrame:
         """One row: the winners (in the views, late among them, beyond the speed bound)
         and the duplicates (resends, conflicts) of the incoming copies, in one pass."""
-        won = (F.col(_RANK) == 1) & F.col(_INCOMING)
-        lost = (F.col(_RANK) > 1) & F.col(_INCOMING)
-        same = F.col("content_hash") == F.col(_WINNER_HASH)
-        counts = {
-            "in_view": won & ~F.col("beyond_bound"),
-            "late": won & ~F.col("beyond_bound") & F.col("late"),
-            "beyond": won & F.col("beyond_bound"),
-            "resends": lost & same,
-            "conflicts": lost & ~same,
-        }
-        return self.ranked.agg(
-            *(F.count(F.when(test, 1)).alias(name) for name, test in counts.items())
-        )
+        return self.ranked.agg(*_tally())
 
     def materialised(self) -> Resolution:
         """The same resolution, computed once: a local checkpoint of `ranked`, taken by
@@ -163,21 +176,25 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
     window per natural key (stored first), so that each input is read once; a join of
     the two would read the stored rows (a Cassandra lookup) once per side.
     """
-    copies = stored.withColumn(_INCOMING, F.lit(False)).withColumn(_STORED, F.lit(0))
-    copies = copies.unionByName(
-        incoming.withColumn(_INCOMING, F.lit(True)).withColumn(_STORED, F.lit(1))
-    )
-    order = Window.partitionBy(*NATURAL_KEY).orderBy(_STORED, *COORDINATES)
-    whole = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    coords = F.struct(*COORDINATES)
-    # A replay: the incoming twin of the stored winner (its own Kafka record) is not a
-    # copy of its own; it makes the stored winner incoming, to be rewritten as it was.
-    # (Copies have distinct coordinates, so only that twin shares the winner's.)
-    ranked = _ranked(copies, _STORED)
-    twin = (F.col(_RANK) > 1) & (coords == F.first(coords).over(order))
+    copies = stored.withColumns({_INCOMING: F.lit(False), _STORED: F.lit(0)})
+    copies = copies.unionByName(incoming.withColumns({_INCOMING: F.lit(True), _STORED: F.lit(1)}))
+    twin, incoming_or_twin = _replay_columns()
     return Resolution(
-        ranked.withColumn(_TWIN, twin)
-        .withColumn(_INCOMING, F.col(_INCOMING) | F.max(_TWIN).over(whole))
+        _ranked(copies, _STORED)
+        .withColumn(_TWIN, twin)
+        .withColumn(_INCOMING, incoming_or_twin)
         .where(~F.col(_TWIN))
         .drop(_STORED, _TWIN)
     )
+
+
+@cache
+def _replay_columns() -> tuple[Column, Column]:
+    """A replay: the incoming twin of the stored winner (its own Kafka record) is not a
+    copy of its own; it makes the stored winner incoming, to be rewritten as it was.
+    (Copies have distinct coordinates, so only that twin shares the winner's.)"""
+    order = Window.partitionBy(*NATURAL_KEY).orderBy(_STORED, *COORDINATES)
+    whole = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    coords = F.struct(*COORDINATES)
+    twin = (F.col(_RANK) > 1) & (coords == F.first(coords).over(order))
+    return twin, F.col(_INCOMING) | F.max(_TWIN).over(whole)
