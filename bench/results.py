@@ -38,7 +38,10 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -187,6 +190,31 @@ def git(*cmd: str, strict: bool = False) -> str:
     if strict and done.returncode:
         raise SystemExit(f"git {' '.join(cmd)}: {done.stderr.strip()}")
     return done.stdout
+
+
+@contextmanager
+def code_at(rev: str) -> Iterator[tuple[str, Path]]:
+    """(a name for it, a detached worktree of `rev`), removed on exit: another
+    revision's code to run beside this checkout's (a benchmark's `--baseline`). The
+    tree has no jars or state of its own: point it at this checkout's (code_env)."""
+    commit = git("rev-parse", "--short", f"{rev}^{{commit}}", strict=True).strip()
+    name = f"code at {commit}" + (f" ({rev})" if rev != commit else "")
+    tree = Path(tempfile.mkdtemp(prefix="pos-bench-baseline-")) / "tree"
+    git("worktree", "add", "--detach", str(tree), commit, strict=True)
+    try:
+        yield name, tree
+    finally:
+        git("worktree", "remove", "--force", str(tree), strict=True)
+
+
+def code_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that runs `tree`'s modules (ahead of this checkout's editable
+    install) with this checkout's jars and service state."""
+    from infra.settings import load_settings
+
+    here = load_settings()
+    return {**(env or os.environ), "PYTHONPATH": str(tree), "POS_JARS_DIR": str(here.jars_dir),
+            "POS_STATE_DIR": str(here.state_dir)}  # fmt: skip
 
 
 def git_commit() -> Commit:

@@ -35,8 +35,8 @@ Figures count only when exact. Writes docs/bench/speed_micro_batch.json. Needs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -242,12 +242,7 @@ def run_driver(
         "--keyspace", keyspace, "--step", str(args.step), "--batches", str(args.batches),
         "--conf", json.dumps(conf),
     ]  # fmt: skip
-    here = load_settings()  # the other checkout uses this one's jars and services
-    env = (
-        {**os.environ, "PYTHONPATH": str(tree), "POS_JARS_DIR": str(here.jars_dir),
-         "POS_STATE_DIR": str(here.state_dir)}
-        if tree else None
-    )  # fmt: skip
+    env = results.code_env(tree) if tree else None  # this checkout's jars and services
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     ends = {int(p): o for p, o in lines.pop()["end_offsets"].items()}
@@ -286,16 +281,24 @@ def main() -> None:
         return
     if not 0 <= args.warmup < args.batches:
         parser.error("--warmup must be at least 0 and below --batches")
+    with contextlib.ExitStack() as stack:
+        peers = dict(args.variant or ())
+        trees: dict[str, Path] = {}
+        if args.baseline:
+            name, tree = stack.enter_context(results.code_at(args.baseline))
+            peers[name], trees[name] = {}, tree
+        variants = {PROJECT: {}, **(peers or PEERS)}
+        runs = measure(args, variants, trees)
+    if not all(r["exact"] for r in runs):
+        raise SystemExit("a driver's views were not exact: its figures do not count")
+    _report(args, runs, list(variants))
 
+
+def measure(
+    args: argparse.Namespace, variants: dict[str, dict[str, str]], trees: dict[str, Path]
+) -> list[dict[str, Any]]:
+    """Alternating drivers, one per variant and round, on one fresh faulted topic."""
     from faulted_topic import produce_faulted_topic
-
-    peers = dict(args.variant or ())
-    trees: dict[str, Path] = {}
-    if args.baseline:
-        commit = _short(args.baseline)
-        name = f"code at {commit}" + (f" ({args.baseline})" if args.baseline != commit else "")
-        peers[name], trees[name] = {}, _worktree(commit)
-    variants = {PROJECT: {}, **(peers or PEERS)}
 
     base = load_settings()
     # More than the micro-batches read (devices spread unevenly over partitions).
@@ -330,22 +333,7 @@ def main() -> None:
         for ks in keyspaces:
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
-        for tree in trees.values():
-            results.git("worktree", "remove", "--force", str(tree), strict=True)
-    if not all(r["exact"] for r in runs):
-        raise SystemExit("a driver's views were not exact: its figures do not count")
-    _report(args, runs, list(variants))
-
-
-def _short(rev: str) -> str:
-    return results.git("rev-parse", "--short", f"{rev}^{{commit}}", strict=True).strip()
-
-
-def _worktree(commit: str) -> Path:
-    """A detached worktree of `commit` (removed at the end), for `--baseline`."""
-    tree = Path(tempfile.mkdtemp(prefix="pos-bench-baseline-")) / "tree"
-    results.git("worktree", "add", "--detach", str(tree), commit, strict=True)
-    return tree
+    return runs
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:

@@ -1,6 +1,6 @@
 """The speed layer vs the plain Python consumer, same topic, same run.
 
-    python bench/speed_vs_plain.py [--count 50000] [--rounds 2]
+    python bench/speed_vs_plain.py [--count 50000] [--rounds 2] [--baseline REV]
 
 Produces one topic of simulated receipts with faults (resends, malformed, late;
 the producer's ledger beside it), then alternates, `--rounds` times:
@@ -9,7 +9,9 @@ the producer's ledger beside it), then alternates, `--rounds` times:
     micro-batch),
   - `pos-speed run --available-now` (both queries, archiver and views, as `make
     demo` runs them: one micro-batch each, side by side in one driver),
-each into a fresh keyspace of its own, and checks each keyspace against the ledger:
+and with `--baseline REV` both speed contenders again with the code at REV (a git
+worktree, this checkout's jars and services), each into a fresh keyspace of its own,
+and checks each keyspace against the ledger:
 a run counts only when its views are exact. Reports events/s of each and the ratios
 to the plain consumer: the plain consumer from its first message to its last
 write; the views query's processed rows/s of its micro-batch (from its progress);
@@ -21,6 +23,7 @@ keyspaces at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -75,10 +78,15 @@ def _span_s(batches: list[dict[str, Any]]) -> float:
     return (max(ends) - min(starts)).total_seconds()
 
 
-def run_speed(settings: Settings, keyspace: str, ledger: Path, jobs: str) -> dict[str, object]:
-    """`pos-speed run --available-now` with `jobs` ("views" or "archiver,views")."""
+def run_speed(
+    settings: Settings, keyspace: str, ledger: Path, jobs: str, tree: Path | None = None
+) -> dict[str, object]:
+    """`pos-speed run --available-now` with `jobs` ("views" or "archiver,views"), of
+    this checkout or of the code in `tree` (another revision's worktree)."""
     data = Path(tempfile.mkdtemp(prefix="bench-svp-"))
     env = _env(settings, keyspace, data)
+    if tree:
+        env = results.code_env(tree, env)
     try:
         schema_apply.apply_cql(settings, keyspace)
         done = subprocess.run(
@@ -124,8 +132,21 @@ def main() -> None:
     )
     parser.add_argument("--count", type=int, default=50_000, help="unique receipts")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run both speed contenders with the project's code at this git revision "
+        "(e.g. HEAD~1): what a change buys, side by side",
+    )
     results.add_json_argument(parser, "speed_vs_plain")
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        baseline = stack.enter_context(results.code_at(args.baseline)) if args.baseline else None
+        compare(args, baseline)
+
+
+def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None:
+    """Alternating contenders on one faulted topic; the report (see the module doc)."""
     settings, result = produce_faulted_topic(load_settings(), "bench.svp", args.count)
     ledger = Path(tempfile.mkdtemp(prefix="bench-svp-ledger-"))
     ledger_files.write(ledger, result.receipts, result.faults, result.summary)
@@ -138,12 +159,16 @@ def main() -> None:
         "views": partial(run_speed, jobs="views"),
         "both": partial(run_speed, jobs="archiver,views"),
     }
+    if baseline:
+        name, tree = baseline
+        contenders[f"views, {name}"] = partial(run_speed, jobs="views", tree=tree)
+        contenders[f"both, {name}"] = partial(run_speed, jobs="archiver,views", tree=tree)
     runs: dict[str, list[dict[str, object]]] = {name: [] for name in contenders}
     keyspaces: list[str] = []
     try:
         for rnd in range(args.rounds):
             for name, run in contenders.items():
-                ks = f"bench_svp_{name}_{uuid.uuid4().hex[:6]}"
+                ks = f"bench_svp_{name.split(',')[0]}_{uuid.uuid4().hex[:6]}"
                 keyspaces.append(ks)
                 out = run(settings, ks, ledger)
                 runs[name].append(out)
@@ -169,6 +194,17 @@ def main() -> None:
                         "events/s", "plain consumer", plain, results.Goal(">=", 1.5, issue)),
         results.baseline("plain consumer", plain, "events/s"),
     ]  # fmt: skip
+    if baseline:
+        name = baseline[0]
+        figures += [
+            results.vs_peer(f"speed layer, {query}", medians[query], "events/s",
+                            f"{query}, {name}", medians[f"{query}, {name}"])
+            for query in ("views", "both")
+        ] + [
+            results.vs_peer(f"speed layer at {name}, {query}", medians[f"{query}, {name}"],
+                            "events/s", "plain consumer", plain)
+            for query in ("views", "both")
+        ]  # fmt: skip
     verdict = "exact" if exact else "NOT EXACT"
     notes = (f"{len(result.messages)} messages ({summary.get('faults', summary)}); "
              f"every run checked against the ledger: {verdict}")  # fmt: skip
