@@ -31,7 +31,7 @@ from schemas.contract import LIMITS
 MESSAGE_SCHEMA = contract.spark_message_schema()
 RECEIPT_SCHEMA = contract.spark_receipt_schema()
 _ITEMS = contract.LINE_ITEMS_JSON_NAME
-_MESSAGE, _INSTANT = "_message", "_instant"
+MESSAGE = "_message"  # the parsed value (a column of `parsed` records)
 
 # A strict subset of the schema's TIMESTAMP_PATTERN: fields within their calendar
 # ranges and an offset Spark and Python both take (Java's ZoneOffset stops at 18 h).
@@ -46,8 +46,6 @@ _PRICE = contract.PRICE_PATTERN.removesuffix("$") + r"\z"
 
 def _type(name: str) -> str:
     return RECEIPT_SCHEMA[name].dataType.simpleString()
-
-
 
 
 def _between(column: Column, low: int, high: int) -> Column:
@@ -117,32 +115,32 @@ def _receipt(message: Column, instant: Column) -> Column:
     return F.struct(*(fields[name].alias(name) for name in RECEIPT_SCHEMA.fieldNames()))
 
 
-def with_native_receipt(records: DataFrame, name: str) -> DataFrame:
-    """`records` (with the Kafka `value`) plus column `name`: the receipt
-    (RECEIPT_SCHEMA) of a record the native path accepts, else null (then the Python
-    validator decides).
-
-    The message is parsed once, in a projection of its own that every check reads.
-    Nothing here fails on any bytes, ANSI mode or not: the typed casts run only on
-    accepted records (a CASE branch is evaluated only when taken), the timestamp's is
-    a `try_` conversion.
-    """
-    parsed = records.withColumn(_MESSAGE, _message()).withColumn(_INSTANT, _instant())
-    return parsed.withColumn(name, _native()).drop(_MESSAGE, _INSTANT)
+def parsed(records: DataFrame) -> DataFrame:
+    """`records` (with the Kafka `value`) plus MESSAGE: the value parsed by `from_json`,
+    once, in a projection of its own that every check of `receipt()` reads."""
+    return records.withColumn(MESSAGE, _message())
 
 
 # Built once per driver, not per micro-batch (see views/records.py).
 @cache
+def receipt() -> Column:
+    """Over `parsed` records: the receipt (RECEIPT_SCHEMA) of a record the native path
+    accepts, else null (then the Python validator decides).
+
+    Nothing here fails on any bytes, ANSI mode or not: the typed casts run only on
+    accepted records (a CASE branch is evaluated only when taken), the timestamp's is
+    a `try_` conversion (evaluated once: Spark eliminates the common subexpression).
+    """
+    message = F.col(MESSAGE)
+    instant = F.try_to_timestamp(message["happened_at"])
+    return F.when(_accepted(F.col("value"), message, instant), _receipt(message, instant))
+
+
+def with_native_receipt(records: DataFrame, name: str) -> DataFrame:
+    """`records` plus column `name`: `receipt()`."""
+    return parsed(records).withColumn(name, receipt()).drop(MESSAGE)
+
+
+@cache
 def _message() -> Column:
     return F.from_json(F.col("value").cast("string"), MESSAGE_SCHEMA)
-
-
-@cache
-def _instant() -> Column:
-    return F.try_to_timestamp(F.col(_MESSAGE)["happened_at"])
-
-
-@cache
-def _native() -> Column:
-    message, instant = F.col(_MESSAGE), F.col(_INSTANT)
-    return F.when(_accepted(F.col("value"), message, instant), _receipt(message, instant))

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 )
 
 from schemas import contract
-from views.native_check import with_native_receipt
+from views import native_check
 
 # Kafka source column -> our name (the "kafka_" prefix keeps them apart from receipt fields).
 KAFKA_COLUMNS = {
@@ -145,7 +145,7 @@ def check(kafka_records: DataFrame) -> DataFrame:
     Spark expressions) does not accept; the native path accepts only canonical records
     the validator accepts too, with the same receipt, and costs no Python per record.
     """
-    native = with_native_receipt(kafka_records, _NATIVE)
+    native = native_check.parsed(kafka_records).withColumn(_NATIVE, native_check.receipt())
     return native.withColumn(_CHECK, _verdict()).select(*_checked_columns())
 
 
