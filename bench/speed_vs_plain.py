@@ -167,7 +167,10 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
     keyspaces: list[str] = []
     try:
         for rnd in range(args.rounds):
-            for name, run in contenders.items():
+            # Every other round in reverse order: no contender always runs right after
+            # the same one (Cassandra still flushing the last run's writes, say).
+            order = list(contenders.items())
+            for name, run in order[::-1] if rnd % 2 else order:
                 ks = f"bench_svp_{name.split(',')[0]}_{uuid.uuid4().hex[:6]}"
                 keyspaces.append(ks)
                 out = run(settings, ks, ledger)
