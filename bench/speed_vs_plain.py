@@ -3,7 +3,8 @@
     python bench/speed_vs_plain.py [--count 50000] [--rounds 2] [--baseline REV]
 
 Produces one topic of simulated receipts with faults (resends, malformed, late;
-the producer's ledger beside it), then alternates, `--rounds` times:
+the producer's ledger beside it), then alternates, `--rounds` times (in this order, then
+in reverse, so that no contender always runs right after the same one):
   - the plain consumer (bench/plain_consumer.py, the alternative a user might write),
   - `pos-speed run --available-now --jobs views` (the views query alone, one
     micro-batch),
@@ -11,8 +12,8 @@ the producer's ledger beside it), then alternates, `--rounds` times:
     demo` runs them: one micro-batch each, side by side in one driver),
 and with `--baseline REV` both speed contenders again with the code at REV (a git
 worktree, this checkout's jars and services), each into a fresh keyspace of its own,
-and checks each keyspace against the ledger:
-a run counts only when its views are exact. Reports events/s of each and the ratios
+and checks each keyspace against the ledger: a run counts only when its views are
+exact. Reports events/s of each and the ratios
 to the plain consumer: the plain consumer from its first message to its last
 write; the views query's processed rows/s of its micro-batch (from its progress);
 both queries: messages / the span from the first micro-batch's start to the last
@@ -204,7 +205,7 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
                             f"{query}, {name}", medians[f"{query}, {name}"])
             for query in ("views", "both")
         ] + [
-            results.vs_peer(f"speed layer at {name}, {query}", medians[f"{query}, {name}"],
+            results.vs_peer(f"speed layer, {query}, {name}", medians[f"{query}, {name}"],
                             "events/s", "plain consumer", plain)
             for query in ("views", "both")
         ]  # fmt: skip
