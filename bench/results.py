@@ -209,7 +209,8 @@ def code_at(rev: str) -> Iterator[tuple[str, Path]]:
 
 def code_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that runs `tree`'s modules (ahead of this checkout's editable
-    install) with this checkout's jars and service state."""
+    install) with this checkout's jars and service state. Run a script of the tree, or
+    `python -m` in the tree's directory: -m puts the working directory first."""
     from infra.settings import load_settings
 
     here = load_settings()

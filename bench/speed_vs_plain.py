@@ -13,12 +13,11 @@ in reverse, so that no contender always runs right after the same one):
 and with `--baseline REV` both speed contenders again with the code at REV (a git
 worktree, this checkout's jars and services), each into a fresh keyspace of its own,
 and checks each keyspace against the ledger: a run counts only when its views are
-exact. Reports events/s of each and the ratios
-to the plain consumer: the plain consumer from its first message to its last
-write; the views query's processed rows/s of its micro-batch (from its progress);
-both queries: messages / the span from the first micro-batch's start to the last
-one's end. JVM start-up is excluded on every side. Needs `make up`; drops its
-keyspaces at the end.
+exact. Reports events/s of each and the ratios to the plain consumer: the plain
+consumer from its first message to its last write; the views query's processed rows/s
+of its micro-batch (from its progress); both queries: messages / the span from the
+first micro-batch's start to the last one's end. JVM start-up is excluded on every
+side. Needs `make up`; drops its keyspaces at the end.
 """
 
 from __future__ import annotations
@@ -90,9 +89,11 @@ def run_speed(
         env = results.code_env(tree, env)
     try:
         schema_apply.apply_cql(settings, keyspace)
+        # In the tree's directory: `python -m` puts the working directory first on
+        # sys.path, ahead of PYTHONPATH (from here it would run this checkout's code).
         done = subprocess.run(
             [sys.executable, "-m", "speed_layer.cli", "run", "--available-now", "--jobs", jobs],
-            env=env, cwd=PROJECT_ROOT, capture_output=True, text=True,
+            env=env, cwd=tree or PROJECT_ROOT, capture_output=True, text=True,
         )  # fmt: skip
         if done.returncode != 0:
             raise SystemExit(f"pos-speed failed:\n{done.stderr[-3000:]}")
