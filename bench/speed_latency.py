@@ -122,11 +122,11 @@ class SpeedLayer:
         except FileNotFoundError:
             return False
 
-    def await_started(self, timeout: float) -> None:
+    def await_started(self, timeout: float, queries: tuple[str, ...] = QUERIES) -> None:
         def started() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"pos-speed exited ({self.proc.returncode}):\n{self.tail()}")
-            return all(self.logged(f"query {q} started") for q in QUERIES)
+            return all(self.logged(f"query {q} started") for q in queries)
 
         if not wait_for(started, timeout=timeout, interval=0.5):
             raise RuntimeError(f"pos-speed queries not started in {timeout:.0f} s:\n{self.tail()}")

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOG4J2_FILE = Path(__file__).with_name("spark-log4j2.properties")
+SCHEDULER_POOLS_FILE = Path(__file__).with_name("spark-scheduler-pools.xml")
 REQUIRED_JARS = (
     "spark-sql-kafka-0-10_2.12-",
     "spark-cassandra-connector_2.12-",
@@ -94,6 +95,10 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # them, a warm 10-record micro-batch of the views query took 3.4 s instead of
         # 3.8 s (0.91; bench/speed_micro_batch.py, two alternating rounds).
         "spark.sql.codegen.cache.maxEntries": "2000",
+        # The speed layer's two queries share one driver: each runs in a pool of its own
+        # (speed_layer/triggers.py), the views query first (see the pools file).
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
     }

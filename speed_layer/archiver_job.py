@@ -18,7 +18,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import kafka
 from infra.settings import Settings
-from speed_layer.triggers import with_trigger
+from speed_layer.triggers import start_in_pool
 from views import records
 
 QUERY_NAME = "pos-speed-archiver"
@@ -38,4 +38,6 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
         .outputMode("append")
     )
     # Its own, longer interval (POS_SPEED_ARCHIVE_TRIGGER_SECONDS): see infra/settings.py.
-    return with_trigger(writer, settings.speed_archive_trigger_seconds, available_now).start()
+    return start_in_pool(
+        spark, writer, QUERY_NAME, settings.speed_archive_trigger_seconds, available_now
+    )

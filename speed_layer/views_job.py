@@ -38,7 +38,7 @@ from infra.settings import Settings
 from schemas import contract, cql
 from speed_layer import SUPERVISOR_PID_ENV
 from speed_layer.progress import BatchCounts, ProgressRecorder
-from speed_layer.triggers import with_trigger
+from speed_layer.triggers import start_in_pool
 from views import records
 from views.increments import SPEED_AGGREGATE_COLUMNS, added
 from views.winners import CONFLICT_COLUMNS, decide_batch
@@ -226,4 +226,4 @@ def start(
         .foreachBatch(on_batch)
         .option("checkpointLocation", str(settings.checkpoint_dir / "views"))
     )
-    return with_trigger(writer, settings.speed_trigger_seconds, available_now).start()
+    return start_in_pool(spark, writer, QUERY_NAME, settings.speed_trigger_seconds, available_now)

@@ -119,3 +119,22 @@ def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) ->
 def test_spark_conf_without_jars_says_run_make_jars(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="make jars"):
         spark_conf(Settings(jars_dir=tmp_path), "job")
+
+
+def test_the_speed_queries_run_in_fair_pools_of_their_own(tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    from speed_layer import archiver_job, views_job
+
+    conf = spark_conf(Settings(jars_dir=_fake_jar_cache(tmp_path)), "job")
+    assert conf["spark.scheduler.mode"] == "FAIR"
+    pools = {
+        p.get("name"): {c.tag: c.text for c in p}
+        for p in ET.parse(conf["spark.scheduler.allocation.file"]).getroot()
+    }
+    # Each query starts in the pool named after it (speed_layer/triggers.py).
+    assert set(pools) == {views_job.QUERY_NAME, archiver_job.QUERY_NAME}
+    # The views query, which users wait on, gets its cores first.
+    views, archiver = pools[views_job.QUERY_NAME], pools[archiver_job.QUERY_NAME]
+    assert views["minShare"] == "2"
+    assert int(views["weight"]) > int(archiver["weight"])
