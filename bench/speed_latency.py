@@ -1,6 +1,7 @@
 """Produce-to-visible latency of the speed layer as users run it, and its fixed per-batch cost.
 
     python bench/speed_latency.py [--rates 10,1000] [--archive-trigger-seconds 30,1]
+                                  [--scheduler-modes FAIR,FIFO]
                                   [--seconds 60] [--warmup 20] [--json PATH]
 
 For each rate, on a topic, a keyspace and a data dir (checkpoints, master dataset) of
@@ -8,7 +9,8 @@ its own, the whole speed layer as `make speed` runs it:
 
 1. start `pos-speed run --trigger-seconds 1 --archive-trigger-seconds A` (both
    queries, archiver + views, in one driver under its supervisor; A = the archiver's
-   interval, 30 s as shipped; given several, each rate runs with each, side by side)
+   interval, 30 s as shipped; given several, each rate runs with each, side by side,
+   and so with each of `--scheduler-modes`, FAIR as shipped)
    as a process, and await both queries' start (the driver logs "query <name>
    started" when Spark reports them started);
 2. cold start: produce one receipt and await it in its window: the first micro-batch
@@ -367,6 +369,7 @@ def run_rate(
     base: Settings,
     rate: int,
     archive_trigger_s: float,
+    scheduler: str,
     keyspace: str,
     topic: str,
     args: argparse.Namespace,
@@ -386,7 +389,7 @@ def run_rate(
         producer_config(base.bootstrap_servers, security=base.kafka_security_config), on_ack
     )
     speed = SpeedLayer(
-        speed_env(base, topic, keyspace, data),
+        {**speed_env(base, topic, keyspace, data), "POS_SPARK_SCHEDULER_MODE": scheduler},
         ["--trigger-seconds", "1", "--archive-trigger-seconds", f"{archive_trigger_s:g}"],
         log,
     )
@@ -454,6 +457,7 @@ def run_rate(
     out = {
         "rate": rate,
         "archive_trigger_s": archive_trigger_s,
+        "scheduler": scheduler,
         "topic": topic,
         "receipts": len(sent.windows),
         "measured_receipts": len(measured),
@@ -525,7 +529,12 @@ def finite(x: float, instead: float) -> float:
 
 
 def _row(r: dict[str, Any]) -> str:
-    return f"{r['rate']:,}/s, {r['archive_trigger_s']:g} s"
+    return f"{r['rate']:,}/s, {r['archive_trigger_s']:g} s, {r['scheduler']}"
+
+
+def _variant(r: dict[str, Any]) -> str:
+    """How the speed layer ran: the archiver's interval and the scheduling mode."""
+    return f"archiver every {r['archive_trigger_s']:g} s, {r['scheduler']} scheduling"
 
 
 def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
@@ -534,8 +543,9 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
     before its micro-batch starts, and a micro-batch longer than it delays the next."""
     figures: list[results.Figure] = []
     trigger = "trigger interval (1 s)"
-    print("\n| rate, archiver interval | receipts measured | p50 s | p99 s | max s | goal p99 "
-          "| met | warm-up p50 / p99 s | first receipt (cold) s | counts exact |")  # fmt: skip
+    print("\n| rate, archiver interval, scheduling | receipts measured | p50 s | p99 s "
+          "| max s | goal p99 | met | warm-up p50 / p99 s | first receipt (cold) s "
+          "| counts exact |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---|---|---|---:|---|")
     for r in runs:
         goal_s = P99_GOALS_S.get(r["rate"])
@@ -546,7 +556,7 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
               f"{'' if met is None else ('yes' if met else 'NO')} | {fmt(r['warmup_p50_s'])} /"
               f" {fmt(r['warmup_p99_s'])} | {fmt(r['cold_start_latency_s'])} | "
               f"{'yes' if r['exact_counts'] else 'NO'} |")  # fmt: skip
-        rate = f"{r['rate']:,} events/s, archiver every {r['archive_trigger_s']:g} s"
+        rate = f"{r['rate']:,} events/s, {_variant(r)}"
         goal = (
             None if goal_s is None
             else results.Goal("<=", goal_s, f"issue 11: p99 <= {goal_s:g} s at {rate}")
@@ -559,7 +569,7 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
             results.baseline(f"first receipt (cold start), {rate}",
                              finite(r["cold_start_latency_s"], waited_s), "s"),
         ]  # fmt: skip
-    print("\n| rate, archiver interval | query | batches measured | rows/batch p50 | "
+    print("\n| rate, archiver interval, scheduling | query | batches measured | rows/batch p50 | "
           "duration p50 ms | max ms | batches <= 10 rows | their p50 ms | their max ms | "
           "first batch ms |")  # fmt: skip
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -572,7 +582,7 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
                   f"{fmt(b['first_batch_ms'], 0)} |")  # fmt: skip
     for fixed, q in ((r, q) for r in runs if r["rate"] == FIXED_COST_RATE for q in QUERIES):
         b = fixed["batches"][q]
-        short = f"{q.removeprefix('pos-speed-')} (archiver every {fixed['archive_trigger_s']:g} s)"
+        short = f"{q.removeprefix('pos-speed-')} ({_variant(fixed)})"
         goal = results.Goal("<=", SMALL_BATCH_GOAL_MS / 1000,
                             "issue 11: a 10-row micro-batch under 1 s")  # fmt: skip
         floor = "trigger interval (1,000 ms)"
@@ -596,17 +606,15 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
                              floor, 1000.0, goal),
             results.baseline(f"{short} {label}, max, {FIXED_COST_RATE} events/s", worst, "ms"),
         ]  # fmt: skip
-    # Side by side: the archiver's interval as shipped (the first given) vs the others.
+    # Side by side: the speed layer as shipped (the first variant given) vs the others.
     for rate in sorted({r["rate"] for r in runs}):
         shipped, *others = [r for r in runs if r["rate"] == rate]
-        for other in others:
+        for other, q in itertools.product(others, (50, 99)):
             figures.append(
                 results.vs_peer(
-                    f"produce-to-visible p99, {rate:,} events/s, archiver every "
-                    f"{shipped['archive_trigger_s']:g} s",
-                    finite(shipped["p99_s"], waited_s), "s",
-                    f"archiver every {other['archive_trigger_s']:g} s",
-                    finite(other["p99_s"], waited_s),
+                    f"produce-to-visible p{q}, {rate:,} events/s, {_variant(shipped)}",
+                    finite(shipped[f"p{q}_s"], waited_s), "s",
+                    _variant(other), finite(other[f"p{q}_s"], waited_s),
                 )
             )  # fmt: skip
     return figures
@@ -620,6 +628,9 @@ def main() -> None:
     parser.add_argument("--archive-trigger-seconds", default="30",
                         help="the archiver's interval(s), comma-separated: each rate "
                         "runs with each, side by side (figures are of the first)")  # fmt: skip
+    parser.add_argument("--scheduler-modes", default="FAIR",
+                        help="POS_SPARK_SCHEDULER_MODE value(s), comma-separated (FAIR, "
+                        "FIFO): each rate runs with each, side by side")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=60, help="measured phase per rate")
     parser.add_argument("--warmup", type=float, default=30, help="least warm-up s per rate")
     parser.add_argument("--warmup-batches", type=int, default=3,
@@ -641,6 +652,9 @@ def main() -> None:
     except ValueError:
         parser.error(f"--archive-trigger-seconds: comma-separated seconds, got "
                      f"{args.archive_trigger_seconds!r}")  # fmt: skip
+    schedulers = [x.strip().upper() for x in args.scheduler_modes.split(",") if x.strip()]
+    if not schedulers or not set(schedulers) <= {"FAIR", "FIFO"}:
+        parser.error(f"--scheduler-modes: FAIR and/or FIFO, got {args.scheduler_modes!r}")
     if not archive_triggers or min(archive_triggers) <= 0:
         parser.error("--archive-trigger-seconds: one or more intervals > 0 please")
     if not rates or min(rates) < 1 or args.seconds <= 0 or args.warmup < 0 or args.poll_ms <= 0:
@@ -653,10 +667,11 @@ def main() -> None:
     topics: list[str] = []
     try:
         for rate in rates:
-            for archive_s in archive_triggers:
+            for archive_s, scheduler in itertools.product(archive_triggers, schedulers):
                 keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
                 topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
-                runs.append(run_rate(base, rate, archive_s, keyspaces[-1], topics[-1], args, log))
+                runs.append(run_rate(base, rate, archive_s, scheduler, keyspaces[-1],
+                                     topics[-1], args, log))  # fmt: skip
     finally:
         drop(base, keyspaces, topics)
     figures = report(runs, args.drain_timeout)
@@ -666,7 +681,8 @@ def main() -> None:
         runs=[{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                for k, v in r.items()} for r in runs],
         notes="`pos-speed run --trigger-seconds 1 --archive-trigger-seconds A`, both queries "
-        "(archiver + views), one process per rate and archiver interval A; latency = "
+        "(archiver + views), one process per rate, archiver interval A and scheduling mode "
+        "(POS_SPARK_SCHEDULER_MODE); latency = "
         "delivery report (ack) -> first agg_15m_speed poll "
         f"showing the receipt's window count, polled every {args.poll_ms:g} ms; warm-up "
         f"{args.warmup:g} s excluded, measured {args.seconds:g} s per rate"

@@ -126,6 +126,12 @@ class Settings(BaseSettings):
     spark_shuffle_partitions: int = Field(
         default=4, ge=1, description="Small on one machine; raise on a cluster."
     )
+    spark_scheduler_mode: Literal["FAIR", "FIFO"] = Field(
+        default="FAIR",
+        description="How a driver's concurrent jobs share the executors: FAIR gives the "
+        "speed layer's views query its cores ahead of the archiver's (infra/"
+        "spark-scheduler-pools.xml); FIFO is Spark's default, first job first.",
+    )
     spark_driver_memory: str = "2g"
     spark_master_port: int = Field(
         default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."

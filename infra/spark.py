@@ -97,7 +97,7 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.codegen.cache.maxEntries": "2000",
         # The speed layer's two queries share one driver: each runs in a pool of its own
         # (speed_layer/triggers.py), the views query first (see the pools file).
-        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.mode": settings.spark_scheduler_mode,
         "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
