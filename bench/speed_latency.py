@@ -156,18 +156,34 @@ def speed_env(settings: Settings, topic: str, keyspace: str, data: Path) -> dict
     }
 
 
-def progress_rows(settings: Settings, keyspace: str) -> list[dict[str, Any]]:
-    """Every micro-batch the speed layer recorded in `speed_progress`."""
-    cluster = cassandra_client.cluster(settings)
-    try:
-        session = cluster.connect(keyspace)
-        stmt = session.prepare(
+class ProgressReader:
+    """Reads `speed_progress` over one Cassandra session, kept for as long as a wait
+    polls it (a connection per poll would take CPU from the layer being measured)."""
+
+    def __init__(self, settings: Settings, keyspace: str) -> None:
+        self._cluster = cassandra_client.cluster(settings)
+        session = self._cluster.connect(keyspace)
+        self._session = session
+        self._stmt = session.prepare(
             f"SELECT query_name, batch_id, finished_at, input_rows, duration_ms "
             f"FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ?"
         )
-        return [r._asdict() for q in QUERIES for r in session.execute(stmt, (q,))]
-    finally:
-        cluster.shutdown()
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every micro-batch the speed layer recorded so far."""
+        return [r._asdict() for q in QUERIES for r in self._session.execute(self._stmt, (q,))]
+
+    def __enter__(self) -> ProgressReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._cluster.shutdown()
+
+
+def progress_rows(settings: Settings, keyspace: str) -> list[dict[str, Any]]:
+    """Every micro-batch the speed layer recorded in `speed_progress` (one read)."""
+    with ProgressReader(settings, keyspace) as reader:
+        return reader.rows()
 
 
 def drop(settings: Settings, keyspaces: list[str], topics: list[str]) -> None:

@@ -46,7 +46,7 @@ from typing import Any
 import results  # bench/, beside this script
 from faulted_topic import produce_faulted_topic
 from plain_consumer import check_ledger
-from speed_latency import SpeedLayer, drop, progress_rows
+from speed_latency import ProgressReader, SpeedLayer, drop
 
 from infra import schema_apply
 from infra.process import wait_for
@@ -156,11 +156,11 @@ def run_speed_warm(
            "POS_SPEED_ARCHIVE_TRIGGER_SECONDS": "5"}  # fmt: skip
     security = settings.kafka_security_config
 
-    def taken(layer: SpeedLayer, n: int) -> Callable[[], bool]:
+    def taken(layer: SpeedLayer, progress: ProgressReader, n: int) -> Callable[[], bool]:
         def done() -> bool:
             if layer.proc.poll() is not None:
                 raise SystemExit(f"pos-speed exited {layer.proc.returncode}:\n{layer.tail()}")
-            rows = progress_rows(settings, keyspace)
+            rows = progress.rows()
             return all(sum(int(r["input_rows"] or 0) for r in rows if r["query_name"] == q) >= n
                        for q in names)  # fmt: skip
 
@@ -170,22 +170,26 @@ def run_speed_warm(
         produce(messages[:WARMUP_MESSAGES], settings.bootstrap_servers, topic, quiet=True,
                 security=security)  # fmt: skip
         layer = SpeedLayer(env, ["--jobs", jobs], data / "speed.log")
-        try:
-            layer.await_started(300, names)
-            if not wait_for(taken(layer, WARMUP_MESSAGES), timeout=600, interval=0.5):
-                raise SystemExit(f"warm-up not processed in 600 s:\n{layer.tail()}")
-            warmed = {(r["query_name"], r["batch_id"]) for r in progress_rows(settings, keyspace)}
-            produce(messages[WARMUP_MESSAGES:], settings.bootstrap_servers, topic, quiet=True,
-                    security=security)  # fmt: skip
-            if not wait_for(taken(layer, len(messages)), timeout=900, interval=0.5):
-                raise SystemExit(f"backlog not processed in 900 s:\n{layer.tail()}")
-        finally:
-            layer.stop()
+        with ProgressReader(settings, keyspace) as progress:
+            try:
+                layer.await_started(300, names)
+                if not wait_for(taken(layer, progress, WARMUP_MESSAGES), timeout=600,
+                                interval=0.5):  # fmt: skip
+                    raise SystemExit(f"warm-up not processed in 600 s:\n{layer.tail()}")
+                warmed = {(r["query_name"], r["batch_id"]) for r in progress.rows()}
+                produce(messages[WARMUP_MESSAGES:], settings.bootstrap_servers, topic,
+                        quiet=True, security=security)  # fmt: skip
+                if not wait_for(taken(layer, progress, len(messages)), timeout=900,
+                                interval=0.5):  # fmt: skip
+                    raise SystemExit(f"backlog not processed in 900 s:\n{layer.tail()}")
+            finally:
+                layer.stop()
+            recorded = progress.rows()
     finally:
         shutil.rmtree(data, ignore_errors=True)
     batches = [
         {**r, "finished_at": r["finished_at"].replace(tzinfo=UTC).isoformat()}
-        for r in progress_rows(settings, keyspace)
+        for r in recorded
         if (r["query_name"], r["batch_id"]) not in warmed and r["input_rows"]
     ]
     backlog = len(messages) - WARMUP_MESSAGES
