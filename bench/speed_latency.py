@@ -162,12 +162,15 @@ class ProgressReader:
 
     def __init__(self, settings: Settings, keyspace: str) -> None:
         self._cluster = cassandra_client.cluster(settings)
-        session = self._cluster.connect(keyspace)
-        self._session = session
-        self._stmt = session.prepare(
-            f"SELECT query_name, batch_id, finished_at, input_rows, duration_ms "
-            f"FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ?"
-        )
+        try:
+            self._session = self._cluster.connect(keyspace)
+            self._stmt = self._session.prepare(
+                f"SELECT query_name, batch_id, finished_at, input_rows, duration_ms "
+                f"FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ?"
+            )
+        except Exception:
+            self._cluster.shutdown()
+            raise
 
     def rows(self) -> list[dict[str, Any]]:
         """Every micro-batch the speed layer recorded so far."""
