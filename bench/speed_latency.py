@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import results  # bench/, beside this script
 from confluent_kafka import Producer
@@ -78,8 +78,11 @@ from infra.settings import PROJECT_ROOT, Settings, load_settings
 from producer.kafka_sink import produce, producer_config
 from producer.simulation import OutgoingMessage, SimulationConfig, simulate, window_start
 from schemas import cql
+from speed_layer import archiver_job, views_job
 
-QUERIES = ("pos-speed-views", "pos-speed-archiver")
+# `pos-speed run --jobs` names -> their streaming queries' names (views first).
+QUERY_OF_JOB = {"views": views_job.QUERY_NAME, "archiver": archiver_job.QUERY_NAME}
+QUERIES = tuple(QUERY_OF_JOB.values())
 # Goals of issue 11: p99 (s) per rate; the fixed cost of a micro-batch of <= 10 rows.
 P99_GOALS_S = {10: 2.0, 1000: 3.0}
 SMALL_BATCH_ROWS = 10
@@ -672,8 +675,10 @@ def main() -> None:
         parser.error(f"--archive-trigger-seconds: comma-separated seconds, got "
                      f"{args.archive_trigger_seconds!r}")  # fmt: skip
     schedulers = [x.strip().upper() for x in args.scheduler_modes.split(",") if x.strip()]
-    if not schedulers or not set(schedulers) <= {"FAIR", "FIFO"}:
-        parser.error(f"--scheduler-modes: FAIR and/or FIFO, got {args.scheduler_modes!r}")
+    modes = get_args(Settings.model_fields["spark_scheduler_mode"].annotation)
+    if not schedulers or not set(schedulers) <= set(modes):
+        parser.error(f"--scheduler-modes: one or more of {', '.join(modes)}, "
+                     f"got {args.scheduler_modes!r}")  # fmt: skip
     if not archive_triggers or min(archive_triggers) <= 0:
         parser.error("--archive-trigger-seconds: one or more intervals > 0 please")
     if not rates or min(rates) < 1 or args.seconds <= 0 or args.warmup < 0 or args.poll_ms <= 0:

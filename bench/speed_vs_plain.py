@@ -46,7 +46,7 @@ from typing import Any
 import results  # bench/, beside this script
 from faulted_topic import produce_faulted_topic
 from plain_consumer import check_ledger
-from speed_latency import ProgressReader, SpeedLayer, drop
+from speed_latency import QUERY_OF_JOB, ProgressReader, SpeedLayer, drop
 
 from infra import schema_apply
 from infra.process import wait_for
@@ -113,7 +113,7 @@ def run_speed(
     finally:
         shutil.rmtree(data, ignore_errors=True)
     batches = [status[f"pos-speed-{job}"] for job in jobs.split(",")]
-    views = status["pos-speed-views"]
+    views = status[QUERY_OF_JOB["views"]]
     problems = check_ledger(settings, keyspace, ledger)
     seconds = _span_s(batches)
     return {
@@ -150,7 +150,7 @@ def run_speed_warm(
     warm = settings.model_copy(update={"topic_transactions": topic})
     schema_apply.create_topics(settings, {topic: settings.topic_partitions})
     schema_apply.apply_cql(settings, keyspace)
-    names = tuple(f"pos-speed-{job}" for job in jobs.split(","))
+    names = tuple(QUERY_OF_JOB[job] for job in jobs.split(","))
     data = Path(tempfile.mkdtemp(prefix="bench-svp-warm-"))
     env = {**_env(warm, keyspace, data), "POS_SPEED_TRIGGER_SECONDS": "5",
            "POS_SPEED_ARCHIVE_TRIGGER_SECONDS": "5"}  # fmt: skip
