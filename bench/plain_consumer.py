@@ -90,6 +90,7 @@ def consume(settings: Settings, keyspace: str, max_lateness_hours: float = 48.0)
     at_end: set[int] = set()
     counts = {"messages": 0, "receipts": 0, "resends": 0, "invalid": 0, "beyond": 0}
     started: float | None = None
+    started_at = 0.0  # time.time() of the first message: a span other tools can align
     while len(at_end) < len(partitions):
         batch = consumer.consume(num_messages=10_000, timeout=1.0)
         raw_rows, dead_rows, touched = [], [], set()
@@ -101,7 +102,7 @@ def consume(settings: Settings, keyspace: str, max_lateness_hours: float = 48.0)
                     continue
                 raise RuntimeError(f"Kafka: {err}")
             if started is None:
-                started = time.perf_counter()
+                started, started_at = time.perf_counter(), time.time()
             counts["messages"] += 1
             at_end.discard(msg.partition())
             kafka_ts = datetime.fromtimestamp(msg.timestamp()[1] / 1000, UTC)
@@ -145,10 +146,12 @@ def consume(settings: Settings, keyspace: str, max_lateness_hours: float = 48.0)
         if batch:
             consumer.commit(asynchronous=False)  # after the writes: at least once
     elapsed = time.perf_counter() - started if started is not None else 0.0
+    ended_at = time.time()
     consumer.close()
     cluster.shutdown()
     rate = counts["messages"] / elapsed if elapsed else 0.0
-    return {**counts, "seconds": round(elapsed, 3), "events_per_second": round(rate, 1)}
+    return {**counts, "seconds": round(elapsed, 3), "events_per_second": round(rate, 1),
+            "started_at": started_at, "ended_at": ended_at}  # fmt: skip
 
 
 def check_ledger(settings: Settings, keyspace: str, ledger: Path) -> list[str]:

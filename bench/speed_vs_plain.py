@@ -22,7 +22,11 @@ exact. Reports events/s of each and the ratios to the plain consumer: the plain
 consumer from its first message to its last write; the one-shot views query's
 processed rows/s of its micro-batch (from its progress); the others: messages / the
 span from the first micro-batch's start to the last one's end. JVM start-up is excluded
-on every side. Needs `make up`; drops its keyspaces and topics at the end.
+on every side. Over the same spans it reports where the CPU went (bench/cpu_meter.py):
+busy core-ms per 1,000 events, machine-wide, with Cassandra's and Kafka's own share and
+the core time left idle, and each speed contender's busy core-ms against the most its
+goal allows on this machine's cores (all cores busy): a contender over that budget cannot
+reach its goal by keeping the cores busier, only by doing less work. Needs `make up`; drops its keyspaces and topics at the end.
 """
 
 from __future__ import annotations
@@ -44,11 +48,12 @@ from pathlib import Path
 from typing import Any
 
 import results  # bench/, beside this script
+from cpu_meter import CpuMeter, needed_core_ms_per_1k
 from faulted_topic import produce_faulted_topic
 from plain_consumer import check_ledger
 from speed_latency import QUERY_OF_JOB, ProgressReader, SpeedLayer, drop
 
-from infra import schema_apply
+from infra import cassandra_service, kafka_service, schema_apply
 from infra.process import wait_for
 from infra.settings import PROJECT_ROOT, Settings, load_settings
 from producer import ledger as ledger_files
@@ -83,11 +88,33 @@ def run_plain(settings: Settings, keyspace: str, ledger: Path) -> dict[str, obje
     return result
 
 
-def _span_s(batches: list[dict[str, Any]]) -> float:
-    """Seconds from the first micro-batch's start to the last one's end."""
+def _span(batches: list[dict[str, Any]]) -> tuple[datetime, datetime]:
+    """From the first micro-batch's start to the last one's end."""
     ends = [datetime.fromisoformat(b["finished_at"]) for b in batches]
     starts = [end - timedelta(milliseconds=b["duration_ms"]) for end, b in zip(ends, batches)]  # noqa: B905 - same length
-    return (max(ends) - min(starts)).total_seconds()
+    return min(starts), max(ends)
+
+
+def _span_s(batches: list[dict[str, Any]]) -> float:
+    """Seconds from the first micro-batch's start to the last one's end."""
+    start, end = _span(batches)
+    return (end - start).total_seconds()
+
+
+def cpu_per_1k(meter: CpuMeter, out: dict[str, Any]) -> dict[str, float]:
+    """A contender's CPU over its measured span (the plain consumer's first message to its
+    last write; the micro-batches'), in core-ms per 1,000 of the messages it measured."""
+    if "started_at" in out:
+        start, end = float(out["started_at"]), float(out["ended_at"])
+    else:
+        first, last = _span(out["batches"])
+        start, end = first.timestamp(), last.timestamp()
+    return meter.between(start, end).per_1k(int(out["messages"]))
+
+
+def _cpu_line(cpu: dict[str, float]) -> str:
+    parts = ", ".join(f"{name} {cpu[name]:,.0f}" for name in cpu if name not in ("busy", "idle"))
+    return f"core-ms per 1k events: busy {cpu['busy']:,.0f} ({parts}), idle {cpu['idle']:,.0f}"
 
 
 def run_speed(
@@ -205,6 +232,42 @@ def run_speed_warm(
     }
 
 
+def cpu_figures(
+    runs: dict[str, list[dict[str, Any]]],
+    plain: float,
+    goals: dict[str, float],
+    labels: dict[str, str],
+    issue: str,
+) -> list[results.Figure]:
+    """The goals in CPU terms: each speed contender's busy core-ms per 1,000 events (all
+    cores, the services' share included; medians) against the most its goal allows on
+    this machine's cores even with every core busy (needed_core_ms_per_1k); and the
+    plain consumer's, with the core time it leaves idle."""
+    cores = os.cpu_count() or 1
+
+    def median(name: str, part: str) -> float:
+        return statistics.median(r["cpu_core_ms_per_1k"][part] for r in runs[name])
+
+    figures = []
+    unit = "core-ms per 1k events"
+    for name, label in labels.items():
+        goal = goals[name.split(",")[0]]
+        allowed = f"the most {goal}x the plain consumer allows on {cores} cores"
+        budget = needed_core_ms_per_1k(cores, goal, plain)
+        met = results.Goal("<=", 1.0, issue)
+        figures.append(
+            results.vs_peer(f"{label}: CPU", median(name, "busy"), unit, allowed, budget, met)
+        )
+        if "cassandra" in runs[name][0]["cpu_core_ms_per_1k"]:
+            share = median(name, "cassandra")
+            figures.append(results.baseline(f"{label}: CPU, Cassandra's share", share, unit))
+    figures += [
+        results.baseline(f"plain consumer: CPU, {part}", median("plain", part), unit)
+        for part in ("busy", "idle")
+    ]
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -246,21 +309,27 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
         name, tree = baseline
         contenders[f"views, {name}"] = partial(run_speed, jobs="views", tree=tree)
         contenders[f"both, {name}"] = partial(run_speed, jobs="archiver,views", tree=tree)
-    runs: dict[str, list[dict[str, object]]] = {name: [] for name in contenders}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     keyspaces: list[str] = []
+    # The local services' own CPU, beside the machine's (on a cluster: the machine's only).
+    pids = {"kafka": kafka_service.process(settings).pid(),
+            "cassandra": cassandra_service.process(settings).pid()}  # fmt: skip
     try:
-        for rnd in range(args.rounds):
-            # Every other round in reverse order: no contender always runs right after
-            # the same one (Cassandra still flushing the last run's writes, say).
-            order = list(contenders.items())
-            for name, run in order[::-1] if rnd % 2 else order:
-                ks = f"bench_svp_{name.split(',')[0]}_{uuid.uuid4().hex[:6]}"
-                keyspaces.append(ks)
-                out = run(settings, ks, ledger)
-                runs[name].append(out)
-                verdict = "exact" if out["exact"] else f"NOT EXACT {out['problems']}"
-                print(f"round {rnd + 1}: {name}: {float(out['events_per_second']):,.0f} "  # type: ignore[arg-type]
-                      f"events/s ({verdict})", flush=True)  # fmt: skip
+        with CpuMeter({n: pid for n, pid in pids.items() if pid is not None}) as meter:
+            for rnd in range(args.rounds):
+                # Every other round in reverse order: no contender always runs right after
+                # the same one (Cassandra still flushing the last run's writes, say).
+                order = list(contenders.items())
+                for name, run in order[::-1] if rnd % 2 else order:
+                    ks = f"bench_svp_{name.split(',')[0]}_{uuid.uuid4().hex[:6]}"
+                    keyspaces.append(ks)
+                    out = run(settings, ks, ledger)
+                    out["cpu_core_ms_per_1k"] = cpu_per_1k(meter, out)
+                    runs[name].append(out)
+                    verdict = "exact" if out["exact"] else f"NOT EXACT {out['problems']}"
+                    print(f"round {rnd + 1}: {name}: {float(out['events_per_second']):,.0f} "
+                          f"events/s ({verdict}); {_cpu_line(out['cpu_core_ms_per_1k'])}",
+                          flush=True)  # fmt: skip
     finally:
         drop(settings, keyspaces, topics)
         shutil.rmtree(ledger, ignore_errors=True)
@@ -285,6 +354,7 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
                         results.Goal(">=", goals[name.split(",")[0]], issue))
         for name, label in labels.items()
     ] + [results.baseline("plain consumer", plain, "events/s")]  # fmt: skip
+    figures += cpu_figures(runs, plain, goals, labels, issue)
     if baseline:
         name = baseline[0]
         figures += [
