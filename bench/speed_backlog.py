@@ -25,6 +25,7 @@ from pathlib import Path
 
 import results as bench_results  # bench/, beside this script
 from faulted_topic import produce_faulted_topic
+from speed_latency import QUERY_OF_JOB
 
 from infra.settings import PROJECT_ROOT, Settings, load_settings
 
@@ -56,7 +57,7 @@ def run_views(settings: Settings, code: Path, tag: str) -> float:
     )  # fmt: skip
     if done.returncode != 0:
         raise SystemExit(f"{tag}: pos-speed failed:\n{done.stderr[-3000:]}")
-    status = json.loads((data / "speed_status.json").read_text())["pos-speed-views"]
+    status = json.loads((data / "speed_status.json").read_text())[QUERY_OF_JOB["views"]]
     return float(status["processed_rows_per_second"])
 
 

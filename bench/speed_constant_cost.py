@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import results  # bench/, beside this script
-from speed_latency import drop  # bench/, beside this script
+from speed_latency import QUERY_OF_JOB, drop  # bench/, beside this script
 
 from infra import cassandra_client, schema_apply
 from infra.process import wait_for
@@ -67,7 +67,7 @@ from schemas import contract, cql
 GOAL_RATIO = 1.2
 WINDOW_S = int(contract.WINDOW.total_seconds())
 LATE_EVERY = 50  # every 50th preloaded receipt arrived late (the late_count column works)
-VIEWS_QUERY = "pos-speed-views"
+VIEWS_QUERY = QUERY_OF_JOB["views"]
 Window = tuple[int, datetime]  # (operation_id, window_start UTC)
 Agg = tuple[int, int, Decimal, int]  # receipt_count, item_quantity, revenue, late_count
 

@@ -26,7 +26,8 @@ on every side. Over the same spans it reports where the CPU went (bench/cpu_mete
 busy core-ms per 1,000 events, machine-wide, with Cassandra's and Kafka's own share and
 the core time left idle, and each speed contender's busy core-ms against the most its
 goal allows on this machine's cores (all cores busy): a contender over that budget cannot
-reach its goal by keeping the cores busier, only by doing less work. Needs `make up`; drops its keyspaces and topics at the end.
+reach its goal by keeping the cores busier, only by doing less work. Needs `make up`;
+drops its keyspaces and topics at the end.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def run_speed(
         status = json.loads((data / "speed_status.json").read_text())
     finally:
         shutil.rmtree(data, ignore_errors=True)
-    batches = [status[f"pos-speed-{job}"] for job in jobs.split(",")]
+    batches = [status[QUERY_OF_JOB[job]] for job in jobs.split(",")]
     views = status[QUERY_OF_JOB["views"]]
     problems = check_ledger(settings, keyspace, ledger)
     seconds = _span_s(batches)
