@@ -3,8 +3,9 @@
     python bench/speed_vs_plain.py [--count 50000] [--rounds 2] [--baseline REV]
 
 Produces one topic of simulated receipts with faults (resends, malformed, late;
-the producer's ledger beside it), then alternates, `--rounds` times (in this order, then
-in reverse, so that no contender always runs right after the same one):
+the producer's ledger beside it; `--warmup` receipts, then `--count` more), then
+alternates, `--rounds` times (in this order, then in reverse, so that no contender
+always runs right after the same one):
   - the plain consumer (bench/plain_consumer.py, the alternative a user might write),
   - one-shot, cold: `pos-speed run --available-now --jobs views` (the views query alone,
     one micro-batch) and `pos-speed run --available-now` (both queries, archiver and
@@ -12,9 +13,9 @@ in reverse, so that no contender always runs right after the same one):
     each a fresh JVM whose one micro-batch pays for class loading, JIT compilation and
     Spark's first code generation;
   - running, warm: the same two as a running speed layer (`pos-speed run`, as `make
-    speed` runs it) catching up the stream's messages after the first 5,000 (its warm-up:
-    see `run_speed_warm`), which is what a stream processor's throughput means once it
-    runs;
+    speed` runs it) catching up the stream's messages after the `--warmup` first ones,
+    taken in steps of 25,000 (see `run_speed_warm`), which is what a stream processor's
+    throughput means once it runs;
 and with `--baseline REV` both one-shot contenders again with the code at REV (a git
 worktree, this checkout's jars and services), each into a fresh keyspace of its own,
 and checks each keyspace against the ledger: a run counts only when its views are
@@ -61,8 +62,15 @@ from producer import ledger as ledger_files
 from producer.kafka_sink import produce
 from producer.simulation import OutgoingMessage
 
-# The warm contenders' first micro-batch, before the measured backlog (see run_speed_warm).
-WARMUP_MESSAGES = 5_000
+# The running contenders' warm-up (see run_speed_warm): the stream's first messages,
+# taken in micro-batches of WARMUP_STEP before the measured rest. A JVM gets faster over
+# its first few large micro-batches (the JIT compiles Spark's generated code and the
+# connector's hot loops): in one warm driver, 50k-message views micro-batches took 15,
+# 12, 11, 10 and 9 s in turn. A running views query's measured 50k backlog: 3,400-3,900
+# events/s after a warm-up of 5,000 or 25,000 messages, 3,571 after one micro-batch of
+# 100,000, 4,282 after four of 25,000 (one run each).
+WARMUP_MESSAGES = 100_000
+WARMUP_STEP = 25_000
 
 
 def _env(settings: Settings, keyspace: str, data: Path) -> dict[str, str]:
@@ -165,14 +173,16 @@ def run_speed_warm(
     jobs: str,
     messages: list[OutgoingMessage],
     topics: list[str],
+    warmup: int = WARMUP_MESSAGES,
 ) -> dict[str, object]:
     """A running speed layer catching up a backlog: `pos-speed run --jobs JOBS` (no
     --available-now; both queries every 5 s, the views query's default interval) on a
-    topic of its own holding the first WARMUP_MESSAGES of the stream; once its
-    micro-batches have taken those (the JVM's class loading, JIT and code generation
-    done, as in any speed layer that has run for a while), the rest of the stream is
-    produced at once (~0.3 s) and the micro-batches that take it are measured:
-    messages / their span. The views are checked against the ledger of the whole stream."""
+    topic of its own, fed the stream's first `warmup` messages WARMUP_STEP at a time,
+    each step awaited; once its micro-batches have taken those (the JVM's class
+    loading, JIT and code generation done, as in any speed layer that has run for a
+    while), the rest of the stream is produced at once and the micro-batches that take
+    it are measured: messages / their span. The views are checked against the ledger of
+    the whole stream."""
     topic = f"{settings.topic_transactions}.warm.{uuid.uuid4().hex[:6]}"
     topics.append(topic)
     warm = settings.model_copy(update={"topic_transactions": topic})
@@ -195,17 +205,19 @@ def run_speed_warm(
         return done
 
     try:
-        produce(messages[:WARMUP_MESSAGES], settings.bootstrap_servers, topic, quiet=True,
-                security=security)  # fmt: skip
         layer = SpeedLayer(env, ["--jobs", jobs], data / "speed.log")
         with ProgressReader(settings, keyspace) as progress:
             try:
                 layer.await_started(300, names)
-                if not wait_for(taken(layer, progress, WARMUP_MESSAGES), timeout=600,
-                                interval=0.5):  # fmt: skip
-                    raise SystemExit(f"warm-up not processed in 600 s:\n{layer.tail()}")
+                for start in range(0, warmup, WARMUP_STEP):
+                    end = min(start + WARMUP_STEP, warmup)
+                    produce(messages[start:end], settings.bootstrap_servers, topic, quiet=True,
+                            security=security)  # fmt: skip
+                    if not wait_for(taken(layer, progress, end), timeout=600, interval=0.5):
+                        raise SystemExit(f"warm-up not processed in 600 s:\n{layer.tail()}")
+                    print(f"  warm-up: {end:,} of {warmup:,} messages taken", flush=True)
                 warmed = {(r["query_name"], r["batch_id"]) for r in progress.rows()}
-                produce(messages[WARMUP_MESSAGES:], settings.bootstrap_servers, topic,
+                produce(messages[warmup:], settings.bootstrap_servers, topic,
                         quiet=True, security=security)  # fmt: skip
                 if not wait_for(taken(layer, progress, len(messages)), timeout=900,
                                 interval=0.5):  # fmt: skip
@@ -220,7 +232,7 @@ def run_speed_warm(
         for r in recorded
         if (r["query_name"], r["batch_id"]) not in warmed and r["input_rows"]
     ]
-    backlog = len(messages) - WARMUP_MESSAGES
+    backlog = len(messages) - warmup
     seconds = _span_s(batches)
     problems = check_ledger(settings, keyspace, ledger)
     return {
@@ -273,7 +285,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--count", type=int, default=50_000, help="unique receipts")
+    parser.add_argument(
+        "--count", type=int, default=50_000,
+        help="unique receipts the running contenders are measured on (after the warm-up)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warmup", type=int, default=WARMUP_MESSAGES, metavar="N",
+        help=f"the running contenders' warm-up: the stream's first N messages, taken "
+        f"{WARMUP_STEP:,} at a time; the stream has N + COUNT receipts, and the plain "
+        "consumer and the one-shot contenders read all of them",
+    )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--baseline",
@@ -290,7 +311,8 @@ def main() -> None:
 
 def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None:
     """Alternating contenders on one faulted topic; the report (see the module doc)."""
-    settings, result = produce_faulted_topic(load_settings(), "bench.svp", args.count)
+    # Receipts enough for the running contenders' warm-up and then `count` measured.
+    settings, result = produce_faulted_topic(load_settings(), "bench.svp", args.count + args.warmup)
     ledger = Path(tempfile.mkdtemp(prefix="bench-svp-ledger-"))
     ledger_files.write(ledger, result.receipts, result.faults, result.summary)
     summary = result.summary
@@ -298,7 +320,7 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
           f"({summary.get('faults', summary)})", flush=True)  # fmt: skip
 
     topics: list[str] = []
-    warm = partial(run_speed_warm, messages=result.messages, topics=topics)
+    warm = partial(run_speed_warm, messages=result.messages, topics=topics, warmup=args.warmup)
     contenders: dict[str, Callable[[Settings, str, Path], dict[str, object]]] = {
         "plain": run_plain,
         "views": partial(run_speed, jobs="views"),
