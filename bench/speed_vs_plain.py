@@ -1,6 +1,6 @@
 """The speed layer vs the plain Python consumer, same topic, same run.
 
-    python bench/speed_vs_plain.py [--count 50000] [--rounds 2] [--baseline REV]
+    python bench/speed_vs_plain.py [--count 50000] [--warmup 100000] [--rounds 2] [--baseline REV]
 
 Produces one topic of simulated receipts with faults (resends, malformed, late;
 the producer's ledger beside it; `--warmup` receipts, then `--count` more), then
