@@ -79,6 +79,18 @@ class ReceiptFact:
             self.happened_at, self.item_quantity, self.revenue, self.late, self.line_count
         )
 
+    def index_row(self, bound: timedelta) -> IndexRow:
+        return IndexRow(self.happened_at, self.late, self.beyond(bound))
+
+
+class IndexRow(NamedTuple):
+    """What the speed layer's natural-key index (receipt_keys) stores of one receipt:
+    what the winner rule reads, not its content."""
+
+    happened_at: datetime
+    late: bool
+    beyond_bound: bool
+
 
 class RawRow(NamedTuple):
     """What a raw receipt view stores of one receipt (compared field by field)."""

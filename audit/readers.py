@@ -21,7 +21,14 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from audit.expectations import Aggregate, AlertIdentity, NaturalKey, RawRow, WindowKey
+from audit.expectations import (
+    Aggregate,
+    AlertIdentity,
+    IndexRow,
+    NaturalKey,
+    RawRow,
+    WindowKey,
+)
 from infra.settings import Settings
 from schemas import cql
 from serving import Serving
@@ -168,20 +175,19 @@ class Sources:
 
     # --- tables the serving layer does not read -----------------------------------------
 
-    def receipt_keys(self, keys: list[NaturalKey]) -> list[tuple[NaturalKey, tuple[RawRow, bool]]]:
+    def receipt_keys(self, keys: list[NaturalKey]) -> list[tuple[NaturalKey, IndexRow]]:
         session = self._cql()
         stmt = session.prepare(
-            "SELECT transaction_id, happened_at, item_quantity, revenue, late, beyond_bound, "
-            f"line_items FROM {cql.RECEIPT_KEYS_TABLE} "
+            "SELECT transaction_id, happened_at, late, beyond_bound "
+            f"FROM {cql.RECEIPT_KEYS_TABLE} "
             "WHERE operation_id = ? AND vendor_fiscal_module = ? AND key_bucket = ?"
         )
         buckets = sorted({(k[0], k[1], k[2] // cql.KEY_BUCKET_SIZE) for k in keys})
         out = []
         for op, vfm, bucket in buckets:
             for r in session.execute(stmt, (op, vfm, bucket)):
-                raw = RawRow(_instant(r.happened_at), r.item_quantity, r.revenue, bool(r.late),
-                             len(r.line_items or []))  # fmt: skip
-                out.append(((op, vfm, r.transaction_id), (raw, bool(r.beyond_bound))))
+                row = IndexRow(_instant(r.happened_at), bool(r.late), bool(r.beyond_bound))
+                out.append(((op, vfm, r.transaction_id), row))
         return out
 
     def dead_letters(self, topic: str) -> list[tuple[str, str]]:

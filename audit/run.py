@@ -191,7 +191,7 @@ class _Context:
 
     def receipt_keys(self) -> ViewResult:
         # Every receipt, those beyond the bound too (flagged): resends are found by it.
-        expected = {f.key: (f.row(), f.beyond(self.bound)) for f in self.ledger.receipts.values()}
+        expected = {f.key: f.index_row(self.bound) for f in self.ledger.receipts.values()}
         observed = self.src.receipt_keys(list(expected))
         return self._speed_view("receipt_keys", compare.keyed_rows(expected, observed), None)
 

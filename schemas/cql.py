@@ -56,6 +56,11 @@ COPY_COLUMNS = [
 ]
 
 
+# What receipt_keys does not keep of a receipt: its content (views/winners.py reads
+# the rest; a conflict's stored winner gets its content from the raw row).
+INDEX_LEAVES_OUT = ("line_items", "item_quantity", "revenue")
+
+
 def _columns(cols: list[tuple[str, str]]) -> str:
     return ",\n  ".join(f"{name} {cql_type}" for name, cql_type in cols)
 
@@ -214,9 +219,11 @@ def table_ddl(keyspace: str) -> list[str]:
   late boolean,
   PRIMARY KEY ((operation_id, day), happened_at, vendor_fiscal_module, transaction_id)
 )""",
+        # The speed layer's natural-key index: what its winner rule reads of a stored
+        # winner, not the receipt's content (line items, totals: the raw row has them).
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_TABLE} (
-  {_columns(receipt_cols)},
-  {_columns(COPY_COLUMNS)},
+  {_columns([c for c in receipt_cols if c[0] not in INDEX_LEAVES_OUT])},
+  {_columns([c for c in COPY_COLUMNS if c[0] not in INDEX_LEAVES_OUT])},
   late boolean,
   beyond_bound boolean,
   key_bucket bigint,

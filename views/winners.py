@@ -18,6 +18,12 @@ give the same winners, since the speed layer reads each partition in offset orde
 only copies of one receipt spread over several partitions (a producer that does not
 key by device) can be resolved differently, and only when they reach the speed
 layer in different micro-batches: the speed layer then keeps its first choice.
+
+A stored winner is what the speed layer's natural-key index keeps: INDEX_COLUMNS,
+what the rule reads, not the receipt's content (its line items and totals, the
+index's most expensive columns to write and read back). So a conflict with a winner
+of an earlier micro-batch comes without the winner's content; `with_winner_content`
+adds it from the winner's raw row.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from schemas.contract import NATURAL_KEY
-from views.records import COORDINATES
+from schemas.cql import INDEX_LEAVES_OUT
+from views.records import COORDINATES, RECEIPT_ROW_COLUMNS, RECEIPT_SCHEMA
 
 # Columns describing one version of a receipt in a conflict (the copy's, and the
 # winner's with a `winner_` prefix).
@@ -50,11 +57,17 @@ CONFLICT_COLUMNS = (
     *(f"winner_{c}" for c in VERSION_COLUMNS),
     "differs",
 )
+# What a copy says beyond what the rule reads: the index leaves it out of a stored winner.
+CONTENT_COLUMNS = INDEX_LEAVES_OUT
+# What `decide_batch` needs of a stored winner: the key, the instant and day, the content
+# hash, the Kafka coordinates and the flags.
+INDEX_COLUMNS = tuple(c for c in RECEIPT_ROW_COLUMNS if c not in CONTENT_COLUMNS)
 _RANK = "_copy_rank"
 _WINNER_HASH = "_winner_hash"  # the content hash of the key's winner, on every copy
 _STORED = "_stored"
 _INCOMING = "_incoming"  # the copy is in the input (not only a stored winner)
 _TWIN = "_twin"  # an incoming copy that is the stored winner's own Kafka record
+_REPLAYED = "_replayed"  # the key's stored winner has its twin among the copies
 
 
 def _ranked(copies: DataFrame, *first: str) -> DataFrame:
@@ -90,29 +103,29 @@ def _tally() -> tuple[Column, ...]:
     return tuple(F.count(F.when(test, 1)).alias(name) for name, test in counts.items())
 
 
-def _differs(copy: str, winner: str) -> Column:
-    """Names of the fields in which a copy differs from the winner."""
+@cache
+def _differs() -> Column:
+    """Names of the fields in which a copy differs from its winner (of a duplicate's
+    columns). A field of the winner not known (null) is not named."""
     fields = ("happened_at", "line_items")
     return F.array_compact(
-        F.array(
-            *(
-                F.when(~F.col(f"{copy}.{f}").eqNullSafe(F.col(f"{winner}.{f}")), F.lit(f))
-                for f in fields
-            )
-        )
-    )
+        F.array(*(F.when(F.col(f) != F.col(f"winner_{f}"), F.lit(f)) for f in fields))
+    ).alias("differs")
 
 
 def _duplicates(ranked: DataFrame) -> DataFrame:
     """Every copy that lost, with its winner's version and `conflict`/`differs`."""
     winners = ranked.where(F.col(_RANK) == 1).alias("w")
     losers = ranked.where((F.col(_RANK) > 1) & F.col(_INCOMING)).alias("c")
-    return losers.join(winners, [F.col(f"c.{k}") == F.col(f"w.{k}") for k in NATURAL_KEY]).select(
-        *(F.col(f"c.{k}").alias(k) for k in NATURAL_KEY),
-        *(F.col(f"c.{c}").alias(c) for c in VERSION_COLUMNS),
-        *(F.col(f"w.{c}").alias(f"winner_{c}") for c in VERSION_COLUMNS),
-        (F.col("c.content_hash") != F.col("w.content_hash")).alias("conflict"),
-        _differs("c", "w").alias("differs"),
+    return (
+        losers.join(winners, [F.col(f"c.{k}") == F.col(f"w.{k}") for k in NATURAL_KEY])
+        .select(
+            *(F.col(f"c.{k}").alias(k) for k in NATURAL_KEY),
+            *(F.col(f"c.{c}").alias(c) for c in VERSION_COLUMNS),
+            *(F.col(f"w.{c}").alias(f"winner_{c}") for c in VERSION_COLUMNS),
+            (F.col("c.content_hash") != F.col("w.content_hash")).alias("conflict"),
+        )
+        .withColumn("differs", _differs())
     )
 
 
@@ -158,6 +171,52 @@ def conflicts_of(duplicates: DataFrame) -> DataFrame:
     return duplicates.where("conflict").select(*CONFLICT_COLUMNS)
 
 
+def winners_to_complete(conflicts: DataFrame) -> DataFrame:
+    """The winners whose content a conflict lacks (stored by an earlier micro-batch), by
+    the raw receipts' primary key: (operation_id, day, happened_at, vendor_fiscal_module,
+    transaction_id)."""
+    return conflicts.where(F.col("winner_line_items").isNull()).select(*_winner_key())
+
+
+def with_winner_content(conflicts: DataFrame, winners: DataFrame) -> DataFrame:
+    """`conflicts` (CONFLICT_COLUMNS) with their winners' content filled in from
+    `winners` (receipt rows of the natural keys of `winners_to_complete`), and `differs`
+    named again. A winner not in `winners` keeps a null content (a receipt beyond the
+    speed layer's bound has no raw row; the batch layer rewrites the conflict whole)."""
+    content = winners.select(*NATURAL_KEY, *_found())
+    return (
+        conflicts.join(content, list(NATURAL_KEY), "left")
+        .withColumns(
+            {
+                f"winner_{c}": F.coalesce(F.col(f"winner_{c}"), F.col(f"_found_{c}"))
+                for c in CONTENT_COLUMNS
+            }
+        )
+        .withColumn("differs", _differs())
+        .select(*CONFLICT_COLUMNS)
+    )
+
+
+@cache
+def _found() -> tuple[Column, ...]:
+    """A stored receipt's content, typed as a receipt row's (Cassandra's decimals come
+    back wider than the contract's)."""
+    return tuple(
+        F.col(c).cast(RECEIPT_SCHEMA[c].dataType).alias(f"_found_{c}") for c in CONTENT_COLUMNS
+    )
+
+
+@cache
+def _winner_key() -> tuple[Column, ...]:
+    return (
+        F.col("operation_id"),
+        F.col("winner_day").alias("day"),
+        F.col("winner_happened_at").alias("happened_at"),
+        F.col("vendor_fiscal_module"),
+        F.col("transaction_id"),
+    )
+
+
 def resolve(copies: DataFrame) -> Resolution:
     """Apply the winner rule to all copies (receipt rows) at once: the batch layer's view."""
     return Resolution(_ranked(copies.withColumn(_INCOMING, F.lit(True))))
@@ -167,34 +226,39 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
     """One speed micro-batch: which incoming copies win, which are resends or conflicts.
 
     incoming: this micro-batch's receipt rows. stored: the winners already recorded for
-    the natural keys it touches (same columns). A stored winner always stays winner.
-    `winners` are the incoming copies that won: new receipts, plus (in a micro-batch
-    replayed after a crash) copies already stored by the failed attempt, recognised by
-    their Kafka coordinates, so that the replay rewrites the very same rows.
+    the natural keys it touches (INDEX_COLUMNS at least; their content is not read). A
+    stored winner always stays winner. `winners` are the incoming copies that won: new
+    receipts, plus (in a micro-batch replayed after a crash) copies already stored by
+    the failed attempt, recognised by their Kafka coordinates, so that the replay
+    rewrites the very same rows, from the record itself.
 
     One plan: the stored winners and the incoming copies in one union, ranked by one
     window per natural key (stored first), so that each input is read once; a join of
     the two would read the stored rows (a Cassandra lookup) once per side.
     """
-    copies = stored.withColumns({_INCOMING: F.lit(False), _STORED: F.lit(0)})
-    copies = copies.unionByName(incoming.withColumns({_INCOMING: F.lit(True), _STORED: F.lit(1)}))
-    twin, incoming_or_twin = _replay_columns()
+    copies = stored.select(*INDEX_COLUMNS).withColumns({_INCOMING: F.lit(False), _STORED: F.lit(0)})
+    copies = copies.unionByName(
+        incoming.withColumns({_INCOMING: F.lit(True), _STORED: F.lit(1)}),
+        allowMissingColumns=True,  # a stored winner's content: null
+    )
+    twin, replayed = _replay_columns()
     return Resolution(
         _ranked(copies, _STORED)
         .withColumn(_TWIN, twin)
-        .withColumn(_INCOMING, incoming_or_twin)
-        .where(~F.col(_TWIN))
-        .drop(_STORED, _TWIN)
+        .withColumn(_REPLAYED, replayed)
+        .where(F.col(_INCOMING) | ~F.col(_REPLAYED))
+        .withColumn(_RANK, F.when(F.col(_TWIN), F.lit(1)).otherwise(F.col(_RANK)))
+        .drop(_STORED, _TWIN, _REPLAYED)
     )
 
 
 @cache
 def _replay_columns() -> tuple[Column, Column]:
-    """A replay: the incoming twin of the stored winner (its own Kafka record) is not a
-    copy of its own; it makes the stored winner incoming, to be rewritten as it was.
-    (Copies have distinct coordinates, so only that twin shares the winner's.)"""
+    """A replay: the incoming twin of the stored winner (its own Kafka record) stands in
+    for it: the twin ranks first and the stored row goes (it lacks the content). (Copies
+    have distinct coordinates, so only that twin shares the winner's.)"""
     order = Window.partitionBy(*NATURAL_KEY).orderBy(_STORED, *COORDINATES)
     whole = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     coords = F.struct(*COORDINATES)
     twin = (F.col(_RANK) > 1) & (coords == F.first(coords).over(order))
-    return twin, F.col(_INCOMING) | F.max(_TWIN).over(whole)
+    return twin, F.max(_TWIN).over(whole)

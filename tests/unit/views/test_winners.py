@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.testing import assertDataFrameEqual
 
 from views.records import RECEIPT_ROW_COLUMNS
-from views.winners import decide_batch, resolve
+from views.winners import decide_batch, resolve, winners_to_complete, with_winner_content
 
 ROW_DDL = (
     "operation_id int, day date, happened_at timestamp, transaction_id bigint, "
@@ -114,10 +114,24 @@ def test_a_copy_with_other_items_is_a_conflict_with_both_versions(local_spark: A
     stored = _rows(local_spark, _copy(1, offset=3))
     decision = decide_batch(_rows(local_spark, _copy(1, offset=8, items=CAKE)), stored)
     assert decision.winners.count() == 0
-    [conflict] = decision.conflicts.collect()
+    # A stored winner is what the index keeps: no content, so none named as differing.
+    [bare] = decision.conflicts.collect()
+    assert (bare.line_items[0].title, bare.winner_line_items) == ("Cake", None)
+    assert (bare.revenue, bare.winner_revenue, bare.differs) == (Decimal("4.00"), None, [])
+    assert [tuple(k) for k in winners_to_complete(decision.conflicts).collect()] == [
+        (1, T0.date(), T0.replace(tzinfo=None), 7, 1)
+    ]
+    # ... the winner's raw row gives it.
+    [conflict] = with_winner_content(decision.conflicts, stored).collect()
     assert (conflict.line_items[0].title, conflict.winner_line_items[0].title) == ("Cake", "Tea")
     assert (conflict.revenue, conflict.winner_revenue) == (Decimal("4.00"), Decimal("3.00"))
-    assert conflict.differs == ["line_items"]
+    assert (conflict.winner_item_quantity, conflict.differs) == (2, ["line_items"])
+
+
+def test_a_conflict_in_one_batch_has_its_winner_content_at_once(local_spark: Any) -> None:
+    incoming = _rows(local_spark, _copy(1, offset=3), _copy(1, offset=8, items=CAKE))
+    [conflict] = decide_batch(incoming, _rows(local_spark)).conflicts.collect()
+    assert (conflict.winner_line_items[0].title, conflict.differs) == ("Tea", ["line_items"])
 
 
 def test_a_replayed_batch_rewrites_its_own_winners(local_spark: Any) -> None:
@@ -127,10 +141,30 @@ def test_a_replayed_batch_rewrites_its_own_winners(local_spark: Any) -> None:
     incoming = _rows(local_spark, _copy(1, offset=3), _copy(1, offset=5), _copy(2, offset=6))
     decision = decide_batch(incoming, stored)
     assertDataFrameEqual(_coords(decision.winners), _expect(local_spark, (1, 0, 3), (2, 0, 6)))
+    # From the record itself: the index does not keep the content.
+    assertDataFrameEqual(
+        decision.winners.select("transaction_id", "item_quantity", "revenue"),
+        local_spark.createDataFrame(
+            [(1, 2, Decimal("3.00")), (2, 2, Decimal("3.00"))],
+            "transaction_id bigint, item_quantity bigint, revenue decimal(19,2)",
+        ),
+    )
     assertDataFrameEqual(
         decision.duplicates.select("transaction_id", "kafka_partition", "kafka_offset"),
         _expect(local_spark, (1, 0, 5)),
     )
+
+
+def test_a_replay_keeps_its_stored_winner_over_an_earlier_copy_of_another_partition(
+    local_spark: Any,
+) -> None:
+    # The stored winner (partition 1) came first; a copy in partition 0 (a producer that
+    # does not key by device) arrives in the replayed batch beside the winner's record.
+    stored = _rows(local_spark, _copy(1, offset=6, partition=1))
+    incoming = _rows(local_spark, _copy(1, offset=2, partition=0), _copy(1, offset=6, partition=1))
+    decision = decide_batch(incoming, stored)
+    assertDataFrameEqual(_coords(decision.winners), _expect(local_spark, (1, 1, 6)))
+    assertDataFrameEqual(_coords(decision.duplicates), _expect(local_spark, (1, 0, 2)))
 
 
 def test_batch_resolution_picks_the_same_winners_from_all_copies(local_spark: Any) -> None:
