@@ -1,6 +1,6 @@
 """The speed layer vs the plain Python consumer, same topic, same run.
 
-    python bench/speed_vs_plain.py [--count 50000] [--warmup 100000] [--rounds 2] [--baseline REV]
+    python bench/speed_vs_plain.py [--count 50000] [--warmup 200000] [--rounds 2] [--baseline REV]
 
 Produces one topic of simulated receipts with faults (resends, malformed, late;
 the producer's ledger beside it; `--warmup` receipts, then `--count` more), then
@@ -64,12 +64,11 @@ from producer.simulation import OutgoingMessage
 
 # The running contenders' warm-up (see run_speed_warm): the stream's first messages,
 # taken in micro-batches of WARMUP_STEP before the measured rest. A JVM gets faster over
-# its first few large micro-batches (the JIT compiles Spark's generated code and the
-# connector's hot loops): in one warm driver, 50k-message views micro-batches took 15,
-# 12, 11, 10 and 9 s in turn. A running views query's measured 50k backlog: 3,400-3,900
-# events/s after a warm-up of 5,000 or 25,000 messages, 3,571 after one micro-batch of
-# 100,000, 4,282 after four of 25,000 (one run each).
-WARMUP_MESSAGES = 100_000
+# its first large micro-batches (the JIT compiles Spark's generated code and the
+# connector's hot loops). A running views query fed 25,000 messages at a time took 22.2,
+# 11.9, 9.8, 8.5, 8.2, 9.5, 6.9, 7.6 s for its first eight micro-batches, then 6.3-7.9 s
+# (median 7.0) for the next eight: steady after about 200,000 messages.
+WARMUP_MESSAGES = 200_000
 WARMUP_STEP = 25_000
 
 
