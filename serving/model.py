@@ -163,7 +163,9 @@ class Conflict:
     happened_at: datetime
     winner_happened_at: datetime
     revenue: Decimal
-    winner_revenue: Decimal
+    # None while unknown: the speed layer's row of a conflict with a winner beyond its
+    # lateness bound (no raw row to read it from) until the batch layer rewrites it.
+    winner_revenue: Decimal | None
     kafka_partition: int
     kafka_offset: int
     winner_kafka_partition: int

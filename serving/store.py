@@ -87,6 +87,10 @@ def _utc(value: datetime) -> datetime:
     return out
 
 
+def _decimal_or_none(value: Any) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
 def _day(value: Any) -> date:
     out: date = value.date() if hasattr(value, "date") else value  # cassandra.util.Date
     return out
@@ -291,7 +295,7 @@ class Views:
                 happened_at=_utc(r.happened_at),
                 winner_happened_at=_utc(r.winner_happened_at),
                 revenue=Decimal(r.revenue),
-                winner_revenue=Decimal(r.winner_revenue),
+                winner_revenue=_decimal_or_none(r.winner_revenue),
                 kafka_partition=r.kafka_partition,
                 kafka_offset=r.kafka_offset,
                 winner_kafka_partition=r.winner_kafka_partition,

@@ -162,6 +162,39 @@ def test_a_later_copy_stamped_earlier_never_replaces_the_stored_receipt(
     assert conflict.kafka_offset > conflict.winner_kafka_offset
 
 
+def test_a_conflict_with_a_winner_beyond_the_bound_is_kept_without_its_winner_content(
+    isolated: tuple[Settings, Any], spark: Any
+) -> None:
+    """The index keeps no content and a receipt beyond the speed bound has no raw row:
+    the conflict is recorded with what is known of its winner, and served."""
+    from serving import Serving
+
+    settings, cql = isolated
+    tea = [{"title": "Tea", "price": "2.00", "amount": 1}]
+    cake = [{"title": "Cake", "price": "5.00", "amount": 3}]
+    three_days = ms(AT + timedelta(days=3))  # past the default 48 h bound
+    on_time = receipt_json(8, 2, 2, AT, tea)  # the store's one receipt in the speed views
+    produce_raw(
+        settings, [receipt_json(8, 2, 1, AT, tea), on_time], [three_days, ms(AT)],
+        [device_key(8, 2)] * 2,
+    )  # fmt: skip
+    run_available_now(spark, settings)
+    produce_raw(
+        settings, [receipt_json(8, 2, 1, AT, cake)], [three_days + 1000], [device_key(8, 2)]
+    )  # fmt: skip
+    run_available_now(spark, settings)
+
+    assert set(raw_rows(cql)) == {(8, 2, 2)}
+    [c] = cql.execute(f"SELECT * FROM {tables.CONFLICTS_TABLE}").all()
+    assert (c.line_items[0].title, Decimal(c.revenue), c.winner_line_items, c.winner_revenue) == (
+        "Cake", Decimal("15.00"), None, None,
+    )  # fmt: skip
+    assert (c.differs, c.winner_kafka_offset < c.kafka_offset) == (None, True)  # none known
+    with Serving(settings) as serving:
+        [served] = serving.store_day(8, AT.date()).conflicts
+    assert (served.revenue, served.winner_revenue, served.differs) == (Decimal("15.00"), None, [])
+
+
 @BY_READS
 def test_copies_in_one_micro_batch_resolve_like_copies_across_batches(
     isolated: tuple[Settings, Any], reads: float, spark: Any, tmp_path: Path
