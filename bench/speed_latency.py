@@ -683,6 +683,9 @@ def main() -> None:
         parser.error("--archive-trigger-seconds: one or more intervals > 0 please")
     if not rates or min(rates) < 1 or args.seconds <= 0 or args.warmup < 0 or args.poll_ms <= 0:
         parser.error("rates >= 1, --seconds > 0, --warmup >= 0 and --poll-ms > 0 please")
+    if args.warmup > args.max_warmup:  # the cap would end the warm-up before its least
+        parser.error(f"--warmup {args.warmup:g} exceeds --max-warmup {args.max_warmup:g}: "
+                     "raise --max-warmup too")  # fmt: skip
     base = load_settings()
     log = Path(tempfile.gettempdir()) / f"bench-speed-latency-{uuid.uuid4().hex[:8]}.log"
     print(f"pos-speed logs in {log}", flush=True)
