@@ -110,7 +110,7 @@ def _differs() -> Column:
     fields = ("happened_at", "line_items")
     return F.array_compact(
         F.array(*(F.when(F.col(f) != F.col(f"winner_{f}"), F.lit(f)) for f in fields))
-    ).alias("differs")
+    )
 
 
 def _duplicates(ranked: DataFrame) -> DataFrame:
