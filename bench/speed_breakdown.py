@@ -1,13 +1,14 @@
 """Where one views micro-batch spends its time: a breakdown per stage.
 
-    python bench/speed_breakdown.py --topic T [--repeat 2]
+    python bench/speed_breakdown.py --topic T [--repeat 2] [--native-first]
 
 Reads topic T (e.g. the one bench/speed_vs_plain.py filled; see --help of that
 script, or produce one with `pos-producer simulate`) as one batch, the same columns
 the streaming source gives `foreachBatch`, and runs the views job's own micro-batch
 (`speed_layer.views_job.ViewsBatch.process`) into a fresh keyspace with every stage
 forced and timed on its own: Kafka read, validation (the contract's validator in an
-Arrow-optimised Python UDF), the counts, each write, the stored-row reads
+Arrow-optimised Python UDF; with --native-first, Spark's own expressions first, as
+the views query validates a backlog), the counts, each write, the stored-row reads
 (receipt_keys by receipt, then the touched store-days' window rows) and the dedup
 (winner rule; its lazy local checkpoint forced here). Forcing a stage adds a Spark
 job or two the plain micro-batch does not run (and a stage's time includes its
@@ -38,7 +39,9 @@ def _timed(timings: Timings, stage: str, fn: Callable[[], Any]) -> Any:
     return out
 
 
-def one_round(spark: Any, settings: Settings, keyspace: str) -> tuple[int, float, Any, Timings]:
+def one_round(
+    spark: Any, settings: Settings, keyspace: str, native_first: bool = False
+) -> tuple[int, float, Any, Timings]:
     """One micro-batch of the whole topic into `keyspace`, every stage timed."""
     from pyspark.sql import DataFrame
 
@@ -93,8 +96,9 @@ def one_round(spark: Any, settings: Settings, keyspace: str) -> tuple[int, float
     start = time.perf_counter()
     batch = reader.persist()
     n = _timed(t, "Kafka read", batch.count)
-    checked = records.check(batch).persist()
-    _timed(t, "validation (Python UDF)", checked.count)  # Arrow-optimised
+    checked = records.check(batch, native_first).persist()
+    validation = "validation (native first)" if native_first else "validation (Python UDF)"
+    _timed(t, validation, checked.count)
     views_job.decide_batch = decide  # type: ignore[attr-defined]
     try:
         inner_start = time.perf_counter()
@@ -105,7 +109,7 @@ def one_round(spark: Any, settings: Settings, keyspace: str) -> tuple[int, float
     total = time.perf_counter() - start
     checked.unpersist()
     batch.unpersist()
-    accounted = sum(v for k, v in t.items() if k not in ("Kafka read", "validation (Python UDF)"))
+    accounted = sum(v for k, v in t.items() if k not in ("Kafka read", validation))
     t["counts and other jobs (rest of the batch)"] = inner - accounted
     return n, total, counts, t
 
@@ -116,6 +120,11 @@ def main() -> None:
     )
     parser.add_argument("--topic", required=True)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--native-first",
+        action="store_true",
+        help="validate natively in Spark first (as after a large micro-batch)",
+    )
     args = parser.parse_args()
 
     from infra.spark import build_session
@@ -128,7 +137,7 @@ def main() -> None:
             ks = f"bench_brk_{uuid.uuid4().hex[:6]}"
             keyspaces.append(ks)
             schema_apply.apply_cql(settings, ks)
-            n, total, counts, t = one_round(spark, settings, ks)
+            n, total, counts, t = one_round(spark, settings, ks, args.native_first)
             print(f"\nround {rnd + 1}: {n} messages, {total:.2f} s ({n / total:,.0f} events/s); "
                   f"{counts}")  # fmt: skip
             print("| stage | s | share |\n|---|---:|---:|")

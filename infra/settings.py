@@ -208,6 +208,16 @@ class Settings(BaseSettings):
         "partition (key bucket of 1,000 receipt numbers) on average, a backlog, reads whole "
         "partitions instead of one row per receipt (measured: README, Benchmarks).",
     )
+    speed_native_check_from: int = Field(
+        default=4_000,
+        ge=0,
+        description="A views micro-batch after one of at least this many Kafka records (a "
+        "backlog; the first micro-batch of a run counts as one of "
+        "speed_max_offsets_per_trigger) validates natively in Spark first and sends only "
+        "what that path does not accept to the contract's Python validator: faster per "
+        "record, slower to plan (measured: docs/speed-performance.md). 0: always; above "
+        "speed_max_offsets_per_trigger: never.",
+    )
     speed_max_restarts: int = Field(
         default=5,
         ge=0,

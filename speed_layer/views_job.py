@@ -1,8 +1,9 @@
 """Speed views: Kafka -> validate -> dead letters, receipts, conflicts, 15-minute aggregates.
 
 Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
-  1. check records with the contract's validator (`views.records`); invalid ones are
-     upserted into `dead_letters`, keyed by Kafka coordinates, with the reason;
+  1. check records with the contract's validator (`views.records`; in a backlog,
+     canonical valid records natively in Spark first); invalid ones are upserted into
+     `dead_letters`, keyed by Kafka coordinates, with the reason;
   2. look up the natural keys of the valid copies in `receipt_keys` (a direct join:
      one read per receipt) and decide with the shared winner rule (`views.winners`):
      new receipts win, a stored winner stays, other copies are resends or conflicts;
@@ -128,8 +129,8 @@ class ViewsBatch:
                 os.kill(int(supervisor), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def process(self, batch: DataFrame) -> BatchCounts:
-        checked = records.check(batch).persist()
+    def process(self, batch: DataFrame, native_first: bool = False) -> BatchCounts:
+        checked = records.check(batch, native_first).persist()
         try:
             return self._process_checked(checked)
         finally:
@@ -237,8 +238,17 @@ def start(
         ],
     )
 
+    # The size of a micro-batch is known only once it has been read; backlogs come in
+    # runs of micro-batches, so the previous one's size decides how to validate. The
+    # first micro-batch of a run counts as a full one: it takes what came since the last.
+    previous_records = settings.speed_max_offsets_per_trigger
+
     def on_batch(batch: DataFrame, batch_id: int) -> None:
-        recorder.add_counts(QUERY_NAME, batch_id, job.process(batch))
+        nonlocal previous_records
+        native_first = previous_records >= settings.speed_native_check_from
+        counts = job.process(batch, native_first)
+        previous_records = counts.valid_rows + counts.invalid_rows
+        recorder.add_counts(QUERY_NAME, batch_id, counts)
 
     writer = (
         kafka.read_transactions(spark, settings)
