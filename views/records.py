@@ -3,10 +3,12 @@
 Pure DataFrame -> DataFrame functions (no session, no I/O, no clock):
 
 - `check`: every Kafka record with the contract's verdict (`reason` null when valid)
-  and the parsed receipt, via the contract's own validator, so the stream and the
-  batch accept exactly what the JSON Schema accepts. It never raises: a record the
-  validator accepts but Spark could not store (it cannot happen: a test derives the
-  worst case from the limits) or a validator bug becomes a dead letter too.
+  and the parsed receipt, via the contract's own validator (or, `native_first`, Spark's
+  own expressions for canonical valid records and the validator for the rest: the same
+  verdicts), so the stream and the batch accept exactly what the JSON Schema accepts.
+  It never raises: a record the validator accepts but Spark could not store (it cannot
+  happen: a test derives the worst case from the limits) or a validator bug becomes a
+  dead letter too.
 - `dead_letters`, `archive_rows`: invalid records by Kafka coordinates; master-dataset
   rows (every record as received).
 - `receipt_rows`: valid receipts flattened, with the `late` rule, the lateness bound
