@@ -127,17 +127,10 @@ def _check_value(value: bytes | bytearray | None) -> tuple[str | None, str | Non
         return ("internal_error", f"{type(exc).__name__}: {exc}"[:1000], None)
 
 
-def _check_rejected(needed: bool | None, value: bytes | bytearray | None) -> object:
-    """`_check_value` for a record the native path did not accept (`needed`), else null."""
-    return _check_value(value) if needed else None
-
-
 # Arrow-optimised (Spark 3.5): rows cross to the Python worker in Arrow batches instead
 # of being pickled one by one; the same function, the same verdicts (measured 1.4x
 # faster on a 50k-message micro-batch, identical output).
 check_udf = F.udf(_check_value, CHECK_TYPE, useArrow=True)
-# After the native path: a record it accepted crosses as a null and comes back as one.
-_check_rejected_udf = F.udf(_check_rejected, CHECK_TYPE, useArrow=True)
 _NATIVE, _CHECK = "_native_receipt", "_check"
 
 
@@ -171,7 +164,8 @@ def _native_first_verdict() -> Column:
         F.lit(None).cast("string").alias("detail"),
         F.col(_NATIVE).alias("receipt"),
     )
-    python = _check_rejected_udf(rejected, F.when(rejected, F.col("value")))
+    # A record the native path accepted crosses as a null (cheap); its verdict is dropped.
+    python = check_udf(F.when(rejected, F.col("value")))
     return F.when(rejected, python).otherwise(accepted)
 
 
