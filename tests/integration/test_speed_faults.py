@@ -62,7 +62,7 @@ def _raw_count(cql: Any) -> int:
     return int(cql.execute(f"SELECT COUNT(*) FROM {tables.RAW_TABLE}").one()[0])
 
 
-@pytest.mark.parametrize("point", ["after_raw_rows", "after_receipt_keys", "after_aggregates"])
+@pytest.mark.parametrize("point", ["after_aggregates", "after_raw_rows", "after_receipt_keys"])
 def test_kill_9_inside_a_micro_batch_converges_on_replay(
     isolated: tuple[Settings, Any], tmp_path: Path, point: str
 ) -> None:
@@ -78,12 +78,12 @@ def test_kill_9_inside_a_micro_batch_converges_on_replay(
         timeout=900,
     )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
-    # The crash came after the raw rows; before the aggregates, or (after_aggregates)
-    # after them but before Spark recorded the micro-batch as done, so the replay
-    # meets aggregates that already count its receipts.
-    assert _raw_count(cql) > 0
+    # The aggregates are the micro-batch's first write: the replay meets aggregates that
+    # already count its receipts, and (after_aggregates) no raw rows yet, or (the later
+    # points) raw rows too.
     aggregates = cql.execute(f"SELECT COUNT(*) FROM {tables.AGG_SPEED_TABLE}").one()[0]
-    assert (aggregates > 0) == (point == "after_aggregates")
+    assert aggregates > 0
+    assert (_raw_count(cql) > 0) == (point != "after_aggregates")
 
     _run_to_end(settings)
     assert_views_match_ledger(cql, ledger)
