@@ -2,6 +2,7 @@
 
     python bench/speed_latency.py [--rates 10,1000] [--archive-trigger-seconds 30,1]
                                   [--scheduler-modes FAIR,FIFO]
+                                  [--delta-snapshot-partitions 4,50]
                                   [--seconds 60] [--warmup 20] [--json PATH]
 
 For each rate, on a topic, a keyspace and a data dir (checkpoints, master dataset) of
@@ -10,7 +11,8 @@ its own, the whole speed layer as `make speed` runs it:
 1. start `pos-speed run --trigger-seconds 1 --archive-trigger-seconds A` (both
    queries, archiver + views, in one driver under its supervisor; A = the archiver's
    interval, 30 s as shipped; given several, each rate runs with each, side by side,
-   and so with each of `--scheduler-modes`, FAIR as shipped)
+   and so with each of `--scheduler-modes`, FAIR as shipped, and of
+   `--delta-snapshot-partitions`, POS_SPARK_DELTA_SNAPSHOT_PARTITIONS, 4 as shipped)
    as a process, and await both queries' start (the driver logs "query <name>
    started" when Spark reports them started);
 2. cold start: produce one receipt and await it in its window: the first micro-batch
@@ -392,6 +394,7 @@ def run_rate(
     rate: int,
     archive_trigger_s: float,
     scheduler: str,
+    snapshot_partitions: int,
     keyspace: str,
     topic: str,
     args: argparse.Namespace,
@@ -411,7 +414,11 @@ def run_rate(
         producer_config(base.bootstrap_servers, security=base.kafka_security_config), on_ack
     )
     speed = SpeedLayer(
-        {**speed_env(base, topic, keyspace, data), "POS_SPARK_SCHEDULER_MODE": scheduler},
+        {
+            **speed_env(base, topic, keyspace, data),
+            "POS_SPARK_SCHEDULER_MODE": scheduler,
+            "POS_SPARK_DELTA_SNAPSHOT_PARTITIONS": str(snapshot_partitions),
+        },
         ["--trigger-seconds", "1", "--archive-trigger-seconds", f"{archive_trigger_s:g}"],
         log,
     )
@@ -480,6 +487,7 @@ def run_rate(
         "rate": rate,
         "archive_trigger_s": archive_trigger_s,
         "scheduler": scheduler,
+        "delta_snapshot_partitions": snapshot_partitions,
         "topic": topic,
         "receipts": len(sent.windows),
         "measured_receipts": len(measured),
@@ -550,13 +558,20 @@ def finite(x: float, instead: float) -> float:
     return x if math.isfinite(x) else instead
 
 
+def _partitions(r: dict[str, Any]) -> str:
+    # Runs recorded before the option have none: Delta's default then.
+    return f"{r.get('delta_snapshot_partitions', 50)}"
+
+
 def _row(r: dict[str, Any]) -> str:
-    return f"{r['rate']:,}/s, {r['archive_trigger_s']:g} s, {r['scheduler']}"
+    return f"{r['rate']:,}/s, {r['archive_trigger_s']:g} s, {r['scheduler']}, {_partitions(r)}"
 
 
 def _variant(r: dict[str, Any]) -> str:
-    """How the speed layer ran: the archiver's interval and the scheduling mode."""
-    return f"archiver every {r['archive_trigger_s']:g} s, {r['scheduler']} scheduling"
+    """How the speed layer ran: the archiver's interval, the scheduling mode, Delta's
+    state partitions."""
+    return (f"archiver every {r['archive_trigger_s']:g} s, {r['scheduler']} scheduling, "
+            f"Delta state in {_partitions(r)} partitions")  # fmt: skip
 
 
 def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
@@ -565,8 +580,8 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
     before its micro-batch starts, and a micro-batch longer than it delays the next."""
     figures: list[results.Figure] = []
     trigger = "trigger interval (1 s)"
-    print("\n| rate, archiver interval, scheduling | receipts measured | p50 s | p99 s "
-          "| max s | goal p99 | met | warm-up p50 / p99 s | first receipt (cold) s "
+    print("\n| rate, archiver interval, scheduling, Delta state partitions | receipts measured "
+          "| p50 s | p99 s | max s | goal p99 | met | warm-up p50 / p99 s | first receipt (cold) s "
           "| counts exact |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---|---|---|---:|---|")
     for r in runs:
@@ -591,9 +606,9 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
             results.baseline(f"first receipt (cold start), {rate}",
                              finite(r["cold_start_latency_s"], waited_s), "s"),
         ]  # fmt: skip
-    print("\n| rate, archiver interval, scheduling | query | batches measured | rows/batch p50 | "
-          "duration p50 ms | max ms | batches <= 10 rows | their p50 ms | their max ms | "
-          "first batch ms |")  # fmt: skip
+    print("\n| rate, archiver interval, scheduling, Delta state partitions | query "
+          "| batches measured | rows/batch p50 | duration p50 ms | max ms | batches <= 10 rows "
+          "| their p50 ms | their max ms | first batch ms |")  # fmt: skip
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         for q, b in r["batches"].items():
@@ -653,6 +668,10 @@ def main() -> None:
     parser.add_argument("--scheduler-modes", default="FAIR",
                         help="POS_SPARK_SCHEDULER_MODE value(s), comma-separated (FAIR, "
                         "FIFO): each rate runs with each, side by side")  # fmt: skip
+    parser.add_argument("--delta-snapshot-partitions", default=None,
+                        help="POS_SPARK_DELTA_SNAPSHOT_PARTITIONS value(s), comma-separated "
+                        "(default: the setting's): each rate runs with each, "
+                        "side by side")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=60, help="measured phase per rate")
     parser.add_argument("--warmup", type=float, default=30, help="least warm-up s per rate")
     parser.add_argument("--warmup-batches", type=int, default=3,
@@ -679,6 +698,16 @@ def main() -> None:
     if not schedulers or not set(schedulers) <= set(modes):
         parser.error(f"--scheduler-modes: one or more of {', '.join(modes)}, "
                      f"got {args.scheduler_modes!r}")  # fmt: skip
+    base = load_settings()
+    try:
+        partitions = [
+            int(x) for x in (args.delta_snapshot_partitions or "").split(",") if x.strip()
+        ] or [base.spark_delta_snapshot_partitions]
+    except ValueError:
+        parser.error(f"--delta-snapshot-partitions: comma-separated integers, got "
+                     f"{args.delta_snapshot_partitions!r}")  # fmt: skip
+    if min(partitions) < 1:
+        parser.error("--delta-snapshot-partitions: one or more counts >= 1 please")
     if not archive_triggers or min(archive_triggers) <= 0:
         parser.error("--archive-trigger-seconds: one or more intervals > 0 please")
     if not rates or min(rates) < 1 or args.seconds <= 0 or args.warmup < 0 or args.poll_ms <= 0:
@@ -686,7 +715,6 @@ def main() -> None:
     if args.warmup > args.max_warmup:  # the cap would end the warm-up before its least
         parser.error(f"--warmup {args.warmup:g} exceeds --max-warmup {args.max_warmup:g}: "
                      "raise --max-warmup too")  # fmt: skip
-    base = load_settings()
     log = Path(tempfile.gettempdir()) / f"bench-speed-latency-{uuid.uuid4().hex[:8]}.log"
     print(f"pos-speed logs in {log}", flush=True)
     runs: list[dict[str, Any]] = []
@@ -694,10 +722,11 @@ def main() -> None:
     topics: list[str] = []
     try:
         for rate in rates:
-            for archive_s, scheduler in itertools.product(archive_triggers, schedulers):
+            variants = itertools.product(archive_triggers, schedulers, partitions)
+            for archive_s, scheduler, parts in variants:
                 keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
                 topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
-                runs.append(run_rate(base, rate, archive_s, scheduler, keyspaces[-1],
+                runs.append(run_rate(base, rate, archive_s, scheduler, parts, keyspaces[-1],
                                      topics[-1], args, log))  # fmt: skip
     finally:
         drop(base, keyspaces, topics)
@@ -708,8 +737,9 @@ def main() -> None:
         runs=[{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
                for k, v in r.items()} for r in runs],
         notes="`pos-speed run --trigger-seconds 1 --archive-trigger-seconds A`, both queries "
-        "(archiver + views), one process per rate, archiver interval A and scheduling mode "
-        "(POS_SPARK_SCHEDULER_MODE); latency = "
+        "(archiver + views), one process per rate, archiver interval A, scheduling mode "
+        "(POS_SPARK_SCHEDULER_MODE) and Delta's state partitions "
+        "(POS_SPARK_DELTA_SNAPSHOT_PARTITIONS); latency = "
         "delivery report (ack) -> first agg_15m_speed poll "
         f"showing the receipt's window count, polled every {args.poll_ms:g} ms; warm-up "
         f"{args.warmup:g} s excluded, measured {args.seconds:g} s per rate"

@@ -126,6 +126,14 @@ class Settings(BaseSettings):
     spark_shuffle_partitions: int = Field(
         default=4, ge=1, description="Small on one machine; raise on a cluster."
     )
+    spark_delta_snapshot_partitions: int = Field(
+        default=4,
+        ge=1,
+        description="Partitions of the job in which Delta rebuilds a table's state "
+        "(spark.databricks.delta.snapshotPartitions, 50 by Delta's default): the "
+        "archiver's every micro-batch rebuilds the master dataset's to check its "
+        "idempotency id. Small on one machine; raise on a cluster with a large table.",
+    )
     spark_scheduler_mode: Literal["FAIR", "FIFO"] = Field(
         default="FAIR",
         description="How a driver's concurrent jobs share the executors: FAIR gives the "

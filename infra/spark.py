@@ -95,6 +95,14 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # them, a warm 10-record micro-batch of the views query took 3.4 s instead of
         # 3.8 s (0.91; bench/speed_micro_batch.py, two alternating rounds).
         "spark.sql.codegen.cache.maxEntries": "2000",
+        # Every Delta commit with an idempotency id (the archiver's streaming sink: its
+        # query id and batch id) rebuilds the table's state to read the ids committed
+        # so far, in a Spark job of `snapshotPartitions` tasks, 50 by default: on two
+        # cores a fixed cost of ~0.8 s per archiver micro-batch, which delays the views
+        # query beside it. A 10-record append took 665 ms instead of 1,447 with 4
+        # (median of 20 alternated in one driver; Delta's log checkpoints, every tenth
+        # commit, 1.3 s instead of 3.8 s max).
+        "spark.databricks.delta.snapshotPartitions": str(settings.spark_delta_snapshot_partitions),
         # The speed layer's two queries share one driver: each runs in a pool of its own
         # (speed_layer/triggers.py), the views query first (see the pools file).
         "spark.scheduler.mode": settings.spark_scheduler_mode,

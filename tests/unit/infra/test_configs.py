@@ -87,7 +87,8 @@ def _fake_jar_cache(root: Path) -> Path:
 
 
 def test_spark_conf_local_mode(tmp_path: Path) -> None:
-    conf = spark_conf(Settings(jars_dir=_fake_jar_cache(tmp_path)), "job")
+    jars = _fake_jar_cache(tmp_path)
+    conf = spark_conf(Settings(jars_dir=jars), "job")
     assert conf["spark.master"] == "local[*]"
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert conf["spark.cassandra.connection.host"] == "127.0.0.1"
@@ -104,6 +105,10 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     assert conf["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog")
     # Room for every generated class of a micro-batch (Spark's default is 100).
     assert int(conf["spark.sql.codegen.cache.maxEntries"]) >= 1000
+    # Delta's state rebuilt in a few tasks, not its default 50, on one machine.
+    assert conf["spark.databricks.delta.snapshotPartitions"] == "4"
+    wide = spark_conf(Settings(jars_dir=jars, spark_delta_snapshot_partitions=64), "job")
+    assert wide["spark.databricks.delta.snapshotPartitions"] == "64"
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
