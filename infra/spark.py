@@ -98,10 +98,11 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # Every Delta commit with an idempotency id (the archiver's streaming sink: its
         # query id and batch id) rebuilds the table's state to read the ids committed
         # so far, in a Spark job of `snapshotPartitions` tasks, 50 by default: on two
-        # cores a fixed cost of ~0.8 s per archiver micro-batch, which delays the views
-        # query beside it. A 10-record append took 665 ms instead of 1,447 with 4
-        # (median of 20 alternated in one driver; Delta's log checkpoints, every tenth
-        # commit, 1.3 s instead of 3.8 s max).
+        # cores a fixed cost per archiver micro-batch, which delays the views query
+        # beside it. With 4, a 10-record append took 665 ms instead of 1,447 (median of
+        # 20 alternated in one driver), the archiver's 300-record micro-batch at 10
+        # events/s 2.7 s instead of 7.1 s, and the p99 latency at 10 events/s was 4.88 s
+        # instead of 5.92 (bench/speed_latency.py, side by side).
         "spark.databricks.delta.snapshotPartitions": str(settings.spark_delta_snapshot_partitions),
         # The speed layer's two queries share one driver: each runs in a pool of its own
         # (speed_layer/triggers.py), the views query first (see the pools file).
