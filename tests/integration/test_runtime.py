@@ -127,3 +127,15 @@ def test_spark_reads_kafka_and_round_trips_cassandra(
     rows = cql.execute("SELECT k, total, at FROM spark_roundtrip").all()
     assert sorted((r.k, r.total) for r in rows) == [("k0", 135), ("k1", 145), ("k2", 155)]
     assert {r.at for r in rows} == {datetime(2026, 1, 2, 3, 4, 5)}
+
+
+def test_spark_python_workers_keep_archive_directories(spark: Any) -> None:
+    """Every Python task runs in a worker of the project's daemon, which spares Python
+    3.11 the re-read of Spark's zip archives before each task (infra/spark_python_daemon)."""
+    from pyspark.sql import functions as F
+
+    from infra.spark_python_daemon import keeps_archive_directories
+
+    report = F.udf(lambda _: keeps_archive_directories(), "boolean")
+    seen = spark.range(0, 8, numPartitions=4).select(report("id").alias("kept")).collect()
+    assert [r.kept for r in seen] == [True] * 8

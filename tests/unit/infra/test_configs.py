@@ -109,6 +109,8 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     assert conf["spark.databricks.delta.snapshotPartitions"] == "4"
     wide = spark_conf(Settings(jars_dir=jars, spark_delta_snapshot_partitions=64), "job")
     assert wide["spark.databricks.delta.snapshotPartitions"] == "64"
+    # Python workers started by the project's daemon (run by Spark as `python -m`).
+    assert conf["spark.python.daemon.module"] == "infra.spark_python_daemon"
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
