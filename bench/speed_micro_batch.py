@@ -17,8 +17,9 @@ write-ahead log, commit) and the whole micro-batch (`triggerExecution`). The fir
 alternate, `--rounds` times, in separate drivers:
 
   - the project's Spark configuration (infra/spark.py);
-  - the same with Spark's default code-generation cache (100 classes), the state
-    before that setting: the peer the change is measured against;
+  - the same with PySpark's own worker daemon (`pyspark.daemon`), whose workers
+    re-read Spark's zip archives before every task on Python 3.11: the peer the
+    project's daemon (infra/spark_python_daemon.py) is measured against;
   - or, with `--variant NAME:key=value;...` (repeatable), the settings to try before
     making them the project's (with `--no-json`, not to overwrite the report);
   - or, with `--baseline REV`, the project's code at a git revision (a worktree of
@@ -57,11 +58,13 @@ PROJECT = "project configuration"
 OUTSIDE = "outside foreachBatch (offsets, planning, WAL, commit)"
 # The peers: name -> Spark settings laid over the project's (the child's --conf).
 # `--variant` replaces them, to try a setting before making it the project's.
-PEERS = {"Spark's default codegen cache (100)": {"spark.sql.codegen.cache.maxEntries": "100"}}
+PEERS = {"PySpark's own worker daemon": {"spark.python.daemon.module": "pyspark.daemon"}}
 FIRST_ACTION = "Kafka read + validation + counts (first action)"
+DRIVER_READS = "stored rows read by the driver (receipt_keys, agg_15m_speed)"
 STAGES = (
     FIRST_ACTION,
-    "winner rule (local checkpoint planned, its shuffles run)",
+    DRIVER_READS,
+    WINNER_RULE := "winner rule (local checkpoint planned, its shuffles run)",
     "tally (collect)",
     "write dead_letters",
     "write conflicts",
@@ -81,7 +84,7 @@ def child(args: argparse.Namespace) -> None:
     from pyspark.sql import DataFrame
 
     import infra.spark as spark_setup
-    from adapters import cassandra
+    from adapters import cassandra, driver_lookup
     from speed_layer import views_job
     from speed_layer.progress import BatchCounts, ProgressRecorder
     from views import winners
@@ -107,6 +110,7 @@ def child(args: argparse.Namespace) -> None:
 
     real_upsert, real_collect = cassandra.upsert, DataFrame.collect
     real_materialised = winners.Resolution.materialised
+    real_rows = driver_lookup.DriverLookup.rows
 
     def upsert(df: DataFrame, keyspace: str, table: str, columns: tuple[str, ...] = ()) -> None:
         stage = next((s for s in STAGES if s.startswith(f"write {table}")), f"write {table}")
@@ -117,11 +121,15 @@ def child(args: argparse.Namespace) -> None:
         return timed(FIRST_ACTION if first else "tally (collect)", real_collect, df)
 
     def materialised(self: Any) -> Any:
-        return timed(STAGES[1], real_materialised, self)
+        return timed(WINNER_RULE, real_materialised, self)
+
+    def rows(self: Any, *a: Any, **k: Any) -> Any:
+        return timed(DRIVER_READS, real_rows, self, *a, **k)
 
     cassandra.upsert = upsert  # type: ignore[assignment]
     DataFrame.collect = collect  # type: ignore[method-assign]
     winners.Resolution.materialised = materialised  # type: ignore[method-assign]
+    driver_lookup.DriverLookup.rows = rows  # type: ignore[method-assign]
 
     # The views query as `pos-speed run --available-now --jobs views` starts it, capped
     # at `--step` records per partition and micro-batch; micro-batches past `--batches`
@@ -280,8 +288,8 @@ def main() -> None:
         type=_variant,
         action="append",
         metavar="NAME:key=value;...",
-        help="a peer: Spark settings over the project's (repeatable; default: Spark's "
-        "default codegen cache)",
+        help="a peer: Spark settings over the project's (repeatable; default: PySpark's "
+        "own worker daemon)",
     )
     parser.add_argument(
         "--baseline",
@@ -373,7 +381,8 @@ def _report(args: argparse.Namespace, runs: list[dict[str, Any]], names: list[st
     print("\n| stage (warm medians, ms) | " + " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
     for stage in STAGES:
-        cells = [statistics.median(b["stages_ms"][stage] for b in warm(v)) for v in names]
+        # An older revision (a --baseline) may not have the stage: 0 there.
+        cells = [statistics.median(b["stages_ms"].get(stage, 0) for b in warm(v)) for v in names]
         print(f"| {stage} | " + " | ".join(f"{c:,.0f}" for c in cells) + " |")
     print("| **foreachBatch** | " + " | ".join(f"**{med[v]:,.0f}**" for v in names) + " |")
     # Older revisions (a --baseline) do not report it.

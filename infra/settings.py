@@ -226,6 +226,16 @@ class Settings(BaseSettings):
         "record, slower to plan (measured: docs/speed-performance.md). 0: always; above "
         "speed_max_offsets_per_trigger: never.",
     )
+    speed_driver_reads_below: int = Field(
+        default=4_000,
+        ge=0,
+        description="A views micro-batch after one of fewer than this many Kafka records "
+        "(the first micro-batch of a run counts as one of speed_max_offsets_per_trigger) "
+        "collects its records' keys in its first Spark job and, with fewer valid records "
+        "than this, reads the stored rows it needs (receipt_keys by receipt, agg_15m_speed "
+        "by store-day) with one CQL query per key from the driver, not with a Spark join "
+        "per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
+    )
     speed_max_restarts: int = Field(
         default=5,
         ge=0,

@@ -46,4 +46,4 @@ if __name__ == "__main__":  # how Spark starts it: python -m infra.spark_python_
 
     spark_python_daemon.keep_archive_directories()
 
-    daemon.manager()
+    daemon.manager()  # type: ignore[no-untyped-call]

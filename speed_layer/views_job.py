@@ -30,14 +30,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import cassandra, kafka
+from adapters.driver_lookup import DriverLookup
 from infra.settings import Settings
 from schemas import contract, cql
 from speed_layer import SUPERVISOR_PID_ENV
@@ -64,6 +68,10 @@ KEY_BUCKET = "key_bucket"
 # (line items, totals). Writing and reading back the content cost a 50k-receipt
 # micro-batch ~3.8 s of connector work against ~1.8 s without it (scratch, warm).
 KEY_COLUMNS = (*INDEX_COLUMNS, KEY_BUCKET)
+# The primary keys the views read stored rows by: receipt_keys' (one receipt) and
+# agg_15m_speed's partition key (a store-day's windows).
+RECEIPT_KEY = ("operation_id", "vendor_fiscal_module", KEY_BUCKET, "transaction_id")
+STORE_DAY = ("operation_id", "day")
 
 
 def key_bucket(transaction_id: Column | None = None) -> Column:
@@ -85,6 +93,49 @@ def _stats() -> tuple[Column, ...]:
         F.count(F.when(~records.is_valid(), 1)).alias("invalid"),
         F.count(F.when(records.is_valid(), 1)).alias("valid"),
         F.approx_count_distinct(F.when(records.is_valid(), bucket)).alias("buckets"),
+    )
+
+
+@cache
+def _read_keys() -> tuple[Column, ...]:
+    """Of every checked record: whether it is valid, and a valid one's RECEIPT_KEY and day."""
+
+    def field(name: str) -> Column:
+        return F.col(f"receipt.{name}").alias(name)
+
+    return (
+        records.is_valid().alias("valid"),
+        field("operation_id"),
+        field("vendor_fiscal_module"),
+        key_bucket(F.col("receipt.transaction_id")).alias(KEY_BUCKET),
+        field("transaction_id"),
+        records.receipt_day().alias("day"),
+    )
+
+
+@dataclass(frozen=True)
+class BatchKeys:
+    """A micro-batch's records as its first Spark job collected them (`_read_keys`): the
+    counts, and the keys of the stored rows its receipts need, each once."""
+
+    valid_rows: int
+    invalid_rows: int
+    receipts: tuple[tuple[Any, ...], ...]  # RECEIPT_KEY values
+    store_days: tuple[tuple[Any, ...], ...]  # STORE_DAY values
+    buckets: int  # receipt_keys partitions: (operation_id, vendor_fiscal_module, key_bucket)
+
+
+def batch_keys(rows: Sequence[Sequence[Any]]) -> BatchKeys:
+    """Collected `_read_keys` rows (valid, operation_id, vendor_fiscal_module, key_bucket,
+    transaction_id, day) as BatchKeys."""
+    valid = [tuple(r[1:]) for r in rows if r[0]]
+    receipts = sorted({r[:4] for r in valid})
+    return BatchKeys(
+        valid_rows=len(valid),
+        invalid_rows=len(rows) - len(valid),
+        receipts=tuple(receipts),
+        store_days=tuple(sorted({(r[0], r[4]) for r in valid})),
+        buckets=len({r[:3] for r in receipts}),
     )
 
 
@@ -115,6 +166,10 @@ class ViewsBatch:
     # Testing only (POS_SPEED_CRASH_POINT): kill -9 the speed layer at this point of the
     # first micro-batch that writes receipts, to prove the replay converges.
     crash_point: str | None = None
+    # The driver's reads of stored rows, for micro-batches of fewer valid records than
+    # `driver_reads_below` whose keys were collected (Settings.speed_driver_reads_below).
+    lookup: DriverLookup | None = None
+    driver_reads_below: int = 0
 
     def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
         return cassandra.lookup(self.spark, self.keyspace, table, keys, columns)
@@ -130,32 +185,46 @@ class ViewsBatch:
                 os.kill(int(supervisor), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def process(self, batch: DataFrame, native_first: bool = False) -> BatchCounts:
+    def process(
+        self, batch: DataFrame, native_first: bool = False, collect_keys: bool = False
+    ) -> BatchCounts:
+        """One micro-batch. native_first: how to validate (records.check); collect_keys:
+        the micro-batch is expected small, so its first Spark job collects the keys of
+        the stored rows it needs, for the driver to read them."""
         checked = records.check(batch, native_first).persist()
         try:
-            return self._process_checked(checked)
+            return self._process_checked(checked, collect_keys)
         finally:
             checked.unpersist()
 
-    def _process_checked(self, checked: DataFrame) -> BatchCounts:
+    def _process_checked(self, checked: DataFrame, collect_keys: bool) -> BatchCounts:
         # Each Spark job costs a fixed overhead per micro-batch: the counts come from
-        # one pass over the (persisted) checked batch.
-        stats = checked.agg(*_stats()).collect()[0]  # a global aggregate: one row
-        invalid_rows, valid_rows = int(stats["invalid"]), int(stats["valid"])
-        counts = BatchCounts(valid_rows, invalid_rows)
-        if valid_rows:
-            counts = self._receipts(checked, counts, int(stats["buckets"]))
+        # one pass over the (persisted) checked batch, and so do the keys, if collected.
+        keys: BatchKeys | None = None
+        if collect_keys:
+            keys = batch_keys(checked.select(*_read_keys()).collect())
+            counts, buckets = BatchCounts(keys.valid_rows, keys.invalid_rows), keys.buckets
+        else:
+            stats = checked.agg(*_stats()).collect()[0]  # a global aggregate: one row
+            counts = BatchCounts(int(stats["valid"]), int(stats["invalid"]))
+            buckets = int(stats["buckets"])
+        if counts.valid_rows:
+            by_driver = keys is not None and keys.valid_rows < self.driver_reads_below
+            counts = self._receipts(checked, counts, buckets, keys if by_driver else None)
         # Last: no reader waits for them as for the aggregates (nor do they gate a replay).
-        if invalid_rows:
+        if counts.invalid_rows:
             self._write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
         return counts
 
-    def _receipts(self, checked: DataFrame, checks: BatchCounts, buckets: int) -> BatchCounts:
-        """The valid records' writes; `checks`: the valid and invalid records' counts."""
+    def _receipts(
+        self, checked: DataFrame, checks: BatchCounts, buckets: int, keys: BatchKeys | None
+    ) -> BatchCounts:
+        """The valid records' writes; `checks`: the valid and invalid records' counts;
+        `keys`: the stored rows' keys, to read them from the driver (else the connector)."""
         incoming = records.receipt_rows(
             checked, self.late_threshold_us, self.max_lateness_us
         ).withColumn(KEY_BUCKET, _incoming_bucket())
-        stored = self._stored_keys(incoming, checks.valid_rows / max(buckets, 1))
+        stored = self._stored_keys(incoming, checks.valid_rows / max(buckets, 1), keys)
         # Materialised once: the writes below must not change what was decided.
         decision = decide_batch(incoming, stored).materialised()
         winners = decision.winners
@@ -171,8 +240,7 @@ class ViewsBatch:
         # applied offsets do not count yet: a replay adds nothing twice). Reads a
         # store-day's <= 96 window rows, not its receipts: the cost stays flat as
         # the tables grow.
-        store_days = in_view.select("operation_id", "day")
-        windows = self._lookup(cql.AGG_SPEED_TABLE, store_days, SPEED_AGGREGATE_COLUMNS)
+        windows = self._stored_windows(in_view, keys)
         self._write(added(windows, in_view), cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
         self._maybe_crash("after_aggregates")
 
@@ -186,21 +254,37 @@ class ViewsBatch:
             self._write(self._conflicts(decision), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
         return counts
 
-    def _stored_keys(self, incoming: DataFrame, per_bucket: float) -> DataFrame:
+    def _stored_keys(
+        self, incoming: DataFrame, per_bucket: float, keys: BatchKeys | None
+    ) -> DataFrame:
         """The stored receipt_keys rows of the incoming receipts' natural keys.
 
-        By the full primary key (the direct join reads one row per receipt, however full
+        Read by the driver when their keys were collected (a small micro-batch); else by
+        the full primary key (the direct join reads one row per receipt, however full
         its key bucket has grown), unless the micro-batch brings many receipts per key
         bucket (a backlog): then one read per partition (<= KEY_BUCKET_SIZE rows) and
         the rows of other receipts dropped here. A 50k-receipt micro-batch spent a
         fifth of its time in 50k single-row reads.
         """
-        keys = incoming.select("operation_id", "vendor_fiscal_module", KEY_BUCKET, "transaction_id")
+        if keys is not None and self.lookup is not None:
+            return self.lookup.rows(cql.RECEIPT_KEYS_TABLE, RECEIPT_KEY, keys.receipts, KEY_COLUMNS)
+        wanted = incoming.select(*RECEIPT_KEY)
         if per_bucket < self.bucket_reads_from:
-            return self._lookup(cql.RECEIPT_KEYS_TABLE, keys, KEY_COLUMNS)
-        partitions = keys.drop("transaction_id")
+            return self._lookup(cql.RECEIPT_KEYS_TABLE, wanted, KEY_COLUMNS)
+        partitions = wanted.drop("transaction_id")
         rows = self._lookup(cql.RECEIPT_KEYS_TABLE, partitions, KEY_COLUMNS)
-        return rows.join(keys, keys.columns, "left_semi")
+        return rows.join(wanted, wanted.columns, "left_semi")
+
+    def _stored_windows(self, in_view: DataFrame, keys: BatchKeys | None) -> DataFrame:
+        """The stored agg_15m_speed rows of the store-days the winners fall in: read by
+        the driver when the keys were collected (those of every valid record: a superset,
+        and `added` reads only the winners' windows of it), else through the connector."""
+        if keys is not None and self.lookup is not None:
+            return self.lookup.rows(
+                cql.AGG_SPEED_TABLE, STORE_DAY, keys.store_days, SPEED_AGGREGATE_COLUMNS
+            )
+        store_days = in_view.select(*STORE_DAY)
+        return self._lookup(cql.AGG_SPEED_TABLE, store_days, SPEED_AGGREGATE_COLUMNS)
 
     def _conflicts(self, decision: Resolution) -> DataFrame:
         """The conflicts, their stored winners' content read from the raw rows (by full
@@ -229,6 +313,9 @@ def start(
     available_now: bool = False,
 ) -> StreamingQuery:
     """Start the named views query; returns the StreamingQuery."""
+    # A CQL session of its own for the driver's reads, closed with the query.
+    driver_reads = settings.speed_driver_reads_below > 0
+    lookup = DriverLookup.connect(spark, settings) if driver_reads else None
     job = ViewsBatch(
         spark=spark,
         keyspace=settings.cassandra_keyspace,
@@ -236,6 +323,8 @@ def start(
         max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
         bucket_reads_from=settings.speed_bucket_reads_from,
         crash_point=settings.speed_crash_point,
+        lookup=lookup,
+        driver_reads_below=settings.speed_driver_reads_below,
     )
     cassandra.await_tables(
         spark,
@@ -250,14 +339,16 @@ def start(
     )
 
     # The size of a micro-batch is known only once it has been read; backlogs come in
-    # runs of micro-batches, so the previous one's size decides how to validate. The
-    # first micro-batch of a run counts as a full one: it takes what came since the last.
+    # runs of micro-batches, so the previous one's size decides how to validate and
+    # whether to collect the keys for the driver's reads. The first micro-batch of a run
+    # counts as a full one: it takes what came since the last.
     previous_records = settings.speed_max_offsets_per_trigger
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         nonlocal previous_records
         native_first = previous_records >= settings.speed_native_check_from
-        counts = job.process(batch, native_first)
+        collect_keys = previous_records < settings.speed_driver_reads_below
+        counts = job.process(batch, native_first, collect_keys)
         previous_records = counts.valid_rows + counts.invalid_rows
         recorder.add_counts(QUERY_NAME, batch_id, counts)
 
@@ -267,4 +358,33 @@ def start(
         .foreachBatch(on_batch)
         .option("checkpointLocation", str(settings.checkpoint_dir / "views"))
     )
-    return start_in_pool(spark, writer, QUERY_NAME, settings.speed_trigger_seconds, available_now)
+    try:
+        query = start_in_pool(
+            spark, writer, QUERY_NAME, settings.speed_trigger_seconds, available_now
+        )
+    except BaseException:
+        if lookup is not None:
+            lookup.close()
+        raise
+    if lookup is not None:
+        _close_after(spark, query, lookup.close)
+    return query
+
+
+def _close_after(spark: SparkSession, query: StreamingQuery, close: Callable[[], None]) -> None:
+    """Call `close` once `query` has terminated (stopped, drained or failed)."""
+
+    class _Closer(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if str(event.id) == query.id:  # a UUID here, its text there
+                close()
+
+    spark.streams.addListener(_Closer())
+    if not query.isActive:  # it ended before the listener was there to hear it
+        close()

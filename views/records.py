@@ -243,10 +243,16 @@ def receipt_rows(checked: DataFrame, late_threshold_us: int, max_lateness_us: in
 
 
 @cache
+def receipt_day() -> Column:
+    """A checked record's store-day: the UTC date of its receipt's `happened_at`."""
+    return F.to_date("receipt.happened_at")
+
+
+@cache
 def _receipt_row(late_threshold_us: int, max_lateness_us: int) -> tuple[Column, ...]:
     derived = {
         **{name: F.col(f"receipt.{name}") for name in RECEIPT_FIELDS},
-        "day": F.to_date("receipt.happened_at"),
+        "day": receipt_day(),
         "content_hash": content_hash(F.col("receipt.happened_at"), F.col("receipt.line_items")),
         "late": arrival_delay_us() > late_threshold_us,
         "beyond_bound": beyond_bound(max_lateness_us),

@@ -32,9 +32,18 @@ from tests.integration.speed_helpers import (
 pytestmark = pytest.mark.integration
 
 AT = datetime(2026, 3, 2, 9, 3, 0, tzinfo=UTC)
-# Both ways to read the stored winners: one row per receipt (a small micro-batch, the
-# default) and whole receipt_keys partitions (a backlog; forced here by a tiny threshold).
-BY_READS = pytest.mark.parametrize("reads", [50.0, 0.001], ids=["receipt_reads", "partition_reads"])
+# Every way to read the stored rows: by the driver, one CQL query per key (a small
+# micro-batch after a small one, the default); through the connector, one row per receipt
+# (the default otherwise) or whole receipt_keys partitions (a backlog). Each forced here.
+BY_READS = pytest.mark.parametrize(
+    "reads",
+    [
+        {"speed_driver_reads_below": 10**9},
+        {"speed_driver_reads_below": 0, "speed_bucket_reads_from": 50.0},
+        {"speed_driver_reads_below": 0, "speed_bucket_reads_from": 0.001},
+    ],
+    ids=["driver_reads", "receipt_reads", "partition_reads"],
+)
 BIGGEST_ITEMS = [{"title": "x" * 200, "price": "9999999999.99", "amount": 10000}] * 200
 
 
@@ -92,10 +101,10 @@ def test_a_receipt_at_every_contract_limit_lands_between_two_normal_ones(
 
 @BY_READS
 def test_resends_whose_time_differs_count_once_across_windows_and_midnight(
-    isolated: tuple[Settings, Any], reads: float, spark: Any
+    isolated: tuple[Settings, Any], reads: dict[str, float], spark: Any
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_bucket_reads_from": reads})
+    settings = settings.model_copy(update=reads)
     before_midnight = datetime(2026, 3, 2, 23, 59, 59, 600000, tzinfo=UTC)
     before_quarter = datetime(2026, 3, 3, 10, 14, 59, 700000, tzinfo=UTC)
     first = [
@@ -132,10 +141,10 @@ def test_resends_whose_time_differs_count_once_across_windows_and_midnight(
 
 @BY_READS
 def test_a_later_copy_stamped_earlier_never_replaces_the_stored_receipt(
-    isolated: tuple[Settings, Any], reads: float, spark: Any
+    isolated: tuple[Settings, Any], reads: dict[str, float], spark: Any
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_bucket_reads_from": reads})
+    settings = settings.model_copy(update=reads)
     tea = [{"title": "Tea", "price": "2.00", "amount": 1}]
     cake = [{"title": "Cake", "price": "5.00", "amount": 3}]
     # The first copy reaches Kafka 20 minutes after the sale: the receipt is late.
@@ -202,10 +211,10 @@ def test_a_conflict_with_a_winner_beyond_the_bound_is_kept_without_its_winner_co
 
 @BY_READS
 def test_copies_in_one_micro_batch_resolve_like_copies_across_batches(
-    isolated: tuple[Settings, Any], reads: float, spark: Any, tmp_path: Path
+    isolated: tuple[Settings, Any], reads: dict[str, float], spark: Any, tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_bucket_reads_from": reads})
+    settings = settings.model_copy(update=reads)
     key = [device_key(9, 1)] * 4
     values = [
         receipt_json(9, 1, 1, AT),
