@@ -3,6 +3,7 @@
     python bench/speed_latency.py [--rates 10,1000] [--archive-trigger-seconds 30,1]
                                   [--scheduler-modes FAIR,FIFO]
                                   [--delta-snapshot-partitions 4,50]
+                                  [--vary POS_SETTING=value,value ...]
                                   [--seconds 60] [--warmup 20] [--json PATH]
 
 For each rate, on a topic, a keyspace and a data dir (checkpoints, master dataset) of
@@ -12,7 +13,8 @@ its own, the whole speed layer as `make speed` runs it:
    queries, archiver + views, in one driver under its supervisor; A = the archiver's
    interval, 30 s as shipped; given several, each rate runs with each, side by side,
    and so with each of `--scheduler-modes`, FAIR as shipped, and of
-   `--delta-snapshot-partitions`, POS_SPARK_DELTA_SNAPSHOT_PARTITIONS, 4 as shipped)
+   `--delta-snapshot-partitions`, POS_SPARK_DELTA_SNAPSHOT_PARTITIONS, 4 as shipped,
+   and of each `--vary` setting's values, the first as the speed layer runs)
    as a process, and await both queries' start (the driver logs "query <name>
    started" when Spark reports them started);
 2. cold start: produce one receipt and await it in its window: the first micro-batch
@@ -395,6 +397,7 @@ def run_rate(
     archive_trigger_s: float,
     scheduler: str,
     snapshot_partitions: int,
+    varied: dict[str, str],
     keyspace: str,
     topic: str,
     args: argparse.Namespace,
@@ -418,6 +421,7 @@ def run_rate(
             **speed_env(base, topic, keyspace, data),
             "POS_SPARK_SCHEDULER_MODE": scheduler,
             "POS_SPARK_DELTA_SNAPSHOT_PARTITIONS": str(snapshot_partitions),
+            **varied,
         },
         ["--trigger-seconds", "1", "--archive-trigger-seconds", f"{archive_trigger_s:g}"],
         log,
@@ -488,6 +492,7 @@ def run_rate(
         "archive_trigger_s": archive_trigger_s,
         "scheduler": scheduler,
         "delta_snapshot_partitions": snapshot_partitions,
+        "varied": varied,
         "topic": topic,
         "receipts": len(sent.windows),
         "measured_receipts": len(measured),
@@ -563,15 +568,21 @@ def _partitions(r: dict[str, Any]) -> str:
     return f"{r.get('delta_snapshot_partitions', 50)}"
 
 
+def _varied(r: dict[str, Any]) -> str:
+    # Runs recorded before `--vary` have none.
+    return "".join(f", {k}={v}" for k, v in r.get("varied", {}).items())
+
+
 def _row(r: dict[str, Any]) -> str:
-    return f"{r['rate']:,}/s, {r['archive_trigger_s']:g} s, {r['scheduler']}, {_partitions(r)}"
+    return (f"{r['rate']:,}/s, {r['archive_trigger_s']:g} s, {r['scheduler']}, "
+            f"{_partitions(r)}{_varied(r)}")  # fmt: skip
 
 
 def _variant(r: dict[str, Any]) -> str:
     """How the speed layer ran: the archiver's interval, the scheduling mode, Delta's
-    state partitions."""
+    state partitions, the `--vary` settings."""
     return (f"archiver every {r['archive_trigger_s']:g} s, {r['scheduler']} scheduling, "
-            f"Delta state in {_partitions(r)} partitions")  # fmt: skip
+            f"Delta state in {_partitions(r)} partitions{_varied(r)}")  # fmt: skip
 
 
 def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
@@ -672,6 +683,9 @@ def main() -> None:
                         help="POS_SPARK_DELTA_SNAPSHOT_PARTITIONS value(s), comma-separated "
                         "(default: the setting's): each rate runs with each, "
                         "side by side")  # fmt: skip
+    parser.add_argument("--vary", action="append", default=[], metavar="POS_SETTING=V1,V2",
+                        help="a setting's values (repeatable): each rate runs with each, "
+                        "side by side; the first as the speed layer runs")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=60, help="measured phase per rate")
     parser.add_argument("--warmup", type=float, default=30, help="least warm-up s per rate")
     parser.add_argument("--warmup-batches", type=int, default=3,
@@ -706,6 +720,12 @@ def main() -> None:
     except ValueError:
         parser.error(f"--delta-snapshot-partitions: comma-separated integers, got "
                      f"{args.delta_snapshot_partitions!r}")  # fmt: skip
+    varied: list[list[tuple[str, str]]] = []
+    for text in args.vary:
+        name, _, values = text.partition("=")
+        if not name.startswith("POS_") or not values.strip(","):
+            parser.error(f"--vary: POS_SETTING=value,value please, got {text!r}")
+        varied.append([(name, v) for v in values.split(",") if v])
     if min(partitions) < 1:
         parser.error("--delta-snapshot-partitions: one or more counts >= 1 please")
     if not archive_triggers or min(archive_triggers) <= 0:
@@ -722,12 +742,12 @@ def main() -> None:
     topics: list[str] = []
     try:
         for rate in rates:
-            variants = itertools.product(archive_triggers, schedulers, partitions)
-            for archive_s, scheduler, parts in variants:
+            variants = itertools.product(archive_triggers, schedulers, partitions, *varied)
+            for archive_s, scheduler, parts, *env in variants:
                 keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
                 topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
-                runs.append(run_rate(base, rate, archive_s, scheduler, parts, keyspaces[-1],
-                                     topics[-1], args, log))  # fmt: skip
+                runs.append(run_rate(base, rate, archive_s, scheduler, parts, dict(env),
+                                     keyspaces[-1], topics[-1], args, log))  # fmt: skip
     finally:
         drop(base, keyspaces, topics)
     figures = report(runs, args.drain_timeout)

@@ -3,8 +3,9 @@
 Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
   1. check records with the contract's validator (`views.records`; in a backlog,
      canonical valid records natively in Spark first);
-  2. look up the natural keys of the valid copies in `receipt_keys` (a direct join:
-     one read per receipt) and decide with the shared winner rule (`views.winners`):
+  2. look up the natural keys of the valid copies in `receipt_keys` (read by the driver
+     when the micro-batch is small, `adapters.driver_lookup`; else the connector's direct
+     join: one read per receipt) and decide with the shared winner rule (`views.winners`):
      new receipts win, a stored winner stays, other copies are resends or conflicts;
   3. add the winners to the stored aggregates of the windows they fall in
      (`views.increments.added`: `aggregate_15m`, the batch layer's function, of the
