@@ -4,7 +4,7 @@ A micro-batch of a few receipts needs a few stored rows: its receipts' `receipt_
 rows and its store-days' `agg_15m_speed` rows. Through the Spark connector each such
 read is a join with Cassandra that Spark plans and runs as jobs of its own, a fixed
 cost whatever the number of keys. Read here instead, with one prepared CQL query per
-key from the driver process, the rows become a local DataFrame that the micro-batch's
+key from the driver process, the rows become a local relation that the micro-batch's
 next Spark job reads without a job of its own (measured: docs/speed-performance.md).
 Backlogs keep the connector's reads (`adapters.cassandra.lookup`): their keys are too
 many to pass through the driver.
@@ -48,6 +48,23 @@ def spark_value(value: Any) -> Any:
     return value
 
 
+def local_frame(spark: SparkSession, rows: list[tuple[Any, ...]], schema: StructType) -> DataFrame:
+    """`rows` as a DataFrame over a local relation: plans read it in the driver.
+
+    `createDataFrame` of a list of tuples parallelizes pickled rows that a Python worker
+    re-serializes in a Spark job of their own (two tasks; ~100 ms of a 10-record
+    micro-batch's time, measured). From pandas, with Arrow
+    (`spark.sql.execution.arrow.pyspark.enabled`, infra/spark.py), Spark builds a local
+    relation instead, read where the plan needs it. The columns are objects, so that
+    Python's ints, decimals and instants reach Arrow as they are: pandas would
+    otherwise store a bigint column with a null as float64 and round its large values.
+    """
+    import pandas as pd
+
+    columns = pd.DataFrame(rows, columns=schema.fieldNames(), dtype=object)
+    return spark.createDataFrame(columns, schema)
+
+
 @dataclass
 class DriverLookup:
     """Reads rows of the keyspace's tables by key (prepared once per table and key)."""
@@ -77,7 +94,7 @@ class DriverLookup:
             self.session, statement, list(keys), concurrency=CONCURRENT_READS
         )
         found = [tuple(map(spark_value, row)) for _, rows in results for row in rows]
-        return self.spark.createDataFrame(found, schema)
+        return local_frame(self.spark, found, schema)
 
     def _statement(
         self, table: str, key_columns: tuple[str, ...], columns: tuple[str, ...]

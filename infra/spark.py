@@ -114,6 +114,11 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # (~60 ms of CPU per task on Python 3.11): see infra/spark_python_daemon.py.
         "spark.python.daemon.module": PYTHON_DAEMON_MODULE,
         "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
+        # DataFrames from pandas through Arrow: a local relation, no Spark job of their
+        # own (the rows a small micro-batch reads from the driver: adapters/driver_lookup.py).
+        # No silent fallback to the slower path: a column Arrow cannot take is an error.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
     }

@@ -111,6 +111,9 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     assert wide["spark.databricks.delta.snapshotPartitions"] == "64"
     # Python workers started by the project's daemon (run by Spark as `python -m`).
     assert conf["spark.python.daemon.module"] == "infra.spark_python_daemon"
+    # DataFrames from pandas through Arrow (local relations), never silently without it.
+    assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
+    assert conf["spark.sql.execution.arrow.pyspark.fallback.enabled"] == "false"
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
