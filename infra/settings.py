@@ -140,6 +140,13 @@ class Settings(BaseSettings):
         "speed layer's views query its cores ahead of the archiver's (infra/"
         "spark-scheduler-pools.xml); FIFO is Spark's default, first job first.",
     )
+    spark_python_daemon_module: str = Field(
+        default="infra.spark_python_daemon",
+        description="The module Spark starts its Python workers through "
+        "(spark.python.daemon.module): the project's, PySpark's own daemon without two "
+        "costs per task on Python 3.11 (infra/spark_python_daemon.py); pyspark.daemon is "
+        "PySpark's (benchmarks compare the two).",
+    )
     spark_driver_memory: str = "2g"
     spark_master_port: int = Field(
         default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra import spark_python_daemon
 from infra.java import find_java17, java_major
 from infra.process import ServiceError
 from infra.settings import Settings, is_loopback
@@ -25,8 +24,6 @@ if TYPE_CHECKING:
 
 LOG4J2_FILE = Path(__file__).with_name("spark-log4j2.properties")
 SCHEDULER_POOLS_FILE = Path(__file__).with_name("spark-scheduler-pools.xml")
-# Run as `python -m` by Spark on each machine with executors: the project is installed there.
-PYTHON_DAEMON_MODULE = spark_python_daemon.__name__
 REQUIRED_JARS = (
     "spark-sql-kafka-0-10_2.12-",
     "spark-cassandra-connector_2.12-",
@@ -111,8 +108,9 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # (speed_layer/triggers.py), the views query first (see the pools file).
         "spark.scheduler.mode": settings.spark_scheduler_mode,
         # Python workers that do not re-read Spark's zip archives before every task
-        # (~60 ms of CPU per task on Python 3.11): see infra/spark_python_daemon.py.
-        "spark.python.daemon.module": PYTHON_DAEMON_MODULE,
+        # (~60 ms of CPU per task on Python 3.11) nor run a full garbage collection
+        # after it (~80 ms in the views query's workers): infra/spark_python_daemon.py.
+        "spark.python.daemon.module": settings.spark_python_daemon_module,
         "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
         # DataFrames from pandas through Arrow: a local relation, no Spark job of their
         # own (the rows a small micro-batch reads from the driver: adapters/driver_lookup.py).

@@ -129,13 +129,15 @@ def test_spark_reads_kafka_and_round_trips_cassandra(
     assert {r.at for r in rows} == {datetime(2026, 1, 2, 3, 4, 5)}
 
 
-def test_spark_python_workers_keep_archive_directories(spark: Any) -> None:
+def test_spark_python_workers_run_through_the_projects_daemon(spark: Any) -> None:
     """Every Python task runs in a worker of the project's daemon, which spares Python
-    3.11 the re-read of Spark's zip archives before each task (infra/spark_python_daemon)."""
+    3.11 the re-read of Spark's zip archives before each task and collects only the young
+    generations after it (infra/spark_python_daemon)."""
     from pyspark.sql import functions as F
 
-    from infra.spark_python_daemon import keeps_archive_directories
+    from infra.spark_python_daemon import collects_young_generations, keeps_archive_directories
 
-    report = F.udf(lambda _: keeps_archive_directories(), "boolean")
-    seen = spark.range(0, 8, numPartitions=4).select(report("id").alias("kept")).collect()
-    assert [r.kept for r in seen] == [True] * 8
+    kept = F.udf(lambda _: keeps_archive_directories(), "boolean")
+    young = F.udf(lambda _: collects_young_generations(), "boolean")
+    seen = spark.range(0, 8, numPartitions=4).select(kept("id"), young("id")).collect()
+    assert [tuple(r) for r in seen] == [(True, True)] * 8

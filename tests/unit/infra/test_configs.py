@@ -111,6 +111,10 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     assert wide["spark.databricks.delta.snapshotPartitions"] == "64"
     # Python workers started by the project's daemon (run by Spark as `python -m`).
     assert conf["spark.python.daemon.module"] == "infra.spark_python_daemon"
+    pyspark_own = spark_conf(
+        Settings(jars_dir=jars, spark_python_daemon_module="pyspark.daemon"), "j"
+    )
+    assert pyspark_own["spark.python.daemon.module"] == "pyspark.daemon"
     # DataFrames from pandas through Arrow (local relations), never silently without it.
     assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert conf["spark.sql.execution.arrow.pyspark.fallback.enabled"] == "false"

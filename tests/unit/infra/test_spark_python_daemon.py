@@ -41,3 +41,31 @@ def test_invalidation_rereads_an_archive_unless_the_daemon_keeps_it(tmp_path: Pa
     assert _added_module_seen(tmp_path, "plain")
     # ...the daemon's workers keep the directory they read.
     assert not _added_module_seen(tmp_path, "daemon")
+
+
+def test_the_collection_after_each_task_is_of_the_young_generations() -> None:
+    import gc
+    import types
+
+    from infra.spark_python_daemon import collect_young_generations
+
+    daemon = types.ModuleType("stand_in_daemon")  # PySpark's daemon calls `gc.collect()`
+    daemon.gc = gc  # type: ignore[attr-defined]
+    generations: list[int] = []
+
+    def record(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the collections asked for below
+    gc.callbacks.append(record)
+    try:
+        daemon.gc.collect()  # type: ignore[attr-defined]
+        collect_young_generations(daemon)
+        daemon.gc.collect()  # type: ignore[attr-defined]
+    finally:
+        gc.callbacks.remove(record)
+        if was_enabled:
+            gc.enable()
+    assert generations == [2, 1]  # PySpark's full collection, then the young ones only
