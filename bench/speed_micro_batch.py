@@ -18,8 +18,9 @@ alternate, `--rounds` times, in separate drivers:
 
   - the project's Spark configuration (infra/spark.py);
   - the same with PySpark's own worker daemon (`pyspark.daemon`), whose workers
-    re-read Spark's zip archives before every task on Python 3.11: the peer the
-    project's daemon (infra/spark_python_daemon.py) is measured against;
+    re-read Spark's zip archives before every task on Python 3.11 and run a full
+    garbage collection after it: the peer the project's daemon
+    (infra/spark_python_daemon.py) is measured against;
   - or, with `--variant NAME:key=value;...` (repeatable), the settings to try before
     making them the project's (with `--no-json`, not to overwrite the report);
   - or, with `--baseline REV`, the project's code at a git revision (a worktree of
