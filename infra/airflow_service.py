@@ -47,6 +47,8 @@ from infra.settings import Settings
 
 READY_TIMEOUT_S = 180.0
 MIGRATE_TIMEOUT_S = 600.0
+# How long a writer of the SQLite metadata DB waits for its lock (see child_env).
+SQLITE_LOCK_TIMEOUT_SECONDS = 60
 MIN_FREE_DISK = 512 * 2**20
 SPARK_CONN_ID = "spark_pos"
 # The batch DAGs' pool: one slot, so a recompute, a backfill run and the master
@@ -118,7 +120,13 @@ def child_env(
     """The environment of every Airflow process: `base` plus the configuration."""
     ap = paths(settings)
     url = base_url(settings)
-    sql_conn = settings.airflow_sql_alchemy_conn or f"sqlite:///{ap.db.resolve()}"
+    # SQLite admits one writer at a time (scheduler, API server, DAG processor, task
+    # runners): a writer waits up to `timeout` s for the lock, 5 s by Python's default, and
+    # a trigger through the API failed with "Database error" after 5 s as a task's state
+    # changes held it (CI).
+    sql_conn = settings.airflow_sql_alchemy_conn or (
+        f"sqlite:///{ap.db.resolve()}?timeout={SQLITE_LOCK_TIMEOUT_SECONDS}"
+    )
     path = base.get("PATH", "/usr/bin:/bin")
     if not path.startswith(f"{bin_dir}:"):
         path = f"{bin_dir}:{path}"

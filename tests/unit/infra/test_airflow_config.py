@@ -30,8 +30,8 @@ def test_airflow_home_db_and_dags_folder(tmp_path: Path) -> None:
     env = _env(Settings(state_dir=tmp_path / "state", airflow_dags_dir=dags))
     assert env["AIRFLOW_HOME"] == str(tmp_path / "state" / "airflow")
     assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == (
-        f"sqlite:///{tmp_path / 'state' / 'airflow' / 'airflow.db'}"
-    )
+        f"sqlite:///{tmp_path / 'state' / 'airflow' / 'airflow.db'}?timeout=60"
+    )  # writers wait for SQLite's lock (Python's default: 5 s)
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(dags)
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False"
     assert env["HOME"] == "/root"  # the rest of the environment is kept

@@ -1,0 +1,81 @@
+"""Cassandra adapter for Spark jobs (Spark Cassandra Connector): one place for its options.
+
+Writes are upserts by primary key: the connector turns every row into an INSERT,
+which Cassandra applies as last-write-wins per cell. That is what makes a replayed
+micro-batch harmless: it rewrites the same keys with the same absolute values.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from pyspark.sql import DataFrame, SparkSession
+
+FORMAT = "org.apache.spark.sql.cassandra"
+
+
+def read_table(
+    spark: SparkSession, keyspace: str, table: str, by_partition_key: bool = False
+) -> DataFrame:
+    """The table as a DataFrame.
+
+    `by_partition_key`: the caller joins it with a small set of partition keys; force
+    the connector's direct join (one read per key) instead of a full scan, which its
+    size heuristic picks for young tables and which grows with the table.
+    """
+    options = {"keyspace": keyspace, "table": table}
+    if by_partition_key:
+        options["directJoinSetting"] = "on"
+    return spark.read.format(FORMAT).options(**options).load()
+
+
+def lookup(
+    spark: SparkSession, keyspace: str, table: str, keys: DataFrame, columns: tuple[str, ...]
+) -> DataFrame:
+    """The rows of `table` whose partition key is among `keys` (a small DataFrame).
+
+    A direct join (one read per key): a micro-batch's cost does not grow with the table.
+    """
+    rows = read_table(spark, keyspace, table, by_partition_key=True)
+    return rows.join(keys.distinct(), keys.columns, "inner").select(*columns)
+
+
+def upsert(df: DataFrame, keyspace: str, table: str, columns: tuple[str, ...] = ()) -> None:
+    """Write `df` (or just `columns` of it) as INSERTs: upserts by primary key."""
+    if columns:
+        df = df.select(*columns)
+    (
+        df.write.format(FORMAT)
+        .options(keyspace=keyspace, table=table)
+        .mode("append")  # "append" = INSERT = upsert; "overwrite" would TRUNCATE the table
+        .save()
+    )
+
+
+def _visible(spark: SparkSession, keyspace: str, table: str) -> bool:
+    try:
+        read_table(spark, keyspace, table).schema  # noqa: B018 - resolving is the check
+        return True
+    except Exception as exc:
+        if "Couldn't find" in str(exc):
+            return False
+        raise
+
+
+def await_tables(
+    spark: SparkSession, keyspace: str, tables: list[str], timeout: float = 30.0
+) -> None:
+    """Block until the connector's schema metadata shows these tables.
+
+    The connector learns about new keyspaces and tables through the driver's
+    debounced schema events, a moment after CREATE returns; a job started right after
+    `pos-infra schema` would otherwise fail its first write.
+    """
+    from infra.process import ServiceError, wait_for
+
+    for table in tables:
+        if not wait_for(partial(_visible, spark, keyspace, table), timeout, interval=0.5):
+            raise ServiceError(
+                f"Cassandra table {keyspace}.{table} not found: apply the schema with "
+                "`make schema` (or `make up`) and check POS_CASSANDRA_KEYSPACE."
+            )

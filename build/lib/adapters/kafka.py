@@ -1,0 +1,31 @@
+"""Kafka adapter for Spark jobs: the input stream every streaming job reads.
+
+Topic admin (create, require) lives in `infra.kafka_admin`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def read_transactions(spark: SparkSession, settings: Settings) -> DataFrame:
+    """A streaming DataFrame of raw Kafka records (key, value, topic, partition, ...)."""
+    return (
+        spark.readStream.format("kafka")
+        # Bootstrap servers and, if configured, the SASL login and TLS trust.
+        .options(**settings.spark_kafka_options)
+        .option("subscribe", settings.topic_transactions)
+        # Aborted transactional writes (e.g. from a replaying upstream) never count.
+        .option("kafka.isolation.level", "read_committed")
+        .option("startingOffsets", settings.speed_starting_offsets)
+        .option("maxOffsetsPerTrigger", settings.speed_max_offsets_per_trigger)
+        # A topic deleted or compacted under us is an operator error, but it must not
+        # crash the stream: log and continue from what is there.
+        .option("failOnDataLoss", "false")
+        .load()
+    )

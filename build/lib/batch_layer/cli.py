@@ -1,0 +1,166 @@
+"""`pos-batch`: the batch layer's command line (run, data quality, master dataset upkeep).
+
+    pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-02T01:00:00Z [--lookback-hours 48]
+    pos-batch run ... --delta-version 17     # reproduce a run: the same input, the same rows
+    pos-batch quality --start ... --end ...  # batch vs speed per store-window -> batch_fixes
+    pos-batch master optimize | vacuum [--retain-hours H] | history | migrate --from DIR
+    pos-batch gc [--grace-hours 3] [--dry-run]   # delete versions nothing points to
+
+Instants are ISO-8601 with an offset (`Z` for UTC), on 15-minute boundaries; the
+interval is [start, end). Prints one JSON line with the run's bookkeeping. Exit codes:
+0 done, 2 bad arguments, 1 the run failed (recorded as `failed` in batch_runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from datetime import timedelta
+from typing import Any
+
+from batch_layer.interval import Interval, IntervalError, parse_instant
+from infra.settings import Settings, load_settings
+
+log = logging.getLogger("pos.batch")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pos-batch",
+        description="Batch layer: recompute exact views from the master dataset.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("run", "recompute the batch views of [start, end) and commit them atomically"),
+        ("quality", "compare batch and speed aggregates of [start, end) into batch_fixes"),
+    ):
+        c = sub.add_parser(name, help=text, description=text)
+        c.add_argument("--start", required=True, help="interval start, e.g. 2026-03-02T00:00Z")
+        c.add_argument("--end", required=True, help="interval end (exclusive)")
+        c.add_argument(
+            "--lookback-hours",
+            type=float,
+            default=None,
+            help="recompute whole days back to start minus this (default: "
+            "POS_BATCH_LOOKBACK_HOURS, 48)",
+        )
+        if name == "run":
+            c.add_argument(
+                "--delta-version",
+                type=int,
+                default=None,
+                help="read the master dataset at this table version (default: the newest)",
+            )
+    gc = sub.add_parser(
+        "gc",
+        help="delete batch-view versions nothing points to (killed runs, replaced versions)",
+        description="Delete batch-view versions that the pointer does not name and that no "
+        "run wrote within the grace period (see batch_layer/cleanup.py).",
+    )
+    gc.add_argument(
+        "--grace-hours",
+        type=float,
+        default=3.0,
+        help="spare versions a run wrote this recently (default 3, above the DAG's 2 h "
+        "run timeout)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    m = sub.add_parser("master", help="master dataset (Delta) maintenance")
+    msub = m.add_subparsers(dest="action", required=True)
+    msub.add_parser("optimize", help="compact small files (OPTIMIZE)")
+    v = msub.add_parser("vacuum", help="delete files older versions no longer need (VACUUM)")
+    v.add_argument("--retain-hours", type=float, default=None)
+    msub.add_parser("history", help="the table's versions (DESCRIBE HISTORY)")
+    g = msub.add_parser("migrate", help="append an old Parquet master dataset into Delta")
+    g.add_argument("--from", dest="source", required=True, help="the Parquet directory")
+    return p
+
+
+def _interval(args: argparse.Namespace, settings: Settings) -> Interval:
+    hours = settings.batch_lookback_hours if args.lookback_hours is None else args.lookback_hours
+    return Interval(parse_instant(args.start), parse_instant(args.end), timedelta(hours=hours))
+
+
+def _emit(value: Any) -> None:
+    print(json.dumps(value, default=str), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    settings = load_settings()
+    interval = None
+    if args.command in ("run", "quality"):
+        try:
+            interval = _interval(args, settings)
+        except IntervalError as exc:
+            parser.error(str(exc))
+    if args.command == "gc":
+        return _gc(settings, args)
+    from infra.spark import build_session
+
+    spark = build_session(settings, f"pos-batch-{args.command}")
+    try:
+        if args.command == "run":
+            from batch_layer import job
+
+            assert interval is not None
+            _emit(dataclasses.asdict(job.run(spark, settings, interval, args.delta_version)))
+        elif args.command == "quality":
+            from batch_layer import quality
+
+            assert interval is not None
+            _emit(dataclasses.asdict(quality.check(spark, settings, interval)))
+        else:
+            _master(spark, settings, args)
+    except Exception as exc:
+        log.error("pos-batch %s failed: %s", args.command, exc)
+        return 1
+    finally:
+        spark.stop()
+    return 0
+
+
+def _gc(settings: Settings, args: argparse.Namespace) -> int:
+    """Plain CQL, no Spark session: it only lists partitions and deletes some."""
+    from datetime import UTC, datetime
+
+    from batch_layer import cleanup
+    from batch_layer.store import BatchStore
+
+    if args.grace_hours < 0:
+        print("pos-batch gc: --grace-hours must not be negative", file=sys.stderr)
+        return 2
+    try:
+        with BatchStore(settings) as store:
+            _emit(
+                cleanup.collect(
+                    store, datetime.now(UTC), timedelta(hours=args.grace_hours), args.dry_run
+                )
+            )
+    except Exception as exc:
+        log.error("pos-batch gc failed: %s", exc)
+        return 1
+    return 0
+
+
+def _master(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
+    from adapters import master_dataset as md
+
+    if args.action == "optimize":
+        _emit(md.optimize(spark, settings))
+    elif args.action == "vacuum":
+        hours = args.retain_hours or settings.batch_vacuum_retain_hours
+        _emit({"files": md.vacuum(spark, settings, hours), "retain_hours": hours})
+    elif args.action == "history":
+        _emit(md.history(spark, settings))
+    else:
+        _emit({"migrated_rows": md.migrate_parquet(spark, settings, args.source)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

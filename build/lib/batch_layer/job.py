@@ -1,0 +1,239 @@
+"""The batch job: master dataset (pinned Delta version) -> exact batch views in Cassandra.
+
+    pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-03T00:00:00Z [--lookback-hours 48]
+
+Reads like a sentence: snapshot the master dataset at one table version (recorded),
+turn every valid copy into a receipt row (`views.records.receipt_rows`), resolve the
+winner of every natural key over ALL copies, wherever their happened_at puts them
+(`views.winners.resolve`: a copy from another day can win or conflict), keep the
+winners of the recomputed days, aggregate them (`views.aggregation.aggregate_15m`, the
+speed layer's function) and write:
+
+1. the winners into `receipts_batch` and the aggregates into `agg_15m_batch`, under a
+   version key (same interval + same table version -> same key and same rows);
+2. the conflicts found into `conflicts` (the speed layer's table, same columns);
+3. after checking the written row counts, ONE atomic write of the pointer
+   (`batch_views`: every recomputed day -> this version, and the horizon).
+
+A run killed before step 3 leaves an orphan version nothing points to: readers keep
+the previous one. Bookkeeping (status, counts, table version) goes to `batch_runs`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from adapters import cassandra, master_dataset
+from batch_layer.interval import Interval
+from batch_layer.store import BatchStore, DayCommit, advancing
+from infra.settings import Settings
+from schemas import contract, cql
+from views import records
+from views.batch import BATCH_AGGREGATE_COLUMNS, batch_aggregates, in_range
+from views.winners import CONFLICT_COLUMNS, conflicts_of, resolve
+
+log = logging.getLogger("pos.batch")
+
+RECEIPT_COLUMNS = ("version", *records.RECEIPT_ROW_COLUMNS)
+AGGREGATE_COLUMNS = ("version", *BATCH_AGGREGATE_COLUMNS)
+LATE_THRESHOLD_US = int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: uuid.UUID
+    version: str
+    delta_version: int
+    horizon: datetime
+    input_rows: int
+    invalid_rows: int
+    receipts: int
+    duplicates_removed: int
+    conflicts: int
+    beyond_speed_bound: int
+    aggregate_rows: int
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _written(spark: SparkSession, settings: Settings, table: str, keys: DataFrame) -> int:
+    """Rows of `table` in the version partitions `keys` (direct join, no full scan)."""
+    return cassandra.lookup(
+        spark, settings.cassandra_keyspace, table, keys, ("operation_id",)
+    ).count()
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    delta_version: int | None = None,
+) -> RunResult:
+    """One batch run over `interval`; `delta_version` pins the input (default: newest)."""
+    run_id = uuid.uuid1()
+    with BatchStore(settings) as store:
+        store.record_run(
+            run_id,
+            {
+                "status": "running",
+                "interval_start": interval.start,
+                "interval_end": interval.end,
+                "lookback_hours": interval.lookback.total_seconds() / 3600,
+                "recompute_start": interval.recompute_start,
+                "started_at": _now(),
+            },
+        )
+        try:
+            result = _run(spark, settings, interval, delta_version, run_id, store)
+        except BaseException as exc:
+            store.record_run(
+                run_id,
+                {"status": "failed", "finished_at": _now(), "error": repr(exc)[:2000]},
+            )
+            raise
+    return result
+
+
+def _run(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    delta_version: int | None,
+    run_id: uuid.UUID,
+    store: BatchStore,
+) -> RunResult:
+    snap = master_dataset.snapshot(spark, settings, delta_version)
+    version = interval.version_key(snap.table_id, snap.version)
+    lo, hi = interval.recompute_start, interval.end
+    first_day, last_day = interval.days[0], interval.days[-1]
+    log.info("run %s: %s over [%s, %s) at table version %d", run_id, version, lo, hi, snap.version)
+    # Known before any row is written, so `pos-batch gc` spares a version being written.
+    store.record_run(run_id, {"version": version, "delta_version": snap.version})
+
+    # Every valid copy, wherever its day: a key's winner depends on all its copies.
+    copies = records.receipt_rows(
+        snap.rows,
+        LATE_THRESHOLD_US,
+        int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+    )
+    resolution = resolve(copies)
+    winners = (
+        resolution.winners.where(in_range("happened_at", lo, hi))
+        .withColumn("version", F.lit(version))
+        .persist()
+    )
+    duplicates = resolution.duplicates.where(in_range("winner_happened_at", lo, hi)).persist()
+    aggregates = batch_aggregates(winners, duplicates).withColumn("version", F.lit(version))
+    aggregates = aggregates.persist()
+    try:
+        stats = snap.rows.agg(
+            F.count(F.lit(1)).alias("input"),
+            F.count(
+                F.when(~F.col("valid") & F.col("event_day").between(first_day, last_day), 1)
+            ).alias("invalid"),
+        ).first()
+        assert stats is not None
+        dup = duplicates.agg(
+            F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("conflict"), 1)).alias("c")
+        ).first()
+        assert dup is not None
+        per_day = {
+            r["day"]: (int(r["receipts"]), int(r["beyond"]))
+            for r in winners.groupBy("day")
+            .agg(
+                F.count(F.lit(1)).alias("receipts"),
+                F.count(F.when(F.col("beyond_bound"), 1)).alias("beyond"),
+            )
+            .collect()
+        }
+        aggs_per_day = {
+            r["day"]: int(r["n"])
+            for r in aggregates.groupBy("day").count().withColumnRenamed("count", "n").collect()
+        }
+        receipts = sum(n for n, _ in per_day.values())
+        aggregate_rows = sum(aggs_per_day.values())
+
+        ks = settings.cassandra_keyspace
+        cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, RECEIPT_COLUMNS)
+        if settings.batch_crash_point == "after_receipts":
+            log.warning("crash point after_receipts reached: kill -9 of the batch job (testing)")
+            os.kill(os.getpid(), signal.SIGKILL)
+        cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
+        if int(dup["c"]):
+            cassandra.upsert(conflicts_of(duplicates), ks, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+
+        # The horizon moves only after the version's rows are all there.
+        keys = ("operation_id", "day", "version")
+        got = (
+            _written(spark, settings, cql.RECEIPTS_BATCH_TABLE, winners.select(*keys)),
+            _written(spark, settings, cql.AGG_BATCH_TABLE, aggregates.select(*keys)),
+        )
+        if got != (receipts, aggregate_rows):
+            raise RuntimeError(
+                f"version {version}: wrote {receipts} receipts and {aggregate_rows} aggregate "
+                f"rows but read back {got[0]} and {got[1]}; not committing"
+            )
+        previous = store.horizon()
+        horizon = max(hi, previous.replace(tzinfo=UTC)) if previous else hi
+        days = [
+            DayCommit(
+                day,
+                interval.covered_until(day),
+                per_day.get(day, (0, 0))[0],
+                aggs_per_day.get(day, 0),
+            )
+            for day in interval.days
+        ]
+        served = {day: p.covered_until for day, p in store.pointers().items()}
+        moving = advancing(days, served)
+        if len(moving) < len(days):
+            log.info(
+                "left %d day(s) on the versions already served: they cover them further (%s)",
+                len(days) - len(moving),
+                ", ".join(str(d.day) for d in days if d not in moving),
+            )
+        store.commit(run_id, version, snap.version, moving, horizon, _now())
+        result = RunResult(
+            run_id=run_id,
+            version=version,
+            delta_version=snap.version,
+            horizon=horizon,
+            input_rows=int(stats["input"]),
+            invalid_rows=int(stats["invalid"]),
+            receipts=receipts,
+            duplicates_removed=int(dup["n"]),
+            conflicts=int(dup["c"]),
+            beyond_speed_bound=sum(b for _, b in per_day.values()),
+            aggregate_rows=aggregate_rows,
+        )
+        store.record_run(
+            run_id,
+            {
+                "status": "committed",
+                "version": version,
+                "delta_version": snap.version,
+                "horizon": horizon,
+                "input_rows": result.input_rows,
+                "invalid_rows": result.invalid_rows,
+                "receipts": receipts,
+                "duplicates_removed": result.duplicates_removed,
+                "conflicts": result.conflicts,
+                "beyond_speed_bound": result.beyond_speed_bound,
+                "aggregate_rows": aggregate_rows,
+                "finished_at": _now(),
+            },
+        )
+        return result
+    finally:
+        for df in (winners, duplicates, aggregates):
+            df.unpersist()

@@ -1,0 +1,160 @@
+"""The one place that builds a SparkSession; every job gets its session here.
+
+Local mode (`local[*]`) by default. The Kafka source, the Cassandra connector and
+Delta Lake (the master dataset's table format) come as local jar paths from the jar
+cache (Spark's own package resolver ignores Maven mirrors, and resolving at every
+start is slow). Point `POS_SPARK_MASTER`,
+`POS_KAFKA_BOOTSTRAP_SERVERS` and `POS_CASSANDRA_HOSTS` at clusters and the same
+jobs run there unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from infra.java import find_java17, java_major
+from infra.process import ServiceError
+from infra.settings import Settings, is_loopback
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOG4J2_FILE = Path(__file__).with_name("spark-log4j2.properties")
+SCHEDULER_POOLS_FILE = Path(__file__).with_name("spark-scheduler-pools.xml")
+REQUIRED_JARS = (
+    "spark-sql-kafka-0-10_2.12-",
+    "spark-cassandra-connector_2.12-",
+    "delta-spark_2.12-",
+)
+# Both SQL extensions in one comma-separated list: the connector's (Cassandra functions,
+# direct joins) and Delta's (OPTIMIZE, VACUUM, DESCRIBE HISTORY, time travel).
+SQL_EXTENSIONS = (
+    "com.datastax.spark.connector.CassandraSparkExtensions",
+    "io.delta.sql.DeltaSparkSessionExtension",
+)
+
+
+def on_this_machine(master: str) -> bool:
+    """Local mode, or a standalone master on a loopback address (`pos-infra spark up`):
+    the driver, the executors and their Python workers all run here."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [h.rsplit(":", 1)[0] for h in master.removeprefix("spark://").split(",")]
+    return all(is_loopback(h) for h in hosts)
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    jars = sorted((settings.jars_dir / "spark").glob("*.jar"))
+    missing = [p for p in REQUIRED_JARS if not any(j.name.startswith(p) for j in jars)]
+    if missing:
+        raise ServiceError(
+            f"Spark jars {missing} missing in {settings.jars_dir / 'spark'}: run `make jars`."
+        )
+    return jars
+
+
+def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
+    """The session's configuration as plain data (pure, so it is unit-tested)."""
+    conf = {
+        "spark.master": settings.spark_master,
+        "spark.app.name": app_name,
+        "spark.jars": ",".join(str(j) for j in spark_jars(settings)),
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        # Event time is stored and windowed in UTC whatever the machine's zone.
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.extensions": ",".join(SQL_EXTENSIONS),
+        # Delta's catalog in place of the session catalog, so that path-based Delta
+        # tables (`delta.`<path>``) resolve in SQL.
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.cassandra.connection.host": ",".join(settings.cassandra_contact_points),
+        "spark.cassandra.connection.port": str(settings.cassandra_port),
+        # The connector's defaults (5 concurrent writes, 1 KiB batches) leave Cassandra
+        # idle on a backlog; batches stay under Cassandra's 5 KiB batch warning.
+        "spark.cassandra.output.concurrent.writes": str(settings.cassandra_concurrent_writes),
+        "spark.cassandra.output.batch.size.bytes": "4096",
+        # Settings, not code: with RF 3 the speed layer's read-back of the previous
+        # micro-batch is exact only when read + write levels overlap (LOCAL_QUORUM twice).
+        "spark.cassandra.input.consistency.level": settings.cassandra_read_consistency,
+        "spark.cassandra.output.consistency.level": settings.cassandra_write_consistency,
+        **(
+            {"spark.cassandra.connection.localDC": settings.cassandra_local_dc}
+            if settings.cassandra_local_dc
+            else {}
+        ),
+        # Generated classes are cached by source code, 100 of them by default. A speed
+        # micro-batch plans some ten actions (two queries, several stages each), more
+        # distinct classes than that, so Janino compiled classes again every micro-batch
+        # (~10 % of the driver thread's profile samples; ~1 % with room for all): a
+        # fixed cost per micro-batch whatever its size. With room for all of
+        # them, a warm 10-record micro-batch of the views query took 3.4 s instead of
+        # 3.8 s (0.91; bench/speed_micro_batch.py, two alternating rounds).
+        "spark.sql.codegen.cache.maxEntries": "2000",
+        # Every Delta commit with an idempotency id (the archiver's streaming sink: its
+        # query id and batch id) rebuilds the table's state to read the ids committed
+        # so far, in a Spark job of `snapshotPartitions` tasks, 50 by default: on two
+        # cores a fixed cost per archiver micro-batch, which delays the views query
+        # beside it. With 4, a 10-record append took 665 ms instead of 1,447 (median of
+        # 20 alternated in one driver), the archiver's 300-record micro-batch at 10
+        # events/s 2.7 s instead of 7.1 s, and the p99 latency at 10 events/s was 4.88 s
+        # instead of 5.92 (bench/speed_latency.py, side by side).
+        "spark.databricks.delta.snapshotPartitions": str(settings.spark_delta_snapshot_partitions),
+        # The speed layer's two queries share one driver: each runs in a pool of its own
+        # (speed_layer/triggers.py), the views query first (see the pools file).
+        "spark.scheduler.mode": settings.spark_scheduler_mode,
+        # Python workers that do not re-read Spark's zip archives before every task
+        # (~60 ms of CPU per task on Python 3.11) nor run a full garbage collection
+        # after it (~80 ms in the views query's workers): infra/spark_python_daemon.py.
+        "spark.python.daemon.module": settings.spark_python_daemon_module,
+        "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
+        # DataFrames from pandas through Arrow: a local relation, no Spark job of their
+        # own (the rows a small micro-batch reads from the driver: adapters/driver_lookup.py).
+        # No silent fallback to the slower path: a column Arrow cannot take is an error.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
+    }
+    if settings.cassandra_username:
+        # Spark redacts *password* keys in its UI and logs (spark.redaction.regex).
+        conf |= {
+            "spark.cassandra.auth.username": settings.cassandra_username,
+            "spark.cassandra.auth.password": settings.cassandra_password.get_secret_value(),
+        }
+    if on_this_machine(settings.spark_master):
+        # One machine: keep the driver on loopback (executors reach it there) and the UI
+        # off. On a real cluster the executors must reach the driver, so Spark's default
+        # (this host's address) stays.
+        conf |= {
+            "spark.driver.host": settings.bind_host,
+            "spark.driver.bindAddress": settings.bind_host,
+            "spark.ui.enabled": "false",
+        }
+    return conf
+
+
+def build_session(settings: Settings, app_name: str) -> SparkSession:
+    """Get or create the session for `app_name` with the project's jars and endpoints."""
+    from pyspark.sql import SparkSession
+
+    # PySpark launches its JVM from JAVA_HOME; pin it to the JDK 17 the jars target.
+    home = os.environ.get("JAVA_HOME")
+    if settings.java_home is not None or not home or java_major(Path(home) / "bin" / "java") != 17:
+        os.environ["JAVA_HOME"] = str(find_java17(settings.java_home).parent.parent)
+    # Python workers must run this interpreter (the project's venv), not whatever
+    # `python3` is on PATH. The executors run the path the driver names, so this holds
+    # for a standalone worker on this machine too; on a cluster, point PYSPARK_PYTHON at
+    # the workers' env (with this project installed: the jobs' functions are imported there).
+    if on_this_machine(settings.spark_master):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    for key, value in spark_conf(settings, app_name).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,28 @@
+"""What the serving layer refuses or cannot do, as exceptions each front door maps once.
+
+The HTTP app turns them into status codes (QueryError -> 422, UnknownStore -> 404,
+Unavailable -> 503), the CLI into exit codes; the message is written for the user
+and says what to change.
+"""
+
+from __future__ import annotations
+
+
+class ServingError(Exception):
+    """Base class: the message is meant for the user."""
+
+
+class QueryError(ServingError):
+    """A request the serving layer refuses (bad date, inverted or too large range, ...)."""
+
+
+class UnknownStore(ServingError):
+    """No view holds any receipt of this store."""
+
+    def __init__(self, store: int) -> None:
+        super().__init__(f"store {store} is unknown: no view holds any receipt of it")
+        self.store = store
+
+
+class Unavailable(ServingError):
+    """Cassandra cannot be reached or did not answer in time."""

@@ -1,0 +1,139 @@
+"""The HTTP API and the dashboard page over the same library (FastAPI).
+
+    pos-serve http            # or: make serve -> http://127.0.0.1:8000/  (docs: /docs)
+
+JSON answers are the library's rows (money as decimal strings, instants in UTC).
+Errors are JSON `{"detail": "..."}` saying what to fix: 422 for a bad date, an
+inverted or too large range or another invalid parameter, 404 for a store no view
+knows, 503 with the reason when Cassandra is unreachable (never a stack trace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+
+from infra.settings import Settings
+from serving import dashboard
+from serving.errors import QueryError, ServingError, Unavailable, UnknownStore
+from serving.model import DayTotal, Health, ReceiptPage, StoreDay, TopStores, WindowsAnswer
+from serving.requests import parse_day, parse_instant
+from serving.service import Serving
+
+STATUS = {QueryError: 422, UnknownStore: 404, Unavailable: 503}
+
+DESCRIPTION = """\
+One exact answer per 15-minute window from the batch and speed views of the POS Lambda
+pipeline. A window is answered from the committed batch version when the batch covers it
+(its day's `covered_until` and the horizon are at or after the window's end), otherwise
+from the speed view; every row says its `source` and whether it is `final`.
+Instants are ISO-8601 with an offset (`2026-03-02T08:00:00Z`) or a date (its UTC midnight).
+"""
+
+Store = Annotated[int, Query(description="the store (operation_id)", examples=[101])]
+Day = Annotated[str, Query(description="a UTC day, YYYY-MM-DD", examples=["2026-03-02"])]
+
+
+def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
+    """The app; `serving` defaults to a library instance on `settings`."""
+    lib = serving or Serving(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        lib.close()
+
+    app = FastAPI(
+        title="POS serving layer", version="1", description=DESCRIPTION, lifespan=lifespan
+    )
+    app.state.serving = lib
+
+    @app.exception_handler(ServingError)
+    async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=STATUS.get(type(exc), 500))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own checks (an integer that is not one, a missing parameter), said
+        # in one line like ours.
+        parts = [
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": "; ".join(parts)}, status_code=422)
+
+    @app.get("/stores/{store}/windows", tags=["aggregates"])
+    def windows(
+        store: int,
+        start: Annotated[str, Query(examples=["2026-03-02T00:00:00Z"])],
+        end: Annotated[str, Query(examples=["2026-03-03T00:00:00Z"])],
+    ) -> WindowsAnswer:
+        """A store's 15-minute windows starting in [start, end), each exactly once."""
+        return lib.windows(store, parse_instant(start, "start"), parse_instant(end, "end"))
+
+    @app.get("/stores/{store}/days", tags=["aggregates"])
+    def days(
+        store: int,
+        first: Annotated[str, Query(description="first UTC day", examples=["2026-03-01"])],
+        last: Annotated[str, Query(description="last UTC day, included", examples=["2026-03-02"])],
+    ) -> list[DayTotal]:
+        """A store's daily totals; a day is final when the batch answered all its windows."""
+        return lib.daily_totals(store, parse_day(first, "first"), parse_day(last, "last"))
+
+    @app.get("/days/{day}/top-stores", tags=["aggregates"])
+    def top(day: str, limit: Annotated[int, Query(ge=1, le=1000)] = 10) -> TopStores:
+        """The day's stores by merged revenue, best first."""
+        return lib.top_stores(parse_day(day), limit)
+
+    @app.get("/stores/{store}/days/{day}/receipts", tags=["receipts"])
+    def receipts(
+        store: int,
+        day: str,
+        page_size: Annotated[int | None, Query(ge=1, le=1000)] = None,
+        page: Annotated[str | None, Query(description="next_page of the previous answer")] = None,
+    ) -> ReceiptPage:
+        """A store-day's receipts in time order, a page at a time (Cassandra paging)."""
+        return lib.receipts(store, parse_day(day), page_size, page)
+
+    @app.get("/stores/{store}/days/{day}/issues", tags=["receipts"])
+    def store_day(store: int, day: str) -> StoreDay:
+        """Conflicting copies of the store-day's receipts and what the batch fixed."""
+        return lib.store_day(store, parse_day(day))
+
+    @app.get("/health", tags=["pipeline"])
+    def health(runs: Annotated[int, Query(ge=1, le=100)] = 5) -> Health:
+        """Batch horizon and its age, last batch runs, speed progress, dead letters."""
+        return lib.health(runs)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard")
+
+    @app.get("/dashboard", response_class=HTMLResponse, tags=["dashboard"])
+    def page(store: int | None = None, day: str | None = None) -> HTMLResponse:
+        """A store's day as 96 bars coloured by source, the horizon, totals and health."""
+        try:
+            html = dashboard.page(lib, store, parse_day(day) if day else None)
+        except ServingError as exc:
+            code = STATUS.get(type(exc), 500)
+            return HTMLResponse(dashboard.error_page(code, str(exc)), status_code=code)
+        return HTMLResponse(html)
+
+    return app
+
+
+def serve(settings: Settings, port: int | None = None) -> None:
+    """Run the app with uvicorn on bind_host (127.0.0.1 by default)."""
+    import uvicorn
+
+    port = port or settings.serve_port
+    print(
+        f"serving on http://{settings.bind_host}:{port}/ (dashboard; API docs at /docs)",
+        flush=True,
+    )
+    uvicorn.run(create_app(settings), host=settings.bind_host, port=port, log_level="warning")

@@ -1,0 +1,309 @@
+"""`pos-speed`: run the speed layer's streaming jobs, or show their progress.
+
+    pos-speed run                  # archiver + views, continuous until SIGTERM/Ctrl-C
+    pos-speed run --available-now  # process everything in Kafka now, then exit
+    pos-speed status               # last micro-batch of each query (from Cassandra)
+
+Both queries run in one Spark application (the driver), each named and with its own
+checkpoint under <data_dir>/checkpoints. `pos-speed run` supervises the driver: when a
+query fails (Cassandra or Kafka unreachable), the driver exits with the root cause in
+one line and a fresh driver starts after a backoff (POS_SPEED_MAX_RESTARTS in a row).
+Stopping is graceful: on SIGTERM the queries are stopped and the session closed;
+anything half-done is replayed from the checkpoint on the next start, and the sinks
+make that replay harmless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from infra.process import ServiceError
+from infra.settings import Settings, load_settings
+from schemas import cql
+from speed_layer import SUPERVISOR_PID_ENV
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+JOBS = ("archiver", "views")
+# The driver's exit code for "a query failed, start me again" (sysexits EX_TEMPFAIL).
+EXIT_RETRY = 75
+log = logging.getLogger("pos.speed")
+
+
+def _progress_writer(settings: Settings) -> tuple[Any, Any]:
+    """A cassandra-driver upsert into speed_progress (and the cluster to close)."""
+    from infra import cassandra_client
+
+    cluster = cassandra_client.cluster(settings, writes=True)
+    session = cluster.connect(settings.cassandra_keyspace)
+    cols = (
+        "query_name",
+        "batch_id",
+        "finished_at",
+        "input_rows",
+        "input_rows_per_second",
+        "processed_rows_per_second",
+        "duration_ms",
+        "kafka_lag",
+        "valid_rows",
+        "invalid_rows",
+        "resends_absorbed",
+        "conflicts",
+        "late_receipts",
+        "beyond_lateness_bound",
+    )
+
+    def write(row: dict[str, Any]) -> None:
+        # Partial rows (counts first, rates later) upsert only the columns they carry.
+        present = [c for c in cols if c in row]
+        session.execute(
+            f"INSERT INTO {cql.SPEED_PROGRESS_TABLE} ({', '.join(present)}) "
+            f"VALUES ({', '.join('%s' for _ in present)})",
+            [row[c] for c in present],
+        )
+
+    return write, cluster
+
+
+def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
+    """One Spark application running the jobs; EXIT_RETRY when a query failed."""
+    from pyspark.errors import StreamingQueryException
+
+    from infra import kafka_admin
+    from infra.spark import build_session
+    from speed_layer import archiver_job, views_job
+    from speed_layer.progress import ProgressRecorder, first_line
+
+    # Spark would fail later with a Java stack trace; say what to do instead.
+    kafka_admin.require_topic(
+        settings.bootstrap_servers,
+        settings.topic_transactions,
+        security=settings.kafka_security_config,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    spark = build_session(settings, "pos-speed-layer")
+    cluster = None
+    queries: list[StreamingQuery] = []
+    failed: str | None = None
+    try:
+        writer, cluster = _progress_writer(settings)
+        recorder = ProgressRecorder(settings.speed_status_file, writer)
+        spark.streams.addListener(recorder.listener())
+        if "archiver" in jobs:
+            queries.append(archiver_job.start(spark, settings, available_now))
+        if "views" in jobs:
+            queries.append(views_job.start(spark, settings, recorder, available_now))
+        log.info("started %s (available-now: %s)", ", ".join(jobs), available_now)
+        # Short waits keep the main thread free to receive signals between them.
+        while not stop.is_set() and any(q.isActive for q in queries):
+            with contextlib.suppress(StreamingQueryException):  # examined just below
+                spark.streams.awaitAnyTermination(1)
+            spark.streams.resetTerminated()
+            broken = [q for q in queries if not q.isActive and q.exception() is not None]
+            if broken:
+                failed = f"{broken[0].name} failed: {first_line(broken[0].exception())}"
+                break
+    except Exception as exc:  # e.g. Cassandra unreachable while the queries start
+        failed = f"could not start: {first_line(exc)}"
+    finally:
+        for q in queries:
+            if q.isActive:
+                log.info("stopping %s", q.name)
+                q.stop()
+        spark.stop()
+        if cluster is not None:
+            cluster.shutdown()
+    if failed is not None:
+        log.error("%s", failed)
+        return EXIT_RETRY
+    return 0
+
+
+def supervise(settings: Settings, driver_argv: list[str]) -> int:
+    """Run the driver in a child process; after a failure, start a fresh one.
+
+    A fresh process, not a restarted query: after Cassandra comes back, the
+    connector's cached session in the old JVM can block for good in a schema refresh.
+    The new driver resumes from the checkpoints, and every sink write is an upsert of
+    values recomputed from what is stored, so nothing is lost or counted twice.
+    """
+    stop = threading.Event()
+    child: subprocess.Popen[bytes] | None = None
+
+    def forward(signum: int, _: object) -> None:
+        stop.set()
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)  # the driver stops its queries gracefully
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    failures = 0
+    while True:
+        progress_before = _mtime(settings.speed_status_file)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "speed_layer.cli", *driver_argv],
+            env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},
+        )
+        code = child.wait()
+        if stop.is_set() or code != EXIT_RETRY:
+            return code if code >= 0 else 128 - code  # killed by signal N: 128 + N
+        # Consecutive failures only: a driver that got work done starts the count anew.
+        failures = 1 if _mtime(settings.speed_status_file) > progress_before else failures + 1
+        if failures > settings.speed_max_restarts:
+            log.error(
+                "the speed layer failed %d times in a row (see above). Fix the cause and run "
+                "`pos-speed run` again: it resumes from its checkpoints under %s.",
+                failures, settings.checkpoint_dir,
+            )  # fmt: skip
+            return 1
+        delay = min(2**failures, 30)
+        log.warning(
+            "restarting from its checkpoint in %d s (%d of %d consecutive restarts)",
+            delay, failures, settings.speed_max_restarts,
+        )  # fmt: skip
+        # A retry delay (giving Cassandra or Kafka time to come back), not synchronisation.
+        if stop.wait(delay):
+            return 0
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def status(settings: Settings, as_json: bool) -> int:
+    from cassandra.cluster import NoHostAvailable
+
+    from infra import cassandra_client
+
+    cluster = cassandra_client.cluster(settings)
+    try:
+        session = cluster.connect(settings.cassandra_keyspace)
+    except NoHostAvailable as exc:
+        raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
+    try:
+        rows = []
+        for name in ("pos-speed-archiver", "pos-speed-views"):
+            row = session.execute(
+                f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = %s LIMIT 1", (name,)
+            ).one()
+            if row is not None:
+                rows.append(row._asdict())
+    finally:
+        cluster.shutdown()
+    if as_json:
+        print(json.dumps(rows, default=str, indent=2))
+    elif not rows:
+        print("no micro-batch recorded yet: start the speed layer with `pos-speed run`")
+    for r in [] if as_json else rows:
+        print(
+            f"{r['query_name']:<20} batch {r['batch_id']} "
+            f"at {r['finished_at']:%Y-%m-%d %H:%M:%S}Z: "
+            + (
+                f"{r['input_rows']} rows, {r['input_rows_per_second']:.0f}/s in, "
+                f"{r['processed_rows_per_second']:.0f}/s processed, {r['duration_ms']} ms, "
+                f"kafka lag {r['kafka_lag']}"
+                if r["input_rows"] is not None
+                else "(rates pending)"
+            )
+            + (
+                f", valid {r['valid_rows']}, invalid {r['invalid_rows']}, resends absorbed "
+                f"{r['resends_absorbed']}, conflicts {r['conflicts']}, late {r['late_receipts']}"
+                if r["valid_rows"] is not None
+                else ""
+            )
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pos-speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_p = sub.add_parser("run", help="run the streaming jobs")
+    run_p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process everything available in Kafka, then exit",
+    )
+    run_p.add_argument(
+        "--jobs",
+        default=",".join(JOBS),
+        help=f"comma-separated subset of {', '.join(JOBS)} (default: both)",
+    )
+    run_p.add_argument("--topic", help="input topic (default: POS_TOPIC_TRANSACTIONS)")
+    run_p.add_argument(
+        "--trigger-seconds",
+        type=float,
+        help="micro-batch interval of the views query (POS_SPEED_TRIGGER_SECONDS, default 5)",
+    )
+    run_p.add_argument(
+        "--archive-trigger-seconds",
+        type=float,
+        help="micro-batch interval of the archiver (POS_SPEED_ARCHIVE_TRIGGER_SECONDS, default 30)",
+    )
+    run_p.add_argument("--starting-offsets", help="earliest|latest for a new checkpoint")
+    run_p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+    # The supervisor starts the driver (the Spark application) with this flag.
+    run_p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    st = sub.add_parser("status", help="show the last micro-batch of each query")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # py4j logs every callback at INFO; the driver's DC choice is expected on one node.
+    for noisy in ("py4j", "cassandra"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        if args.command == "status":
+            return status(load_settings(), args.json)
+        jobs = tuple(j.strip() for j in args.jobs.split(",") if j.strip())
+        unknown = sorted(set(jobs) - set(JOBS))
+        if unknown or not jobs:
+            parser.error(f"--jobs: unknown job(s) {unknown}; choose from {', '.join(JOBS)}")
+        try:
+            settings = load_settings(
+                topic_transactions=args.topic,
+                speed_trigger_seconds=args.trigger_seconds,
+                speed_archive_trigger_seconds=args.archive_trigger_seconds,
+                speed_starting_offsets=args.starting_offsets,
+                speed_max_offsets_per_trigger=args.max_offsets_per_trigger,
+            )
+        except ValidationError as exc:  # a bad flag or POS_* value
+            print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
+            return 2
+        if args.driver:
+            return run(settings, jobs, args.available_now)
+        from infra import cassandra_client
+
+        cassandra_client.require_keyspace(settings)  # once, before any driver starts
+        return supervise(settings, [*(argv if argv is not None else sys.argv[1:]), "--driver"])
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

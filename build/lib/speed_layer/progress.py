@@ -1,0 +1,185 @@
+"""Per-micro-batch progress of the streaming jobs: logged, kept in a JSON status file,
+and upserted into the `speed_progress` table (queryable with CQL and `pos-speed status`).
+
+Spark reports rates, durations and Kafka lag through a StreamingQueryListener; the
+views job adds what only it knows (valid, invalid, resends absorbed, late
+receipts) through `BatchCounts`, keyed by (query, batch id) and merged here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+log = logging.getLogger("pos.speed")
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """What the views job learned about one micro-batch."""
+
+    valid_rows: int = 0
+    invalid_rows: int = 0
+    resends_absorbed: int = 0
+    conflicts: int = 0
+    late_receipts: int = 0
+    beyond_lateness_bound: int = 0
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    query_name: str
+    batch_id: int
+    finished_at: datetime
+    input_rows: int
+    input_rows_per_second: float
+    processed_rows_per_second: float
+    duration_ms: int
+    kafka_lag: int | None
+    counts: BatchCounts | None = None  # only the views job has counts
+
+    def as_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        counts = row.pop("counts")
+        row.update(counts or {})
+        return row
+
+    def summary(self) -> str:
+        text = (
+            f"{self.query_name} batch {self.batch_id}: {self.input_rows} rows in "
+            f"{self.duration_ms} ms ({self.input_rows_per_second:.0f}/s in, "
+            f"{self.processed_rows_per_second:.0f}/s processed), kafka lag {self.kafka_lag}"
+        )
+        c = self.counts
+        if c is not None:
+            text += (
+                f", valid {c.valid_rows}, invalid {c.invalid_rows}, resends absorbed "
+                f"{c.resends_absorbed}, conflicts {c.conflicts}, late {c.late_receipts}, "
+                f"beyond bound "
+                f"{c.beyond_lateness_bound}"
+            )
+        return text
+
+
+def kafka_lag(sources: list[Any]) -> int | None:
+    """Largest per-partition lag the Kafka source saw (Spark reports min/avg/max)."""
+    lags = []
+    for source in sources:
+        metrics = getattr(source, "metrics", None) or {}
+        if "maxOffsetsBehindLatest" in metrics:
+            lags.append(int(float(metrics["maxOffsetsBehindLatest"])))
+    return max(lags) if lags else None
+
+
+_CAUSE = re.compile(r"(?:Caused by: |^\s*)((?:[a-z]\w*\.)+\w*(?:Exception|Error)\b.*)")
+_WRAPPERS = ("py4j.", "pyspark.", "org.apache.spark.sql.streaming.StreamingQueryException")
+
+
+def first_line(exc: object) -> str:
+    """The gist of a query's exception: its root cause in one line.
+
+    Spark's text nests a Python traceback, py4j wrappers and whole JVM stack traces;
+    the innermost Java exception that is not a wrapper says what went wrong.
+    """
+    parts = (getattr(exc, "desc", None), getattr(exc, "stackTrace", None))
+    text = "\n".join(str(p) for p in parts if p) or str(exc)
+    causes = [
+        m.group(1)
+        for line in text.splitlines()
+        if (m := _CAUSE.match(line)) and not m.group(1).startswith(_WRAPPERS)
+    ]
+    gist = causes[-1] if causes else (text.splitlines() or ["unknown error"])[0]
+    return gist[:300]
+
+
+class ProgressRecorder:
+    """Collects counts from foreachBatch and progress from Spark; writes both out.
+
+    Counts are written as soon as a batch's work is done (synchronously, inside
+    foreachBatch), so a caller that saw the query finish also sees its counts;
+    Spark's rates arrive a moment later through the listener and are merged in.
+    """
+
+    def __init__(self, status_file: Path, writer: Any = None) -> None:
+        self._status_file = status_file
+        self._writer = writer  # callable(dict) persisting a progress row, or None
+        self._counts: dict[tuple[str, int], BatchCounts] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def add_counts(self, query_name: str, batch_id: int, counts: BatchCounts) -> None:
+        with self._lock:
+            self._counts[(query_name, batch_id)] = counts
+        row = {
+            "query_name": query_name,
+            "batch_id": batch_id,
+            "finished_at": datetime.now(UTC),
+            **asdict(counts),
+        }
+        self._publish(row)
+
+    def record(self, progress: BatchProgress) -> None:
+        log.info(progress.summary())
+        self._publish(progress.as_row())
+
+    def counts_for(self, query_name: str, batch_id: int) -> BatchCounts | None:
+        with self._lock:
+            return self._counts.pop((query_name, batch_id), None)
+
+    def _publish(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._latest[row["query_name"]] = row
+            snapshot = dict(self._latest)
+        self._status_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._status_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(snapshot, default=str, indent=2))
+        tmp.replace(self._status_file)  # atomic: readers never see half a file
+        if self._writer is not None:
+            try:
+                self._writer(row)
+            except Exception:
+                log.exception("could not persist progress of %s", row["query_name"])
+
+    def listener(self) -> StreamingQueryListener:
+        recorder = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                log.info("query %s started (id %s)", event.name, event.id)
+
+            def onQueryProgress(self, event: Any) -> None:
+                p = event.progress
+                name = p.name or str(p.id)
+                counts = recorder.counts_for(name, p.batchId)
+                recorder.record(
+                    BatchProgress(
+                        query_name=name,
+                        batch_id=p.batchId,
+                        finished_at=datetime.now(UTC),
+                        input_rows=p.numInputRows,
+                        input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
+                        processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
+                        duration_ms=int(p.durationMs.get("triggerExecution", 0)),
+                        kafka_lag=kafka_lag(p.sources),
+                        counts=counts,
+                    )
+                )
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                if event.exception:
+                    log.error("query %s failed: %s", event.id, first_line(event.exception))
+                else:
+                    log.info("query %s stopped", event.id)
+
+        return _Listener()

@@ -1,0 +1,391 @@
+"""Speed views: Kafka -> validate -> dead letters, receipts, conflicts, 15-minute aggregates.
+
+Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
+  1. check records with the contract's validator (`views.records`; in a backlog,
+     canonical valid records natively in Spark first);
+  2. look up the natural keys of the valid copies in `receipt_keys` (read by the driver
+     when the micro-batch is small, `adapters.driver_lookup`; else the connector's direct
+     join: one read per receipt) and decide with the shared winner rule (`views.winners`):
+     new receipts win, a stored winner stays, other copies are resends or conflicts;
+  3. add the winners to the stored aggregates of the windows they fall in
+     (`views.increments.added`: `aggregate_15m`, the batch layer's function, of the
+     winners each window does not count yet) and upsert them into `agg_15m_speed`:
+     first, as what readers wait for;
+  4. upsert the winners' raw rows, their keys, then conflicts (both versions: a stored
+     winner's content is read from its raw row, as the index keeps only what the rule
+     reads), and last the invalid records into `dead_letters`, keyed by Kafka
+     coordinates, with the reason.
+Every write is an upsert of values that depend only on the micro-batch and what the
+previous micro-batches stored, and each aggregate row records the Kafka offsets it
+counts, so a micro-batch replayed after a crash at any point (even between two of
+these writes) lands on the same rows: effectively once, without Spark state.
+Receipts that reach Kafka more than `speed_max_lateness_hours` after they happened
+are recorded in `receipt_keys` (so their resends are known) but left out of the
+speed views: the batch layer takes them.
+
+Run it with `pos-speed run` (see speed_layer/cli.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import cache
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery
+
+from adapters import cassandra, kafka
+from adapters.driver_lookup import DriverLookup
+from infra.settings import Settings
+from schemas import contract, cql
+from speed_layer import SUPERVISOR_PID_ENV
+from speed_layer.progress import BatchCounts, ProgressRecorder
+from speed_layer.triggers import start_in_pool
+from views import records
+from views.increments import SPEED_AGGREGATE_COLUMNS, added
+from views.winners import (
+    CONFLICT_COLUMNS,
+    INDEX_COLUMNS,
+    Resolution,
+    decide_batch,
+    winners_to_complete,
+    with_winner_content,
+)
+
+QUERY_NAME = "pos-speed-views"
+# The raw table holds every receipt row column but these two.
+RAW_COLUMNS = tuple(
+    c for c in records.RECEIPT_ROW_COLUMNS if c not in ("content_hash", "beyond_bound")
+)
+KEY_BUCKET = "key_bucket"
+# receipt_keys' columns: what the winner rule reads of a stored winner, not its content
+# (line items, totals). Writing and reading back the content cost a 50k-receipt
+# micro-batch ~3.8 s of connector work against ~1.8 s without it (scratch, warm).
+KEY_COLUMNS = (*INDEX_COLUMNS, KEY_BUCKET)
+# The primary keys the views read stored rows by: receipt_keys' (one receipt) and
+# agg_15m_speed's partition key (a store-day's windows).
+RECEIPT_KEY = ("operation_id", "vendor_fiscal_module", KEY_BUCKET, "transaction_id")
+STORE_DAY = ("operation_id", "day")
+
+
+def key_bucket(transaction_id: Column | None = None) -> Column:
+    """The receipt_keys partition of a receipt number (see schemas/cql.py)."""
+    number = F.col("transaction_id") if transaction_id is None else transaction_id
+    return F.floor(number / cql.KEY_BUCKET_SIZE).cast("long")
+
+
+# Built once per driver, not per micro-batch (see views/records.py).
+@cache
+def _stats() -> tuple[Column, ...]:
+    """Invalid and valid records, and (estimated) distinct receipt_keys partitions."""
+    bucket = F.struct(
+        F.col("receipt.operation_id"),
+        F.col("receipt.vendor_fiscal_module"),
+        key_bucket(F.col("receipt.transaction_id")),
+    )
+    return (
+        F.count(F.when(~records.is_valid(), 1)).alias("invalid"),
+        F.count(F.when(records.is_valid(), 1)).alias("valid"),
+        F.approx_count_distinct(F.when(records.is_valid(), bucket)).alias("buckets"),
+    )
+
+
+@cache
+def _read_keys() -> tuple[Column, ...]:
+    """Of every checked record: whether it is valid, and a valid one's RECEIPT_KEY and day."""
+
+    def field(name: str) -> Column:
+        return F.col(f"receipt.{name}").alias(name)
+
+    return (
+        records.is_valid().alias("valid"),
+        field("operation_id"),
+        field("vendor_fiscal_module"),
+        key_bucket(F.col("receipt.transaction_id")).alias(KEY_BUCKET),
+        field("transaction_id"),
+        records.receipt_day().alias("day"),
+    )
+
+
+@dataclass(frozen=True)
+class BatchKeys:
+    """A micro-batch's records as its first Spark job collected them (`_read_keys`): the
+    counts, and the keys of the stored rows its receipts need, each once."""
+
+    valid_rows: int
+    invalid_rows: int
+    receipts: tuple[tuple[Any, ...], ...]  # RECEIPT_KEY values
+    store_days: tuple[tuple[Any, ...], ...]  # STORE_DAY values
+    buckets: int  # receipt_keys partitions: (operation_id, vendor_fiscal_module, key_bucket)
+
+
+def batch_keys(rows: Sequence[Sequence[Any]]) -> BatchKeys:
+    """Collected `_read_keys` rows (valid, operation_id, vendor_fiscal_module, key_bucket,
+    transaction_id, day) as BatchKeys."""
+    valid = [tuple(r[1:]) for r in rows if r[0]]
+    receipts = sorted({r[:4] for r in valid})
+    return BatchKeys(
+        valid_rows=len(valid),
+        invalid_rows=len(rows) - len(valid),
+        receipts=tuple(receipts),
+        store_days=tuple(sorted({(r[0], r[4]) for r in valid})),
+        buckets=len({r[:3] for r in receipts}),
+    )
+
+
+@cache
+def _incoming_bucket() -> Column:
+    return key_bucket()
+
+
+@cache
+def _in_view() -> Column:
+    return ~F.col("beyond_bound")
+
+
+log = logging.getLogger("pos.speed")
+
+
+@dataclass(frozen=True)
+class ViewsBatch:
+    """The shell around one micro-batch: where to read and write."""
+
+    spark: SparkSession
+    keyspace: str
+    late_threshold_us: int
+    max_lateness_us: int
+    # Receipts per key bucket (on average) from which the receipt_keys lookup reads
+    # whole partitions: Settings.speed_bucket_reads_from.
+    bucket_reads_from: float
+    # Testing only (POS_SPEED_CRASH_POINT): kill -9 the speed layer at this point of the
+    # first micro-batch that writes receipts, to prove the replay converges.
+    crash_point: str | None = None
+    # The driver's reads of stored rows, for micro-batches of fewer valid records than
+    # `driver_reads_below` whose keys were collected (Settings.speed_driver_reads_below).
+    lookup: DriverLookup | None = None
+    driver_reads_below: int = 0
+
+    def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+        return cassandra.lookup(self.spark, self.keyspace, table, keys, columns)
+
+    def _write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
+        cassandra.upsert(df, self.keyspace, table, columns)
+
+    def _maybe_crash(self, point: str) -> None:
+        if self.crash_point == point:
+            log.warning("crash point %s reached: kill -9 of the speed layer (testing)", point)
+            supervisor = os.environ.get(SUPERVISOR_PID_ENV)
+            if supervisor:  # the whole speed layer dies, as with `kill -9` of both
+                os.kill(int(supervisor), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def process(
+        self, batch: DataFrame, native_first: bool = False, collect_keys: bool = False
+    ) -> BatchCounts:
+        """One micro-batch. native_first: how to validate (records.check); collect_keys:
+        the micro-batch is expected small, so its first Spark job collects the keys of
+        the stored rows it needs, for the driver to read them."""
+        checked = records.check(batch, native_first).persist()
+        try:
+            return self._process_checked(checked, collect_keys)
+        finally:
+            checked.unpersist()
+
+    def _process_checked(self, checked: DataFrame, collect_keys: bool) -> BatchCounts:
+        # Each Spark job costs a fixed overhead per micro-batch: the counts come from
+        # one pass over the (persisted) checked batch, and so do the keys, if collected.
+        keys: BatchKeys | None = None
+        if collect_keys:
+            keys = batch_keys(checked.select(*_read_keys()).collect())
+            counts, buckets = BatchCounts(keys.valid_rows, keys.invalid_rows), keys.buckets
+        else:
+            stats = checked.agg(*_stats()).collect()[0]  # a global aggregate: one row
+            counts = BatchCounts(int(stats["valid"]), int(stats["invalid"]))
+            buckets = int(stats["buckets"])
+        if counts.valid_rows:
+            by_driver = keys is not None and keys.valid_rows < self.driver_reads_below
+            counts = self._receipts(checked, counts, buckets, keys if by_driver else None)
+        # Last: no reader waits for them as for the aggregates (nor do they gate a replay).
+        if counts.invalid_rows:
+            self._write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
+        return counts
+
+    def _receipts(
+        self, checked: DataFrame, checks: BatchCounts, buckets: int, keys: BatchKeys | None
+    ) -> BatchCounts:
+        """The valid records' writes; `checks`: the valid and invalid records' counts;
+        `keys`: the stored rows' keys, to read them from the driver (else the connector)."""
+        incoming = records.receipt_rows(
+            checked, self.late_threshold_us, self.max_lateness_us
+        ).withColumn(KEY_BUCKET, _incoming_bucket())
+        stored = self._stored_keys(incoming, checks.valid_rows / max(buckets, 1), keys)
+        # Materialised once: the writes below must not change what was decided.
+        decision = decide_batch(incoming, stored).materialised()
+        winners = decision.winners
+        in_view = winners.where(_in_view())
+
+        # The aggregates first: they are what dashboards and the serving layer read, so
+        # the micro-batch's receipts show there before the other writes (~0.2 s sooner
+        # in a 10-record micro-batch). The order is free: each write is an upsert of
+        # values that depend only on the micro-batch and the previous ones, so a replay
+        # after a crash between any two of them lands on the same rows.
+        # Winners never move, so a window only ever gains receipts: each touched
+        # window's stored row plus the aggregate of its new winners (those its
+        # applied offsets do not count yet: a replay adds nothing twice). Reads a
+        # store-day's <= 96 window rows, not its receipts: the cost stays flat as
+        # the tables grow.
+        windows = self._stored_windows(in_view, keys)
+        self._write(added(windows, in_view), cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
+        self._maybe_crash("after_aggregates")
+
+        self._write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
+        self._maybe_crash("after_raw_rows")
+        self._write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
+        self._maybe_crash("after_receipt_keys")
+
+        counts = self._counts(decision.tally(), checks)
+        if counts.conflicts:
+            self._write(self._conflicts(decision), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+        return counts
+
+    def _stored_keys(
+        self, incoming: DataFrame, per_bucket: float, keys: BatchKeys | None
+    ) -> DataFrame:
+        """The stored receipt_keys rows of the incoming receipts' natural keys.
+
+        Read by the driver when their keys were collected (a small micro-batch); else by
+        the full primary key (the direct join reads one row per receipt, however full
+        its key bucket has grown), unless the micro-batch brings many receipts per key
+        bucket (a backlog): then one read per partition (<= KEY_BUCKET_SIZE rows) and
+        the rows of other receipts dropped here. A 50k-receipt micro-batch spent a
+        fifth of its time in 50k single-row reads.
+        """
+        if keys is not None and self.lookup is not None:
+            return self.lookup.rows(cql.RECEIPT_KEYS_TABLE, RECEIPT_KEY, keys.receipts, KEY_COLUMNS)
+        wanted = incoming.select(*RECEIPT_KEY)
+        if per_bucket < self.bucket_reads_from:
+            return self._lookup(cql.RECEIPT_KEYS_TABLE, wanted, KEY_COLUMNS)
+        partitions = wanted.drop("transaction_id")
+        rows = self._lookup(cql.RECEIPT_KEYS_TABLE, partitions, KEY_COLUMNS)
+        return rows.join(wanted, wanted.columns, "left_semi")
+
+    def _stored_windows(self, in_view: DataFrame, keys: BatchKeys | None) -> DataFrame:
+        """The stored agg_15m_speed rows of the store-days the winners fall in: read by
+        the driver when the keys were collected (those of every valid record: a superset,
+        and `added` reads only the winners' windows of it), else through the connector."""
+        if keys is not None and self.lookup is not None:
+            return self.lookup.rows(
+                cql.AGG_SPEED_TABLE, STORE_DAY, keys.store_days, SPEED_AGGREGATE_COLUMNS
+            )
+        store_days = in_view.select(*STORE_DAY)
+        return self._lookup(cql.AGG_SPEED_TABLE, store_days, SPEED_AGGREGATE_COLUMNS)
+
+    def _conflicts(self, decision: Resolution) -> DataFrame:
+        """The conflicts, their stored winners' content read from the raw rows (by full
+        primary key: one row each)."""
+        conflicts = decision.conflicts
+        winners = winners_to_complete(conflicts)
+        raw = self._lookup(cql.RAW_TABLE, winners, RAW_COLUMNS)
+        return with_winner_content(conflicts, raw)
+
+    @staticmethod
+    def _counts(tally: DataFrame, checks: BatchCounts) -> BatchCounts:
+        row = tally.collect()[0]  # a global aggregate has exactly one row
+        return replace(
+            checks,
+            resends_absorbed=int(row["resends"]),
+            conflicts=int(row["conflicts"]),
+            late_receipts=int(row["late"]),
+            beyond_lateness_bound=int(row["beyond"]),
+        )
+
+
+def start(
+    spark: SparkSession,
+    settings: Settings,
+    recorder: ProgressRecorder,
+    available_now: bool = False,
+) -> StreamingQuery:
+    """Start the named views query; returns the StreamingQuery."""
+    # A CQL session of its own for the driver's reads, closed with the query.
+    driver_reads = settings.speed_driver_reads_below > 0
+    lookup = DriverLookup.connect(spark, settings) if driver_reads else None
+    job = ViewsBatch(
+        spark=spark,
+        keyspace=settings.cassandra_keyspace,
+        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
+        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        bucket_reads_from=settings.speed_bucket_reads_from,
+        crash_point=settings.speed_crash_point,
+        lookup=lookup,
+        driver_reads_below=settings.speed_driver_reads_below,
+    )
+    cassandra.await_tables(
+        spark,
+        settings.cassandra_keyspace,
+        [
+            cql.RAW_TABLE,
+            cql.RECEIPT_KEYS_TABLE,
+            cql.CONFLICTS_TABLE,
+            cql.AGG_SPEED_TABLE,
+            cql.DEAD_LETTERS_TABLE,
+        ],
+    )
+
+    # The size of a micro-batch is known only once it has been read; backlogs come in
+    # runs of micro-batches, so the previous one's size decides how to validate and
+    # whether to collect the keys for the driver's reads. The first micro-batch of a run
+    # counts as a full one: it takes what came since the last.
+    previous_records = settings.speed_max_offsets_per_trigger
+
+    def on_batch(batch: DataFrame, batch_id: int) -> None:
+        nonlocal previous_records
+        native_first = previous_records >= settings.speed_native_check_from
+        collect_keys = previous_records < settings.speed_driver_reads_below
+        counts = job.process(batch, native_first, collect_keys)
+        previous_records = counts.valid_rows + counts.invalid_rows
+        recorder.add_counts(QUERY_NAME, batch_id, counts)
+
+    writer = (
+        kafka.read_transactions(spark, settings)
+        .writeStream.queryName(QUERY_NAME)
+        .foreachBatch(on_batch)
+        .option("checkpointLocation", str(settings.checkpoint_dir / "views"))
+    )
+    try:
+        query = start_in_pool(
+            spark, writer, QUERY_NAME, settings.speed_trigger_seconds, available_now
+        )
+    except BaseException:
+        if lookup is not None:
+            lookup.close()
+        raise
+    if lookup is not None:
+        _close_after(spark, query, lookup.close)
+    return query
+
+
+def _close_after(spark: SparkSession, query: StreamingQuery, close: Callable[[], None]) -> None:
+    """Call `close` once `query` has terminated (stopped, drained or failed)."""
+
+    class _Closer(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            pass
+
+        def onQueryTerminated(self, event: Any) -> None:
+            if str(event.id) == query.id:  # a UUID here, its text there
+                close()
+
+    spark.streams.addListener(_Closer())
+    if not query.isActive:  # it ended before the listener was there to hear it
+        close()
