@@ -85,7 +85,7 @@ def child(args: argparse.Namespace) -> None:
     from pyspark.sql import DataFrame
 
     import infra.spark as spark_setup
-    from adapters import cassandra, driver_lookup
+    from adapters import cassandra, driver_lookup, driver_writes
     from speed_layer import views_job
     from speed_layer.progress import BatchCounts, ProgressRecorder
     from views import winners
@@ -112,12 +112,26 @@ def child(args: argparse.Namespace) -> None:
     real_upsert, real_collect = cassandra.upsert, DataFrame.collect
     real_materialised = winners.Resolution.materialised
     real_rows = driver_lookup.DriverLookup.rows
+    real_driver_upsert = driver_writes.DriverWriter.upsert
+    writing = False  # inside a write: its collect is the write's
+
+    def write_stage(table: str) -> str:
+        return next((s for s in STAGES if s.startswith(f"write {table}")), f"write {table}")
 
     def upsert(df: DataFrame, keyspace: str, table: str, columns: tuple[str, ...] = ()) -> None:
-        stage = next((s for s in STAGES if s.startswith(f"write {table}")), f"write {table}")
-        timed(stage, real_upsert, df, keyspace, table, columns)
+        timed(write_stage(table), real_upsert, df, keyspace, table, columns)
+
+    def driver_upsert(self: Any, df: DataFrame, table: str, columns: tuple[str, ...] = ()) -> None:
+        nonlocal writing
+        writing = True
+        try:
+            timed(write_stage(table), real_driver_upsert, self, df, table, columns)
+        finally:
+            writing = False
 
     def collect(df: DataFrame) -> Any:
+        if writing:
+            return real_collect(df)
         first = not any(s == FIRST_ACTION for s, *_ in marks)
         return timed(FIRST_ACTION if first else "tally (collect)", real_collect, df)
 
@@ -131,6 +145,7 @@ def child(args: argparse.Namespace) -> None:
     DataFrame.collect = collect  # type: ignore[method-assign]
     winners.Resolution.materialised = materialised  # type: ignore[method-assign]
     driver_lookup.DriverLookup.rows = rows  # type: ignore[method-assign]
+    driver_writes.DriverWriter.upsert = driver_upsert  # type: ignore[method-assign]
 
     # The views query as `pos-speed run --available-now --jobs views` starts it, capped
     # at `--step` records per partition and micro-batch; micro-batches past `--batches`

@@ -243,6 +243,15 @@ class Settings(BaseSettings):
         "by store-day) with one CQL query per key from the driver, not with a Spark join "
         "per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
     )
+    speed_driver_writes_below: int = Field(
+        default=4_000,
+        ge=0,
+        description="A views micro-batch of fewer than this many Kafka records writes its rows "
+        "(aggregates, raw receipts, receipt_keys, conflicts, dead letters) from the driver: "
+        "collected, then one prepared CQL INSERT per row, many in flight, not a Spark "
+        "connector job per table: cheaper for a few rows (measured: "
+        "docs/speed-performance.md). 0: never.",
+    )
     speed_max_restarts: int = Field(
         default=5,
         ge=0,

@@ -15,6 +15,8 @@ Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
      winner's content is read from its raw row, as the index keeps only what the rule
      reads), and last the invalid records into `dead_letters`, keyed by Kafka
      coordinates, with the reason.
+A small micro-batch's rows are written by the driver (`adapters.driver_writes`: the same
+INSERTs, without a connector job per table), a backlog's through the connector.
 Every write is an upsert of values that depend only on the micro-batch and what the
 previous micro-batches stored, and each aggregate row records the Kafka offsets it
 counts, so a micro-batch replayed after a crash at any point (even between two of
@@ -43,6 +45,8 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import cassandra, kafka
 from adapters.driver_lookup import DriverLookup
+from adapters.driver_writes import DriverWriter
+from infra import cassandra_client
 from infra.settings import Settings
 from schemas import contract, cql
 from speed_layer import SUPERVISOR_PID_ENV
@@ -152,6 +156,9 @@ def _in_view() -> Column:
 
 log = logging.getLogger("pos.speed")
 
+# An upsert of (columns of) a DataFrame into a table: the connector's or the driver's.
+Write = Callable[[DataFrame, str, tuple[str, ...]], None]
+
 
 @dataclass(frozen=True)
 class ViewsBatch:
@@ -171,12 +178,23 @@ class ViewsBatch:
     # `driver_reads_below` whose keys were collected (Settings.speed_driver_reads_below).
     lookup: DriverLookup | None = None
     driver_reads_below: int = 0
+    # The driver's writes, for micro-batches of fewer Kafka records than
+    # `driver_writes_below` (Settings.speed_driver_writes_below).
+    writer: DriverWriter | None = None
+    driver_writes_below: int = 0
 
     def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
         return cassandra.lookup(self.spark, self.keyspace, table, keys, columns)
 
-    def _write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
+    def _connector_write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
         cassandra.upsert(df, self.keyspace, table, columns)
+
+    def _writes(self, counts: BatchCounts) -> Write:
+        """How a micro-batch of these counts writes: from the driver when it is small."""
+        records_in = counts.valid_rows + counts.invalid_rows
+        if self.writer is not None and records_in < self.driver_writes_below:
+            return self.writer.upsert
+        return self._connector_write
 
     def _maybe_crash(self, point: str) -> None:
         if self.crash_point == point:
@@ -209,16 +227,22 @@ class ViewsBatch:
             stats = checked.agg(*_stats()).collect()[0]  # a global aggregate: one row
             counts = BatchCounts(int(stats["valid"]), int(stats["invalid"]))
             buckets = int(stats["buckets"])
+        write = self._writes(counts)
         if counts.valid_rows:
             by_driver = keys is not None and keys.valid_rows < self.driver_reads_below
-            counts = self._receipts(checked, counts, buckets, keys if by_driver else None)
+            counts = self._receipts(checked, counts, buckets, keys if by_driver else None, write)
         # Last: no reader waits for them as for the aggregates (nor do they gate a replay).
         if counts.invalid_rows:
-            self._write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
+            write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
         return counts
 
     def _receipts(
-        self, checked: DataFrame, checks: BatchCounts, buckets: int, keys: BatchKeys | None
+        self,
+        checked: DataFrame,
+        checks: BatchCounts,
+        buckets: int,
+        keys: BatchKeys | None,
+        write: Write,
     ) -> BatchCounts:
         """The valid records' writes; `checks`: the valid and invalid records' counts;
         `keys`: the stored rows' keys, to read them from the driver (else the connector)."""
@@ -242,17 +266,17 @@ class ViewsBatch:
         # store-day's <= 96 window rows, not its receipts: the cost stays flat as
         # the tables grow.
         windows = self._stored_windows(in_view, keys)
-        self._write(added(windows, in_view), cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
+        write(added(windows, in_view), cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
         self._maybe_crash("after_aggregates")
 
-        self._write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
+        write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
         self._maybe_crash("after_raw_rows")
-        self._write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
+        write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
         self._maybe_crash("after_receipt_keys")
 
         counts = self._counts(decision.tally(), checks)
         if counts.conflicts:
-            self._write(self._conflicts(decision), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+            write(self._conflicts(decision), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
         return counts
 
     def _stored_keys(
@@ -314,19 +338,6 @@ def start(
     available_now: bool = False,
 ) -> StreamingQuery:
     """Start the named views query; returns the StreamingQuery."""
-    # A CQL session of its own for the driver's reads, closed with the query.
-    driver_reads = settings.speed_driver_reads_below > 0
-    lookup = DriverLookup.connect(spark, settings) if driver_reads else None
-    job = ViewsBatch(
-        spark=spark,
-        keyspace=settings.cassandra_keyspace,
-        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
-        bucket_reads_from=settings.speed_bucket_reads_from,
-        crash_point=settings.speed_crash_point,
-        lookup=lookup,
-        driver_reads_below=settings.speed_driver_reads_below,
-    )
     cassandra.await_tables(
         spark,
         settings.cassandra_keyspace,
@@ -337,6 +348,29 @@ def start(
             cql.AGG_SPEED_TABLE,
             cql.DEAD_LETTERS_TABLE,
         ],
+    )
+    # A CQL session of its own for the driver's reads and writes, closed with the query.
+    driver_reads = settings.speed_driver_reads_below > 0
+    driver_writes = settings.speed_driver_writes_below > 0
+    session = None
+    if driver_reads or driver_writes:
+        session = cassandra_client.cluster(settings).connect()
+    keyspace = settings.cassandra_keyspace
+    lookup = DriverLookup(spark, session, keyspace) if driver_reads else None
+    writer = None
+    if driver_writes:
+        writer = DriverWriter(session, keyspace, settings.cassandra_write_consistency)
+    job = ViewsBatch(
+        spark=spark,
+        keyspace=keyspace,
+        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
+        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        bucket_reads_from=settings.speed_bucket_reads_from,
+        crash_point=settings.speed_crash_point,
+        lookup=lookup,
+        driver_reads_below=settings.speed_driver_reads_below,
+        writer=writer,
+        driver_writes_below=settings.speed_driver_writes_below,
     )
 
     # The size of a micro-batch is known only once it has been read; backlogs come in
@@ -353,7 +387,7 @@ def start(
         previous_records = counts.valid_rows + counts.invalid_rows
         recorder.add_counts(QUERY_NAME, batch_id, counts)
 
-    writer = (
+    stream = (
         kafka.read_transactions(spark, settings)
         .writeStream.queryName(QUERY_NAME)
         .foreachBatch(on_batch)
@@ -361,14 +395,14 @@ def start(
     )
     try:
         query = start_in_pool(
-            spark, writer, QUERY_NAME, settings.speed_trigger_seconds, available_now
+            spark, stream, QUERY_NAME, settings.speed_trigger_seconds, available_now
         )
     except BaseException:
-        if lookup is not None:
-            lookup.close()
+        if session is not None:
+            session.cluster.shutdown()
         raise
-    if lookup is not None:
-        _close_after(spark, query, lookup.close)
+    if session is not None:
+        _close_after(spark, query, session.cluster.shutdown)
     return query
 
 

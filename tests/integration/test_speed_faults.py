@@ -63,14 +63,17 @@ def _raw_count(cql: Any) -> int:
 
 
 @pytest.mark.parametrize("point", ["after_aggregates", "after_raw_rows", "after_receipt_keys"])
-# The stored rows read through the connector (a run's first micro-batch, by default) or
-# by the driver (a small micro-batch's way; forced here), in the crash and the replay.
-@pytest.mark.parametrize("reads_below", [0, 10**9], ids=["connector_reads", "driver_reads"])
+# The stored rows read and the views written through the connector (a run's first
+# micro-batch, by default) or by the driver (a small micro-batch's way; forced here), in
+# the crash and the replay.
+@pytest.mark.parametrize("below", [0, 10**9], ids=["connector", "driver_reads_writes"])
 def test_kill_9_inside_a_micro_batch_converges_on_replay(
-    isolated: tuple[Settings, Any], tmp_path: Path, point: str, reads_below: int
+    isolated: tuple[Settings, Any], tmp_path: Path, point: str, below: int
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_driver_reads_below": reads_below})
+    settings = settings.model_copy(
+        update={"speed_driver_reads_below": below, "speed_driver_writes_below": below}
+    )
     ledger = tmp_path / "ledger"
     simulate(settings, ledger, "--count", "800", "--seed", "31", *FAULTS)
     crashing = settings.model_copy(update={"speed_crash_point": point})

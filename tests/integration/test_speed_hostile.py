@@ -32,17 +32,26 @@ from tests.integration.speed_helpers import (
 pytestmark = pytest.mark.integration
 
 AT = datetime(2026, 3, 2, 9, 3, 0, tzinfo=UTC)
-# Every way to read the stored rows: by the driver, one CQL query per key (a small
-# micro-batch after a small one, the default); through the connector, one row per receipt
-# (the default otherwise) or whole receipt_keys partitions (a backlog). Each forced here.
+# Every way to read the stored rows and write the views: by the driver, one CQL query per
+# key and per row (a small micro-batch after a small one, the default); through the
+# connector, reading one row per receipt (the default otherwise) or whole receipt_keys
+# partitions (a backlog). Each forced here.
 BY_READS = pytest.mark.parametrize(
     "reads",
     [
-        {"speed_driver_reads_below": 10**9},
-        {"speed_driver_reads_below": 0, "speed_bucket_reads_from": 50.0},
-        {"speed_driver_reads_below": 0, "speed_bucket_reads_from": 0.001},
+        {"speed_driver_reads_below": 10**9, "speed_driver_writes_below": 10**9},
+        {
+            "speed_driver_reads_below": 0,
+            "speed_driver_writes_below": 0,
+            "speed_bucket_reads_from": 50.0,
+        },
+        {
+            "speed_driver_reads_below": 0,
+            "speed_driver_writes_below": 0,
+            "speed_bucket_reads_from": 0.001,
+        },
     ],
-    ids=["driver_reads", "receipt_reads", "partition_reads"],
+    ids=["driver_reads_writes", "receipt_reads", "partition_reads"],
 )
 BIGGEST_ITEMS = [{"title": "x" * 200, "price": "9999999999.99", "amount": 10000}] * 200
 

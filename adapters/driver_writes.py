@@ -1,0 +1,114 @@
+"""Upserts of a small DataFrame from the Spark driver, with a CQL session of its own.
+
+A micro-batch of a few receipts writes a few rows to each table. Through the Spark
+connector each such write is a Spark job with the connector's writer set up in its
+tasks: ~100 ms each whatever the number of rows (measured: docs/speed-performance.md).
+Here the rows are collected to the driver (the plan's own jobs, without the connector's)
+and written with one prepared INSERT per row, many in flight at once. Backlogs keep
+the connector's writes (`adapters.cassandra.upsert`): their rows are too many to pass
+through the driver.
+
+The statements are the connector's: an INSERT of the given columns, an upsert by
+primary key in which a null is written as a null, at the write consistency level
+(`POS_CASSANDRA_WRITE_CONSISTENCY`). Instants leave Spark as epoch milliseconds
+(`unix_millis`, which truncates as the connector does): PySpark would hand them to
+Python as naive datetimes in this process's local time zone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
+
+# Statements in flight at once; a micro-batch written this way has a few thousand rows at most.
+CONCURRENT_WRITES = 64
+
+
+def _has_instant(kind: DataType) -> bool:
+    if isinstance(kind, TimestampType):
+        return True
+    if isinstance(kind, ArrayType):
+        return _has_instant(kind.elementType)
+    if isinstance(kind, MapType):
+        return _has_instant(kind.keyType) or _has_instant(kind.valueType)
+    if isinstance(kind, StructType):
+        return any(_has_instant(f.dataType) for f in kind.fields)
+    return False
+
+
+def sendable(df: DataFrame, columns: tuple[str, ...]) -> tuple[Column, ...]:
+    """`columns` of `df` as the driver collects them for CQL: instants as epoch millis.
+
+    Raises ValueError for an instant inside a collection or struct, which would reach
+    Python in the local time zone (no table written this way has one)."""
+    kinds = {f.name: f.dataType for f in df.schema.fields}
+    selected = []
+    for name in columns:
+        kind = kinds[name]
+        if isinstance(kind, TimestampType):
+            selected.append(F.unix_millis(F.col(name)).alias(name))
+        elif _has_instant(kind):
+            raise ValueError(f"column {name} ({kind.simpleString()}): nested instants unsupported")
+        else:
+            selected.append(F.col(name))
+    return tuple(selected)
+
+
+def cql_value(value: Any, cql_type: Any) -> Any:
+    """A collected Spark value as cassandra-driver binds it for `cql_type` (a driver
+    `cqltypes` class): a struct becomes a tuple in the user type's field order, named
+    by field, so that the two orders need not agree."""
+    if value is None:
+        return None
+    subtypes = getattr(cql_type, "subtypes", ())
+    if getattr(cql_type, "fieldnames", None) is not None:  # a user-defined type
+        names = cql_type.fieldnames
+        return tuple(cql_value(value[n], t) for n, t in zip(names, subtypes, strict=True))
+    if cql_type.typename in ("list", "set"):
+        return [cql_value(v, subtypes[0]) for v in value]
+    if cql_type.typename == "map":
+        return {cql_value(k, subtypes[0]): cql_value(v, subtypes[1]) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class DriverWriter:
+    """Upserts rows into the keyspace's tables (an INSERT prepared once per table and
+    columns) with a cassandra-driver session."""
+
+    session: Any  # a cassandra-driver Session
+    keyspace: str
+    consistency: str  # a ConsistencyLevel name: the connector's write level
+    _statements: dict[tuple[str, tuple[str, ...]], Any] = field(default_factory=dict)
+
+    def upsert(self, df: DataFrame, table: str, columns: tuple[str, ...] = ()) -> None:
+        """Write `columns` of `df` (all of them when empty) into `table`, as INSERTs."""
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        columns = columns or tuple(df.columns)
+        rows = df.select(*sendable(df, columns)).collect()
+        if not rows:
+            return
+        statement = self._statement(table, columns)
+        types = [c.type for c in statement.column_metadata]
+        values = [tuple(map(cql_value, row, types)) for row in rows]
+        execute_concurrent_with_args(
+            self.session, statement, values, concurrency=CONCURRENT_WRITES
+        )  # raises the first failure: the micro-batch fails and is replayed
+
+    def _statement(self, table: str, columns: tuple[str, ...]) -> Any:
+        key = (table, columns)
+        if key not in self._statements:
+            from cassandra import ConsistencyLevel
+
+            marks = ", ".join("?" for _ in columns)
+            statement = self.session.prepare(
+                f"INSERT INTO {self.keyspace}.{table} ({', '.join(columns)}) VALUES ({marks})"
+            )
+            statement.consistency_level = getattr(ConsistencyLevel, self.consistency)
+            self._statements[key] = statement
+        return self._statements[key]
