@@ -24,8 +24,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from adapters import cassandra
-from infra import cassandra_client
-from infra.settings import Settings
 
 # Queries in flight at once; a micro-batch read this way brings a few thousand keys at most.
 CONCURRENT_READS = 64
@@ -74,11 +72,6 @@ class DriverLookup:
     keyspace: str
     _statements: dict[tuple[Any, ...], tuple[Any, StructType]] = field(default_factory=dict)
 
-    @classmethod
-    def connect(cls, spark: SparkSession, settings: Settings) -> DriverLookup:
-        session = cassandra_client.cluster(settings).connect()
-        return cls(spark, session, settings.cassandra_keyspace)
-
     def rows(
         self,
         table: str,
@@ -107,6 +100,3 @@ class DriverLookup:
             schema = StructType([read[c] for c in columns])
             self._statements[key] = (self.session.prepare(query), schema)
         return self._statements[key]
-
-    def close(self) -> None:
-        self.session.cluster.shutdown()

@@ -64,7 +64,7 @@ def cql_value(value: Any, cql_type: Any) -> Any:
     by field, so that the two orders need not agree."""
     if value is None:
         return None
-    subtypes = getattr(cql_type, "subtypes", ())
+    subtypes: tuple[Any, ...] = getattr(cql_type, "subtypes", ())
     if getattr(cql_type, "fieldnames", None) is not None:  # a user-defined type
         names = cql_type.fieldnames
         return tuple(cql_value(value[n], t) for n, t in zip(names, subtypes, strict=True))

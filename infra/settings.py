@@ -244,12 +244,12 @@ class Settings(BaseSettings):
         "per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
     )
     speed_driver_writes_below: int = Field(
-        default=4_000,
+        default=1_000,
         ge=0,
         description="A views micro-batch of fewer than this many Kafka records writes its rows "
         "(aggregates, raw receipts, receipt_keys, conflicts, dead letters) from the driver: "
         "collected, then one prepared CQL INSERT per row, many in flight, not a Spark "
-        "connector job per table: cheaper for a few rows (measured: "
+        "connector job per table: cheaper for a few rows, dearer for thousands (measured: "
         "docs/speed-performance.md). 0: never.",
     )
     speed_max_restarts: int = Field(

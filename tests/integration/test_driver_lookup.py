@@ -3,7 +3,6 @@ Spark: every value as the connector would read it, as a local relation (no Spark
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
@@ -19,10 +18,8 @@ BIG = 2**62 + 7  # a bigint that a float64 would round (to 2**62 + 8)
 
 
 @pytest.fixture
-def lookup(spark: Any, settings: Settings) -> Iterator[DriverLookup]:
-    found = DriverLookup.connect(spark, settings)
-    yield found
-    found.close()
+def lookup(spark: Any, cql: Any, settings: Settings) -> DriverLookup:
+    return DriverLookup(spark, cql, settings.cassandra_keyspace)
 
 
 def _plan(df: Any) -> str:
