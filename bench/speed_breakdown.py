@@ -58,8 +58,8 @@ def one_round(
             _timed(t, f"read stored rows: {table}", rows.count)
             return rows
 
-        def _write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
-            write = super()._write
+        def _connector_write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
+            write = super()._connector_write
             _timed(t, f"write {table}", lambda: write(df, table, columns))
 
     job = Timed(
