@@ -244,9 +244,7 @@ class Settings(BaseSettings):
         "per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
     )
     speed_driver_writes_below: int = Field(
-        # Off by default until a CI failure of the default path (connector reads, driver
-        # writes: tests/integration/test_speed_layer.py's late-receipts test) is explained.
-        default=0,
+        default=1_000,
         ge=0,
         description="A views micro-batch of fewer than this many Kafka records writes its rows "
         "(aggregates, raw receipts, receipt_keys, conflicts, dead letters) from the driver: "

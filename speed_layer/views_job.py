@@ -407,19 +407,31 @@ def start(
 
 
 def _close_after(spark: SparkSession, query: StreamingQuery, close: Callable[[], None]) -> None:
-    """Call `close` once `query` has terminated (stopped, drained or failed)."""
-
-    class _Closer(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            if str(event.id) == query.id:  # a UUID here, its text there
-                close()
-
-    spark.streams.addListener(_Closer())
+    """Call `close` once this run of `query` has terminated (stopped, drained or failed)."""
+    spark.streams.addListener(RunCloser(query.runId, close))
     if not query.isActive:  # it ended before the listener was there to hear it
         close()
+
+
+class RunCloser(StreamingQueryListener):
+    """Calls `close` when the query run `run_id` terminates.
+
+    By run id, not query id: a query restarted from its checkpoint keeps its id, and
+    Spark's listener bus delivers events asynchronously, so the previous run's
+    termination can reach the listener of the next run, whose session it then closed
+    mid-micro-batch ("Pool is shutdown" in the driver's writes).
+    """
+
+    def __init__(self, run_id: str, close: Callable[[], None]) -> None:
+        self.run_id = run_id
+        self.close = close
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.runId) == self.run_id:  # a UUID here, its text there
+            self.close()
