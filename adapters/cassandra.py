@@ -7,9 +7,11 @@ micro-batch harmless: it rewrites the same keys with the same absolute values.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 FORMAT = "org.apache.spark.sql.cassandra"
 
@@ -50,6 +52,30 @@ def upsert(df: DataFrame, keyspace: str, table: str, columns: tuple[str, ...] = 
         .mode("append")  # "append" = INSERT = upsert; "overwrite" would TRUNCATE the table
         .save()
     )
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where rows of a DataFrame go: `columns` (all when empty) of the rows `where`
+    selects (all when None) into `table`."""
+
+    table: str
+    columns: tuple[str, ...] = ()
+    where: Column | None = None
+
+
+def upsert_each(
+    df: DataFrame,
+    keyspace: str,
+    targets: Sequence[Target],
+    written: Callable[[str], None] = lambda table: None,
+) -> None:
+    """Each target's rows of `df` upserted into its table, in order; `written(table)`
+    once a table is written."""
+    for target in targets:
+        rows = df if target.where is None else df.where(target.where)
+        upsert(rows, keyspace, target.table, target.columns)
+        written(target.table)
 
 
 def _visible(spark: SparkSession, keyspace: str, table: str) -> bool:

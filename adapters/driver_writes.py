@@ -17,12 +17,15 @@ Python as naive datetimes in this process's local time zone.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
+
+from adapters.cassandra import Target
 
 # Statements in flight at once; a micro-batch written this way has a few thousand rows at most.
 CONCURRENT_WRITES = 64
@@ -87,18 +90,36 @@ class DriverWriter:
 
     def upsert(self, df: DataFrame, table: str, columns: tuple[str, ...] = ()) -> None:
         """Write `columns` of `df` (all of them when empty) into `table`, as INSERTs."""
+        self.upsert_each(df, (Target(table, columns),))
+
+    def upsert_each(
+        self,
+        df: DataFrame,
+        targets: Sequence[Target],
+        written: Callable[[str], None] = lambda table: None,
+    ) -> None:
+        """Each target's rows of `df` into its table, in order, from one collect of `df`
+        (one Spark job, where a collect per table would cost one each: ~50 ms of a
+        10-record micro-batch per table); `written(table)` once a table is written."""
         from cassandra.concurrent import execute_concurrent_with_args
 
-        columns = columns or tuple(df.columns)
-        rows = df.select(*sendable(df, columns)).collect()
-        if not rows:
-            return
-        statement = self._statement(table, columns)
-        types = [c.type for c in statement.column_metadata]
-        values = [tuple(map(cql_value, row, types)) for row in rows]
-        execute_concurrent_with_args(
-            self.session, statement, values, concurrency=CONCURRENT_WRITES
-        )  # raises the first failure: the micro-batch fails and is replayed
+        wanted = [t.columns or tuple(df.columns) for t in targets]
+        columns = tuple(dict.fromkeys(c for names in wanted for c in names))
+        chosen = [F.lit(True) if t.where is None else t.where for t in targets]
+        rows = df.select(
+            *sendable(df, columns), *(c.alias(f"_target_{n}") for n, c in enumerate(chosen))
+        ).collect()
+        for n, (target, names) in enumerate(zip(targets, wanted, strict=True)):
+            mine = [row for row in rows if row[len(columns) + n]]
+            if mine:
+                statement = self._statement(target.table, names)
+                types = [c.type for c in statement.column_metadata]
+                at = [columns.index(c) for c in names]
+                values = [tuple(map(cql_value, (row[i] for i in at), types)) for row in mine]
+                execute_concurrent_with_args(
+                    self.session, statement, values, concurrency=CONCURRENT_WRITES
+                )  # raises the first failure: the micro-batch fails and is replayed
+            written(target.table)
 
     def _statement(self, table: str, columns: tuple[str, ...]) -> Any:
         key = (table, columns)

@@ -58,9 +58,10 @@ def one_round(
             _timed(t, f"read stored rows: {table}", rows.count)
             return rows
 
-        def _connector_write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
+        def _connector_write(self, df: DataFrame, targets: Any, written: Any) -> None:
             write = super()._connector_write
-            _timed(t, f"write {table}", lambda: write(df, table, columns))
+            for target in targets:  # each table's write timed by itself
+                _timed(t, f"write {target.table}", partial(write, df, (target,), written))
 
     job = Timed(
         spark=spark,

@@ -71,6 +71,7 @@ STAGES = (
     "write conflicts",
     "write receipts_by_store_day",
     "write receipt_keys",
+    "write receipts_by_store_day, receipt_keys (one collect)",
     "write agg_15m_speed (window rows read, added, written)",
     "rest: plans built in Python",
 )
@@ -112,7 +113,7 @@ def child(args: argparse.Namespace) -> None:
     real_upsert, real_collect = cassandra.upsert, DataFrame.collect
     real_materialised = winners.Resolution.materialised
     real_rows = driver_lookup.DriverLookup.rows
-    real_driver_upsert = driver_writes.DriverWriter.upsert
+    real_driver_upsert = driver_writes.DriverWriter.upsert_each
     writing = False  # inside a write: its collect is the write's
 
     def write_stage(table: str) -> str:
@@ -121,11 +122,12 @@ def child(args: argparse.Namespace) -> None:
     def upsert(df: DataFrame, keyspace: str, table: str, columns: tuple[str, ...] = ()) -> None:
         timed(write_stage(table), real_upsert, df, keyspace, table, columns)
 
-    def driver_upsert(self: Any, df: DataFrame, table: str, columns: tuple[str, ...] = ()) -> None:
+    def driver_upsert(self: Any, df: DataFrame, targets: Any, *rest: Any) -> None:
         nonlocal writing
         writing = True
         try:
-            timed(write_stage(table), real_driver_upsert, self, df, table, columns)
+            tables = ", ".join(t.table for t in targets)
+            timed(write_stage(tables), real_driver_upsert, self, df, targets, *rest)
         finally:
             writing = False
 
@@ -145,7 +147,7 @@ def child(args: argparse.Namespace) -> None:
     DataFrame.collect = collect  # type: ignore[method-assign]
     winners.Resolution.materialised = materialised  # type: ignore[method-assign]
     driver_lookup.DriverLookup.rows = rows  # type: ignore[method-assign]
-    driver_writes.DriverWriter.upsert = driver_upsert  # type: ignore[method-assign]
+    driver_writes.DriverWriter.upsert_each = driver_upsert  # type: ignore[method-assign]
 
     # The views query as `pos-speed run --available-now --jobs views` starts it, capped
     # at `--step` records per partition and micro-batch; micro-batches past `--batches`

@@ -36,7 +36,7 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -44,6 +44,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import cassandra, kafka
+from adapters.cassandra import Target
 from adapters.driver_lookup import DriverLookup
 from adapters.driver_writes import DriverWriter
 from infra import cassandra_client
@@ -156,8 +157,20 @@ def _in_view() -> Column:
 
 log = logging.getLogger("pos.speed")
 
-# An upsert of (columns of) a DataFrame into a table: the connector's or the driver's.
-Write = Callable[[DataFrame, str, tuple[str, ...]], None]
+
+class Write(Protocol):
+    """Upserts of a DataFrame's rows into tables (`Target`s, in order): the connector's
+    or the driver's."""
+
+    def __call__(self, df: DataFrame, *targets: Target) -> None: ...
+
+
+# Testing only: the crash point reached once each table is written (speed_crash_point).
+CRASH_AFTER = {
+    cql.AGG_SPEED_TABLE: "after_aggregates",
+    cql.RAW_TABLE: "after_raw_rows",
+    cql.RECEIPT_KEYS_TABLE: "after_receipt_keys",
+}
 
 
 @dataclass(frozen=True)
@@ -186,15 +199,26 @@ class ViewsBatch:
     def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
         return cassandra.lookup(self.spark, self.keyspace, table, keys, columns)
 
-    def _connector_write(self, df: DataFrame, table: str, columns: tuple[str, ...]) -> None:
-        cassandra.upsert(df, self.keyspace, table, columns)
+    def _connector_write(
+        self, df: DataFrame, targets: Sequence[Target], written: Callable[[str], None]
+    ) -> None:
+        cassandra.upsert_each(df, self.keyspace, targets, written)
 
     def _writes(self, counts: BatchCounts) -> Write:
         """How a micro-batch of these counts writes: from the driver when it is small."""
         records_in = counts.valid_rows + counts.invalid_rows
+        upsert_each = self._connector_write
         if self.writer is not None and records_in < self.driver_writes_below:
-            return self.writer.upsert
-        return self._connector_write
+            upsert_each = self.writer.upsert_each
+
+        def write(df: DataFrame, *targets: Target) -> None:
+            upsert_each(df, targets, self._written)
+
+        return write
+
+    def _written(self, table: str) -> None:
+        if table in CRASH_AFTER:
+            self._maybe_crash(CRASH_AFTER[table])
 
     def _maybe_crash(self, point: str) -> None:
         if self.crash_point == point:
@@ -233,7 +257,7 @@ class ViewsBatch:
             counts = self._receipts(checked, counts, buckets, keys if by_driver else None, write)
         # Last: no reader waits for them as for the aggregates (nor do they gate a replay).
         if counts.invalid_rows:
-            write(records.dead_letters(checked), cql.DEAD_LETTERS_TABLE, ())
+            write(records.dead_letters(checked), Target(cql.DEAD_LETTERS_TABLE))
         return counts
 
     def _receipts(
@@ -266,17 +290,18 @@ class ViewsBatch:
         # store-day's <= 96 window rows, not its receipts: the cost stays flat as
         # the tables grow.
         windows = self._stored_windows(in_view, keys)
-        write(added(windows, in_view), cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS)
-        self._maybe_crash("after_aggregates")
+        write(added(windows, in_view), Target(cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS))
+        # The raw rows of the winners in the views, then the keys of all: one collect of
+        # the winners when the driver writes them.
+        write(
+            winners,
+            Target(cql.RAW_TABLE, RAW_COLUMNS, _in_view()),
+            Target(cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS),
+        )
 
-        write(in_view, cql.RAW_TABLE, RAW_COLUMNS)
-        self._maybe_crash("after_raw_rows")
-        write(winners, cql.RECEIPT_KEYS_TABLE, KEY_COLUMNS)
-        self._maybe_crash("after_receipt_keys")
-
-        counts = self._counts(decision.tally(), checks)
+        counts = self._counts(decision.tally_counts(checks.valid_rows), checks)
         if counts.conflicts:
-            write(self._conflicts(decision), cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+            write(self._conflicts(decision), Target(cql.CONFLICTS_TABLE, CONFLICT_COLUMNS))
         return counts
 
     def _stored_keys(
@@ -320,8 +345,7 @@ class ViewsBatch:
         return with_winner_content(conflicts, raw)
 
     @staticmethod
-    def _counts(tally: DataFrame, checks: BatchCounts) -> BatchCounts:
-        row = tally.collect()[0]  # a global aggregate has exactly one row
+    def _counts(row: dict[str, int], checks: BatchCounts) -> BatchCounts:
         return replace(
             checks,
             resends_absorbed=int(row["resends"]),

@@ -28,8 +28,10 @@ adds it from the winner's raw row.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -62,6 +64,7 @@ CONTENT_COLUMNS = INDEX_LEAVES_OUT
 # What `decide_batch` needs of a stored winner: the key, the instant and day, the content
 # hash, the Kafka coordinates and the flags.
 INDEX_COLUMNS = tuple(c for c in RECEIPT_ROW_COLUMNS if c not in CONTENT_COLUMNS)
+TALLY = "tally"  # the name of the tally's observed metrics
 _RANK = "_copy_rank"
 _WINNER_HASH = "_winner_hash"  # the content hash of the key's winner, on every copy
 _STORED = "_stored"
@@ -99,6 +102,7 @@ def _tally() -> tuple[Column, ...]:
         "beyond": won & F.col("beyond_bound"),
         "resends": lost & same,
         "conflicts": lost & ~same,
+        "incoming": F.col(_INCOMING),  # every incoming copy: how to tell a complete tally
     }
     return tuple(F.count(F.when(test, 1)).alias(name) for name, test in counts.items())
 
@@ -138,6 +142,8 @@ class Resolution:
     """
 
     ranked: DataFrame  # copies + _copy_rank (1 = winner) + _incoming
+    # What `ranked` was checkpointed from, observing the tally (see `materialised`).
+    observed: DataFrame | None = None
 
     @property
     def winners(self) -> DataFrame:
@@ -159,11 +165,42 @@ class Resolution:
         and the duplicates (resends, conflicts) of the incoming copies, in one pass."""
         return self.ranked.agg(*_tally())
 
+    def tally_counts(self, incoming: int) -> dict[str, int]:
+        """The tally's counts, given how many `incoming` copies the resolution ranked.
+
+        A materialised resolution observed them while its rows were computed (by the
+        first action on them): read from there, which saves a Spark job of their own
+        (~65 ms of a 10-record speed micro-batch). Only a tally that counts every
+        incoming copy is complete; before that first action it counts none (so a
+        partial one is never taken): then the tally's own job runs."""
+        if self.observed is not None:
+            seen = observed_metrics(self.observed, TALLY)
+            if seen is not None and seen["incoming"] == incoming:
+                return seen
+        row: dict[str, int] = self.tally().collect()[0].asDict()  # a global aggregate: one row
+        return row
+
     def materialised(self) -> Resolution:
         """The same resolution, computed once: a local checkpoint of `ranked`, taken by
         the first action on it (not eagerly: that would cost a Spark job of its own);
-        every later use reads the checkpointed rows, never the inputs again."""
-        return Resolution(self.ranked.localCheckpoint(eager=False))
+        every later use reads the checkpointed rows, never the inputs again. The tally
+        is observed on the way (Spark's `observe`), for `tally_counts`."""
+        observed = self.ranked.observe(TALLY, *_tally())
+        return Resolution(observed.localCheckpoint(eager=False), observed)
+
+
+def observed_metrics(df: DataFrame, name: str) -> dict[str, Any] | None:
+    """The metrics `df.observe(name, ...)` has collected so far, by column name (None if
+    the plan observes no such name).
+
+    Read from the plan's own execution, at once: PySpark's `Observation.get` waits for an
+    action's end event, which a plan computed through a local checkpoint never posts.
+    """
+    metrics = df._jdf.queryExecution().observedMetrics().get(name)
+    if metrics.isEmpty():
+        return None
+    found: dict[str, Any] = json.loads(metrics.get().json())
+    return found
 
 
 def conflicts_of(duplicates: DataFrame) -> DataFrame:

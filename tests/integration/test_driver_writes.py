@@ -10,12 +10,14 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from adapters import cassandra
+from adapters.cassandra import Target
 from adapters.driver_writes import DriverWriter
 from infra.settings import Settings
-from speed_layer.views_job import RAW_COLUMNS
+from speed_layer.views_job import KEY_COLUMNS, RAW_COLUMNS
 from views.increments import SPEED_AGGREGATE_COLUMNS
 
 BIG = 2**62 + 7  # a bigint that a float64 would round
@@ -174,3 +176,34 @@ def test_dead_letters_bytes_and_no_rows(
     assert [tuple(r) for r in stored] == [
         (7, None, b"\xff\x00{", datetime(2026, 3, 2, 9, 3), "not_json")
     ]
+
+
+@pytest.mark.parametrize("by", ["driver", "connector"])
+def test_each_target_gets_the_rows_it_selects_in_order(
+    spark: Any, cql: Any, settings: Settings, writer: DriverWriter, by: str
+) -> None:
+    # Store 9501 through the driver, 9502 through the connector: the same split.
+    operation_id = 9501 if by == "driver" else 9502
+    rows = _raw_frame(spark, operation_id)  # vendor_fiscal_module 3 and 4
+    targets = (
+        Target("receipts_by_store_day", RAW_COLUMNS, F.col("vendor_fiscal_module") == 4),
+        Target("receipt_keys", KEY_COLUMNS),
+    )
+    written: list[str] = []
+    keyed = rows.withColumns(
+        {
+            "key_bucket": F.lit(0).cast("long"),
+            "content_hash": F.lit("h"),
+            "beyond_bound": F.lit(False),
+        }
+    )
+    if by == "driver":
+        writer.upsert_each(keyed, targets, written.append)
+    else:
+        cassandra.upsert_each(keyed, settings.cassandra_keyspace, targets, written.append)
+
+    assert written == ["receipts_by_store_day", "receipt_keys"]
+    raw = _stored(cql, "receipts_by_store_day", operation_id, ("vendor_fiscal_module",))
+    assert raw == [(4,)]
+    keys = _stored(cql, "receipt_keys", operation_id, ("vendor_fiscal_module", "transaction_id"))
+    assert keys == [(3, BIG), (4, 1)]

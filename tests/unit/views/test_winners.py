@@ -14,7 +14,14 @@ from pyspark.sql import DataFrame
 from pyspark.testing import assertDataFrameEqual
 
 from views.records import RECEIPT_ROW_COLUMNS
-from views.winners import decide_batch, resolve, winners_to_complete, with_winner_content
+from views.winners import (
+    TALLY,
+    decide_batch,
+    observed_metrics,
+    resolve,
+    winners_to_complete,
+    with_winner_content,
+)
 
 ROW_DDL = (
     "operation_id int, day date, happened_at timestamp, transaction_id bigint, "
@@ -188,11 +195,20 @@ def test_batch_resolution_picks_the_same_winners_from_all_copies(local_spark: An
 
 
 def test_tally_counts_winners_and_duplicates_in_one_pass(local_spark: Any) -> None:
-    stored = _rows(local_spark, _copy(1, offset=3))
+    incoming, stored = _six_copies(local_spark)
+    [row] = decide_batch(incoming, stored).tally().collect()
+    assert row.asDict() == TALLY_OF_SIX
+
+
+TALLY_OF_SIX = {"in_view": 2, "late": 1, "beyond": 1, "resends": 2, "conflicts": 1, "incoming": 6}
+
+
+def _six_copies(spark: Any) -> tuple[DataFrame, DataFrame]:
+    """The stored winner and the six incoming copies of the tally test."""
     late = (*_copy(4, offset=12, sent=T0 + timedelta(hours=2))[:12], True, False)
     beyond = (*_copy(5, offset=13)[:13], True)
     incoming = _rows(
-        local_spark,
+        spark,
         _copy(1, offset=8),  # a resend of the stored winner
         _copy(1, offset=9, items=CAKE),  # a conflict with it
         _copy(2, offset=10),  # new
@@ -200,5 +216,19 @@ def test_tally_counts_winners_and_duplicates_in_one_pass(local_spark: Any) -> No
         late,
         beyond,
     )
-    [row] = decide_batch(incoming, stored).tally().collect()
-    assert row.asDict() == {"in_view": 2, "late": 1, "beyond": 1, "resends": 2, "conflicts": 1}
+    return incoming, _rows(spark, _copy(1, offset=3))
+
+
+def test_a_materialised_resolution_observes_its_tally_when_its_rows_are_computed(
+    local_spark: Any,
+) -> None:
+    incoming, stored = _six_copies(local_spark)
+    decision = decide_batch(incoming, stored).materialised()
+    assert decision.observed is not None
+    # Before any action on its rows nothing is counted: tally_counts runs the tally's job.
+    assert observed_metrics(decision.observed, TALLY) == dict.fromkeys(TALLY_OF_SIX, 0)
+    assert decision.tally_counts(incoming=6) == TALLY_OF_SIX
+    assert decision.winners.count() == 3  # the first action computes the rows
+    assert observed_metrics(decision.observed, TALLY) == TALLY_OF_SIX
+    assert decision.tally_counts(incoming=6) == TALLY_OF_SIX
+    assert observed_metrics(decision.ranked, TALLY) is None  # no such observation there
