@@ -290,6 +290,11 @@ class ViewsBatch:
         # store-day's <= 96 window rows, not its receipts: the cost stays flat as
         # the tables grow.
         windows = self._stored_windows(in_view, keys)
+        if keys is not None:
+            # A small micro-batch's winners in one partition: with the stored windows (a
+            # local relation, broadcast) the aggregation then needs no shuffle, one Spark
+            # stage (and AQE plan) fewer.
+            in_view = in_view.coalesce(1)
         write(added(windows, in_view), Target(cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS))
         # The raw rows of the winners in the views, then the keys of all: one collect of
         # the winners when the driver writes them.
