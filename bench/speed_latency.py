@@ -4,6 +4,7 @@
                                   [--scheduler-modes FAIR,FIFO]
                                   [--delta-snapshot-partitions 4,50]
                                   [--vary POS_SETTING=value,value ...]
+                                  [--baseline REV]
                                   [--seconds 60] [--warmup 20] [--json PATH]
 
 For each rate, on a topic, a keyspace and a data dir (checkpoints, master dataset) of
@@ -14,7 +15,8 @@ its own, the whole speed layer as `make speed` runs it:
    interval, 30 s as shipped; given several, each rate runs with each, side by side,
    and so with each of `--scheduler-modes`, FAIR as shipped, and of
    `--delta-snapshot-partitions`, POS_SPARK_DELTA_SNAPSHOT_PARTITIONS, 4 as shipped,
-   and of each `--vary` setting's values, the first as the speed layer runs)
+   and of each `--vary` setting's values, the first as the speed layer runs; with
+   `--baseline REV`, also the project's code at that git revision, from a worktree)
    as a process, and await both queries' start (the driver logs "query <name>
    started" when Spark reports them started);
 2. cold start: produce one receipt and await it in its window: the first micro-batch
@@ -53,6 +55,7 @@ Needs `make up`; drops its keyspaces, leaves its topics (like the other benchmar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import math
@@ -111,7 +114,10 @@ def percentile(values: list[float], q: float) -> float:
 class SpeedLayer:
     """`pos-speed run` (supervisor + driver) in its own process group, logging to a file."""
 
-    def __init__(self, env: dict[str, str], args: list[str], log: Path) -> None:
+    def __init__(
+        self, env: dict[str, str], args: list[str], log: Path, tree: Path | None = None
+    ) -> None:
+        """tree: a checkout of other code to run (a `--baseline`); None: this one."""
         self.log = log
         # One log for every run of the benchmark: this run's lines start here (an earlier
         # run's "query ... started" must not count as this one's start).
@@ -119,7 +125,8 @@ class SpeedLayer:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "speed_layer.cli", "run", *args],
-                env=env, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                env=results.code_env(tree, env) if tree else env, cwd=tree or PROJECT_ROOT,
+                stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: the driver child is stopped with it
             )  # fmt: skip
 
@@ -402,7 +409,10 @@ def run_rate(
     topic: str,
     args: argparse.Namespace,
     log: Path,
+    code: tuple[str, Path | None] = ("", None),
 ) -> dict[str, Any]:
+    """One rate, one variant; code: (its name, a checkout of it), or ("", None) for this
+    checkout's."""
     data = Path(tempfile.mkdtemp(prefix="bench-lat-"))
     schema_apply.create_topics(base, {topic: base.topic_partitions})
     schema_apply.apply_cql(base, keyspace)
@@ -425,6 +435,7 @@ def run_rate(
         },
         ["--trigger-seconds", "1", "--archive-trigger-seconds", f"{archive_trigger_s:g}"],
         log,
+        code[1],
     )
     poller = Poller(base, keyspace, args.poll_ms / 1000)
 
@@ -493,6 +504,7 @@ def run_rate(
         "scheduler": scheduler,
         "delta_snapshot_partitions": snapshot_partitions,
         "varied": varied,
+        "code": code[0],
         "topic": topic,
         "receipts": len(sent.windows),
         "measured_receipts": len(measured),
@@ -569,8 +581,9 @@ def _partitions(r: dict[str, Any]) -> str:
 
 
 def _varied(r: dict[str, Any]) -> str:
-    # Runs recorded before `--vary` have none.
-    return "".join(f", {k}={v}" for k, v in r.get("varied", {}).items())
+    # Runs recorded before `--vary` (or `--baseline`) have none.
+    code = f", {r['code']}" if r.get("code") else ""
+    return "".join(f", {k}={v}" for k, v in r.get("varied", {}).items()) + code
 
 
 def _row(r: dict[str, Any]) -> str:
@@ -580,7 +593,7 @@ def _row(r: dict[str, Any]) -> str:
 
 def _variant(r: dict[str, Any]) -> str:
     """How the speed layer ran: the archiver's interval, the scheduling mode, Delta's
-    state partitions, the `--vary` settings."""
+    state partitions, the `--vary` settings, the `--baseline` code."""
     return (f"archiver every {r['archive_trigger_s']:g} s, {r['scheduler']} scheduling, "
             f"Delta state in {_partitions(r)} partitions{_varied(r)}")  # fmt: skip
 
@@ -696,6 +709,10 @@ def main() -> None:
                         help="after the last receipt, wait this long for the rest")  # fmt: skip
     parser.add_argument("--start-timeout", type=float, default=300,
                         help="for the speed layer's start and the first receipt")  # fmt: skip
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also run the project's code at this git revision (e.g. "
+                        "HEAD~1), same settings: each rate with each code, side by side, "
+                        "this checkout's first")  # fmt: skip
     results.add_json_argument(parser, "speed_latency")
     args = parser.parse_args()
     try:
@@ -740,16 +757,22 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     keyspaces: list[str] = []
     topics: list[str] = []
-    try:
-        for rate in rates:
-            variants = itertools.product(archive_triggers, schedulers, partitions, *varied)
-            for archive_s, scheduler, parts, *env in variants:
-                keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
-                topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
-                runs.append(run_rate(base, rate, archive_s, scheduler, parts, dict(env),
-                                     keyspaces[-1], topics[-1], args, log))  # fmt: skip
-    finally:
-        drop(base, keyspaces, topics)
+    with contextlib.ExitStack() as stack:
+        codes: list[tuple[str, Path | None]] = [("", None)]
+        if args.baseline:
+            codes.append(stack.enter_context(results.code_at(args.baseline)))
+        try:
+            for rate in rates:
+                variants = itertools.product(
+                    codes, archive_triggers, schedulers, partitions, *varied
+                )
+                for code, archive_s, scheduler, parts, *env in variants:
+                    keyspaces.append(f"bench_lat_{rate}_{uuid.uuid4().hex[:6]}")
+                    topics.append(f"bench.lat.{rate}.{uuid.uuid4().hex[:8]}")
+                    runs.append(run_rate(base, rate, archive_s, scheduler, parts, dict(env),
+                                         keyspaces[-1], topics[-1], args, log, code))  # fmt: skip
+        finally:
+            drop(base, keyspaces, topics)
     figures = report(runs, args.drain_timeout)
     never = sum(r["not_visible"] for r in runs)
     results.write(
