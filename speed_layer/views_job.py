@@ -204,11 +204,15 @@ class ViewsBatch:
     ) -> None:
         cassandra.upsert_each(df, self.keyspace, targets, written)
 
+    def _small(self, counts: BatchCounts) -> bool:
+        """A micro-batch of these counts is small enough for the driver to write it."""
+        records_in = counts.valid_rows + counts.invalid_rows
+        return self.writer is not None and records_in < self.driver_writes_below
+
     def _writes(self, counts: BatchCounts) -> Write:
         """How a micro-batch of these counts writes: from the driver when it is small."""
-        records_in = counts.valid_rows + counts.invalid_rows
         upsert_each = self._connector_write
-        if self.writer is not None and records_in < self.driver_writes_below:
+        if self.writer is not None and self._small(counts):
             upsert_each = self.writer.upsert_each
 
         def write(df: DataFrame, *targets: Target) -> None:
@@ -290,10 +294,11 @@ class ViewsBatch:
         # store-day's <= 96 window rows, not its receipts: the cost stays flat as
         # the tables grow.
         windows = self._stored_windows(in_view, keys)
-        if keys is not None:
+        if keys is not None and self._small(checks):
             # A small micro-batch's winners in one partition: with the stored windows (a
             # local relation, broadcast) the aggregation then needs no shuffle, one Spark
-            # stage (and AQE plan) fewer.
+            # stage (and AQE plan) fewer. (Not for thousands: one task would then do the
+            # window's work that the winner rule's partitions share.)
             in_view = in_view.coalesce(1)
         write(added(windows, in_view), Target(cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS))
         # The raw rows of the winners in the views, then the keys of all: one collect of
