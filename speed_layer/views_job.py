@@ -297,8 +297,8 @@ class ViewsBatch:
         if keys is not None and self._small(checks):
             # A small micro-batch's winners in one partition: with the stored windows (a
             # local relation, broadcast) the aggregation then needs no shuffle, one Spark
-            # stage (and AQE plan) fewer. (Not for thousands: one task would then do the
-            # window's work that the winner rule's partitions share.)
+            # stage (and AQE plan) fewer. Only for the driver's few rows: the thousands the
+            # driver reads for are left to the partitions they came in.
             in_view = in_view.coalesce(1)
         write(added(windows, in_view), Target(cql.AGG_SPEED_TABLE, SPEED_AGGREGATE_COLUMNS))
         # The raw rows of the winners in the views, then the keys of all: one collect of
