@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import results  # bench/, beside this script
 Doc = dict[str, Any]
 
 # (key, label): bare values first, then the labelled versions.
+LABEL_WIDTH = 60  # characters per line of a bar's label
 MACHINE_FIELDS = (
     ("cores", "{} cores"),
     ("memory_gb", "{} GB memory"),
@@ -174,9 +176,17 @@ def chart(doc: Doc, path: Path) -> None:
     from matplotlib.ticker import FuncFormatter
 
     figs = charted(doc)
+    # Wrapped, so that a long name (a variant's settings, a baseline's commit) is shown
+    # whole beside its bar, not cut at the figure's edge.
     labels = [
-        f"{f['name']}\nvs {f.get('peer') or f.get('floor')}"
-        + (f"\n(goal {f['goal']['op']} {f['goal']['ratio']:g})" if "goal" in f else "")
+        "\n".join(
+            textwrap.fill(part, LABEL_WIDTH)
+            for part in (
+                f["name"],
+                f"vs {f.get('peer') or f.get('floor')}",
+                *([f"(goal {f['goal']['op']} {f['goal']['ratio']:g})"] if "goal" in f else []),
+            )
+        )
         for f in figs
     ]
     ratios = [float(f["ratio"]) for f in figs]
@@ -184,7 +194,8 @@ def chart(doc: Doc, path: Path) -> None:
     colors = [
         "#9e9e9e" if "goal" not in f else "#2e7d32" if f["goal"]["met"] else "#c62828" for f in figs
     ]
-    fig, ax = plt.subplots(figsize=(9, 1.0 + 0.75 * len(figs)))
+    lines = max((label.count("\n") + 1 for label in labels), default=1)
+    fig, ax = plt.subplots(figsize=(9, 1.0 + len(figs) * max(0.75, 0.19 * lines)))
     y = list(range(len(figs)))[::-1]
     # A log axis with bars from 1 (parity): x2 and x0.5 look equally far from the peer,
     # and a 40x ratio does not flatten the others.
@@ -209,8 +220,7 @@ def chart(doc: Doc, path: Path) -> None:
     ax.set_xlabel("ratio to the peer or floor (log scale; 1 = equal)")
     sha = str(doc["commit"].get("sha", ""))[:10]
     ax.set_title(f"{doc['benchmark']}: {doc['measured_at']}, commit {sha}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
 
 
