@@ -11,7 +11,8 @@ For each rate, on a topic, a keyspace and a data dir (checkpoints, master datase
 its own, the whole speed layer as `make speed` runs it:
 
 1. start `pos-speed run --trigger-seconds 1 --archive-trigger-seconds A` (both
-   queries, archiver + views, in one driver under its supervisor; A = the archiver's
+   queries, archiver + views, under its supervisor: in a driver each in local mode,
+   the archiver's niced, POS_SPEED_DRIVERS as set; A = the archiver's
    interval, 30 s as shipped; given several, each rate runs with each, side by side,
    and so with each of `--scheduler-modes`, FAIR as shipped, and of
    `--delta-snapshot-partitions`, POS_SPARK_DELTA_SNAPSHOT_PARTITIONS, 4 as shipped,

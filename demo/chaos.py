@@ -232,12 +232,16 @@ class Chaos:
     # --- faults ---------------------------------------------------------------------
 
     def _driver(self) -> int | None:
-        """The speed layer's driver process (the supervisor's `--driver` child)."""
+        """The views query's driver process (the supervisor's `--driver` child running
+        it: the only one, or one of two when each query has its own)."""
         if self.speed is None or self.speed.poll() is not None:
             return None
         for pid in children(self.speed.pid):
             with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"--driver" in f.read():
+                argv = f.read().decode().split("\0")
+                jobs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--jobs"]
+                # The last --jobs counts (the supervisor appends one per driver).
+                if "--driver" in argv and (not jobs or "views" in jobs[-1].split(",")):
                     return pid
         return None
 

@@ -252,6 +252,23 @@ class Settings(BaseSettings):
         "connector job per table: cheaper for a few rows, dearer for thousands (measured: "
         "docs/speed-performance.md). 0: never.",
     )
+    speed_drivers: Literal["auto", "per-query", "shared"] = Field(
+        default="auto",
+        description="How `pos-speed run` runs its two queries: per-query, each in a Spark "
+        "driver (application) of its own, the archiver's at a lower CPU priority "
+        "(speed_archiver_nice), so that on a few cores the operating system's scheduler, "
+        "not Spark's task slots, lets the views query's micro-batches go first; shared, "
+        "both in one driver (fair-scheduler pools). auto: per-query in local mode, shared "
+        "on a cluster master (two applications would each ask the cluster for every core).",
+    )
+    speed_archiver_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="The archiver's driver's niceness when the queries run per-query: the "
+        "master dataset feeds the hourly batch layer, so it yields the CPU to the views "
+        "query, whose latency users see, and catches up when that is idle. 0: same priority.",
+    )
     speed_max_restarts: int = Field(
         default=5,
         ge=0,

@@ -18,10 +18,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import kafka
 from infra.settings import Settings
+from speed_layer import QUERY_OF_JOB
 from speed_layer.triggers import start_in_pool
 from views import records
 
-QUERY_NAME = "pos-speed-archiver"
+QUERY_NAME = QUERY_OF_JOB["archiver"]
 
 
 def start(spark: SparkSession, settings: Settings, available_now: bool = False) -> StreamingQuery:

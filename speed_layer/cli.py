@@ -4,13 +4,16 @@
     pos-speed run --available-now  # process everything in Kafka now, then exit
     pos-speed status               # last micro-batch of each query (from Cassandra)
 
-Both queries run in one Spark application (the driver), each named and with its own
-checkpoint under <data_dir>/checkpoints. `pos-speed run` supervises the driver: when a
-query fails (Cassandra or Kafka unreachable), the driver exits with the root cause in
-one line and a fresh driver starts after a backoff (POS_SPEED_MAX_RESTARTS in a row).
-Stopping is graceful: on SIGTERM the queries are stopped and the session closed;
-anything half-done is replayed from the checkpoint on the next start, and the sinks
-make that replay harmless.
+Each query is named and has its own checkpoint under <data_dir>/checkpoints. In local
+mode each runs in a Spark application (a driver process) of its own, the archiver's at
+a lower CPU priority, so that it never delays the views users wait on; on a cluster
+master both share one driver (POS_SPEED_DRIVERS). `pos-speed run` supervises its
+drivers: when a query fails (Cassandra or Kafka unreachable), its driver exits with the
+root cause in one line and a fresh one starts after a backoff (POS_SPEED_MAX_RESTARTS in
+a row); a driver that stops for good stops the others, and a driver dies with its
+supervisor. Stopping is graceful: on SIGTERM the queries are stopped and the sessions
+closed; anything half-done is replayed from the checkpoint on the next start, and the
+sinks make that replay harmless.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -32,7 +36,7 @@ from pydantic import ValidationError
 from infra.process import ServiceError
 from infra.settings import Settings, load_settings
 from schemas import cql
-from speed_layer import SUPERVISOR_PID_ENV
+from speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -96,7 +100,8 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    spark = build_session(settings, "pos-speed-layer")
+    # Both queries: "pos-speed-layer"; one: its query's name (per-query drivers).
+    spark = build_session(settings, "pos-speed-layer" if len(jobs) > 1 else QUERY_OF_JOB[jobs[0]])
     cluster = None
     queries: list[StreamingQuery] = []
     failed: str | None = None
@@ -134,8 +139,34 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     return 0
 
 
-def supervise(settings: Settings, driver_argv: list[str]) -> int:
-    """Run the driver in a child process; after a failure, start a fresh one.
+@dataclass(frozen=True)
+class Driver:
+    """One Spark application of the speed layer: the jobs it runs, at what niceness."""
+
+    jobs: tuple[str, ...]
+    nice: int = 0
+
+
+def drivers_for(settings: Settings, jobs: tuple[str, ...]) -> list[Driver]:
+    """Which drivers `pos-speed run` starts for `jobs` (pure: unit-tested).
+
+    One per query in local mode (POS_SPEED_DRIVERS=auto): on two cores, Spark's fair
+    pools share task slots, and an archiver task that holds a slot for seconds makes
+    the views query's micro-batch wait for it; two processes share the cores through the
+    operating system's scheduler instead, in slices of milliseconds, and a niced
+    archiver yields them to the views query whenever both want them.
+    """
+    mode = settings.speed_drivers
+    if mode == "auto":
+        mode = "per-query" if settings.spark_master.startswith("local") else "shared"
+    if mode == "shared" or len(jobs) == 1:
+        return [Driver(jobs)]
+    return [Driver((j,), settings.speed_archiver_nice if j == "archiver" else 0) for j in jobs]
+
+
+def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int:
+    """Run each driver in a child process, restarted after a failure; the first driver
+    to stop for good (an error, a signal, too many restarts) stops the others.
 
     A fresh process, not a restarted query: after Cassandra comes back, the
     connector's cached session in the old JVM can block for good in a schema refresh.
@@ -143,49 +174,110 @@ def supervise(settings: Settings, driver_argv: list[str]) -> int:
     values recomputed from what is stored, so nothing is lost or counted twice.
     """
     stop = threading.Event()
-    child: subprocess.Popen[bytes] | None = None
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    lock = threading.Lock()
 
-    def forward(signum: int, _: object) -> None:
+    def forward(signum: int, _: object = None) -> None:
         stop.set()
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)  # the driver stops its queries gracefully
+        with lock:
+            running = [c for c in children.values() if c.poll() is None]
+        for child in running:
+            child.send_signal(signum)  # each driver stops its queries gracefully
+
+    def spawn(index: int, driver: Driver) -> subprocess.Popen[bytes]:
+        # coreutils' nice execs the driver at that niceness from its first instruction;
+        # its JVM and Python workers inherit it.
+        nice = ["nice", "-n", str(driver.nice)] if driver.nice else []
+        with lock:
+            if stop.is_set():
+                raise _Stopped
+            child = subprocess.Popen(
+                [*nice, sys.executable, "-m", "speed_layer.cli", *argv,
+                 "--jobs", ",".join(driver.jobs), "--driver"],
+                env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},
+            )  # fmt: skip
+            children[index] = child
+            return child
+
+    codes: list[int] = [0] * len(drivers)
+
+    def keep(index: int) -> None:
+        try:
+            codes[index] = _keep_running(
+                settings, drivers[index], lambda: spawn(index, drivers[index]), stop
+            )
+        except _Stopped:
+            return
+        if codes[index] != 0:
+            forward(signal.SIGTERM)  # one part of the speed layer is down: stop the rest
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
+    threads = [threading.Thread(target=keep, args=(i,), daemon=True) for i in range(len(drivers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(1)  # short waits: the main thread takes the signals
+    return next((c for c in codes if c != 0), 0)
+
+
+class _Stopped(Exception):
+    """The speed layer is stopping: start no driver."""
+
+
+def _keep_running(
+    settings: Settings, driver: Driver, spawn: Callable[[], subprocess.Popen[bytes]],
+    stop: threading.Event,
+) -> int:  # fmt: skip
+    """One driver, started again after each failure (EXIT_RETRY) with backoff."""
+    queries = [QUERY_OF_JOB[j] for j in driver.jobs]
     failures = 0
     while True:
-        progress_before = _mtime(settings.speed_status_file)
-        child = subprocess.Popen(
-            [sys.executable, "-m", "speed_layer.cli", *driver_argv],
-            env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},
-        )
-        code = child.wait()
+        progress_before = _progress_of(settings, queries)
+        code = spawn().wait()
         if stop.is_set() or code != EXIT_RETRY:
             return code if code >= 0 else 128 - code  # killed by signal N: 128 + N
         # Consecutive failures only: a driver that got work done starts the count anew.
-        failures = 1 if _mtime(settings.speed_status_file) > progress_before else failures + 1
+        progressed = _progress_of(settings, queries) != progress_before
+        failures = 1 if progressed else failures + 1
         if failures > settings.speed_max_restarts:
             log.error(
-                "the speed layer failed %d times in a row (see above). Fix the cause and run "
+                "%s failed %d times in a row (see above). Fix the cause and run "
                 "`pos-speed run` again: it resumes from its checkpoints under %s.",
-                failures, settings.checkpoint_dir,
+                ", ".join(queries), failures, settings.checkpoint_dir,
             )  # fmt: skip
             return 1
         delay = min(2**failures, 30)
         log.warning(
-            "restarting from its checkpoint in %d s (%d of %d consecutive restarts)",
-            delay, failures, settings.speed_max_restarts,
+            "restarting %s from its checkpoint in %d s (%d of %d consecutive restarts)",
+            ", ".join(queries), delay, failures, settings.speed_max_restarts,
         )  # fmt: skip
         # A retry delay (giving Cassandra or Kafka time to come back), not synchronisation.
         if stop.wait(delay):
             return 0
 
 
-def _mtime(path: Path) -> float:
+def _progress_of(settings: Settings, queries: list[str]) -> list[Any]:
+    """The last recorded micro-batch of each of `queries` (changes when they progress)."""
     try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
+        recorded = json.loads(settings.speed_status_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return [None for _ in queries]
+    return [recorded.get(q) for q in queries]
+
+
+def _die_with_supervisor() -> None:
+    """A driver dies with its supervisor (Linux), even by `kill -9`: no orphan driver
+    keeps a query's checkpoint while a restarted speed layer runs the same query."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    supervisor = os.environ.get(SUPERVISOR_PID_ENV)
+    if supervisor and os.getppid() != int(supervisor):  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def status(settings: Settings, as_json: bool) -> int:
@@ -262,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_p.add_argument("--starting-offsets", help="earliest|latest for a new checkpoint")
     run_p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
-    # The supervisor starts the driver (the Spark application) with this flag.
+    # The supervisor starts each driver (a Spark application) with this flag.
     run_p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     st = sub.add_parser("status", help="show the last micro-batch of each query")
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -295,11 +387,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
             return 2
         if args.driver:
+            _die_with_supervisor()
             return run(settings, jobs, args.available_now)
         from infra import cassandra_client
 
         cassandra_client.require_keyspace(settings)  # once, before any driver starts
-        return supervise(settings, [*(argv if argv is not None else sys.argv[1:]), "--driver"])
+        return supervise(
+            settings, drivers_for(settings, jobs), argv if argv is not None else sys.argv[1:]
+        )
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

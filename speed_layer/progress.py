@@ -8,6 +8,7 @@ receipts) through `BatchCounts`, keyed by (query, batch id) and merged here.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import re
@@ -100,6 +101,25 @@ def first_line(exc: object) -> str:
     return gist[:300]
 
 
+def _merge_into(status_file: Path, latest: dict[str, dict[str, Any]]) -> None:
+    """Replace these queries' entries of the status file, keep the others' entries.
+
+    Each driver of `pos-speed run` (one per query in local mode) records its own
+    queries; a lock file serialises the drivers' read-modify-write, and the rename is
+    atomic, so readers never see half a file.
+    """
+    status_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(status_file.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        try:
+            recorded = json.loads(status_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            recorded = {}
+        tmp = status_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(recorded | latest, default=str, indent=2))
+        tmp.replace(status_file)
+
+
 class ProgressRecorder:
     """Collects counts from foreachBatch and progress from Spark; writes both out.
 
@@ -138,10 +158,7 @@ class ProgressRecorder:
         with self._lock:
             self._latest[row["query_name"]] = row
             snapshot = dict(self._latest)
-        self._status_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._status_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(snapshot, default=str, indent=2))
-        tmp.replace(self._status_file)  # atomic: readers never see half a file
+            _merge_into(self._status_file, snapshot)
         if self._writer is not None:
             try:
                 self._writer(row)

@@ -50,7 +50,7 @@ from adapters.driver_writes import DriverWriter
 from infra import cassandra_client
 from infra.settings import Settings
 from schemas import contract, cql
-from speed_layer import SUPERVISOR_PID_ENV
+from speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
 from speed_layer.progress import BatchCounts, ProgressRecorder
 from speed_layer.triggers import start_in_pool
 from views import records
@@ -64,7 +64,7 @@ from views.winners import (
     with_winner_content,
 )
 
-QUERY_NAME = "pos-speed-views"
+QUERY_NAME = QUERY_OF_JOB["views"]
 # The raw table holds every receipt row column but these two.
 RAW_COLUMNS = tuple(
     c for c in records.RECEIPT_ROW_COLUMNS if c not in ("content_hash", "beyond_bound")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -230,6 +231,82 @@ def test_sigterm_stops_the_stream_gracefully(
             os.killpg(driver.pid, signal.SIGKILL)
     assert driver.returncode == 0, output.decode()[-3000:]
     assert b"stopping pos-speed-views" in output
+
+
+def _drivers(supervisor: int) -> dict[str, int]:
+    """The supervisor's driver processes by the jobs they run (from /proc)."""
+    from demo.steps import children
+
+    found = {}
+    for pid in children(supervisor):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().decode().split("\0")
+        if "--driver" in argv:
+            found[argv[len(argv) - argv[::-1].index("--jobs")]] = pid  # the last --jobs
+    return found
+
+
+def _niceness(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[16])  # field 19: nice (after comm's ")")
+
+
+def test_each_query_has_its_own_driver_the_archiver_niced_and_both_die_with_the_supervisor(
+    isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
+    assert settings.spark_master.startswith("local")  # POS_SPEED_DRIVERS=auto: per query
+    ledger = tmp_path / "ledger"
+    summary = simulate(settings, ledger, "--count", "200", "--seed", "5", *FAULTS)
+    speed = subprocess.Popen(
+        [str(VENV_BIN / "pos-speed"), "run", "--archive-trigger-seconds", "1"],
+        env=env_for(settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert wait_for(lambda: set(_drivers(speed.pid)) == {"archiver", "views"}, timeout=60)
+        drivers = _drivers(speed.pid)
+        assert _niceness(drivers["archiver"]) - _niceness(speed.pid) == 10
+        assert _niceness(drivers["views"]) == _niceness(speed.pid)
+
+        def both_recorded() -> bool:
+            try:
+                status = json.loads(settings.speed_status_file.read_text())
+            except (FileNotFoundError, json.JSONDecodeError):
+                return False
+            return {"pos-speed-archiver", "pos-speed-views"} <= set(status)
+
+        # Both drivers at work: each query's micro-batches in the one status file.
+        assert wait_for(both_recorded, timeout=300, interval=0.5)
+        os.kill(speed.pid, signal.SIGKILL)  # the supervisor alone, as an OOM killer would
+        speed.wait()
+
+        def session_gone() -> bool:  # drivers, their JVMs, Python workers: no orphan left
+            try:
+                os.killpg(speed.pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        assert wait_for(session_gone, timeout=60, interval=0.2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(speed.pid, signal.SIGKILL)
+    # Restarted, the speed layer finishes the stream from both checkpoints.
+    done = subprocess.run(
+        [str(VENV_BIN / "pos-speed"), "run", "--available-now"],
+        env=env_for(settings),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_views_match_ledger(cql, ledger)
+    coords = {(r.kafka_partition, r.kafka_offset) for r in master_rows(spark, settings)}
+    assert len(coords) == summary["messages"]
 
 
 def test_stored_rows_are_read_per_partition_key_not_by_scanning(

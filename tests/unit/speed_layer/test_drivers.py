@@ -1,0 +1,52 @@
+"""Which Spark drivers `pos-speed run` starts for its queries (pure: no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.settings import load_settings
+from speed_layer.cli import Driver, drivers_for
+
+BOTH = ("archiver", "views")
+
+
+@pytest.fixture(autouse=True)
+def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("POS_SPEED_DRIVERS", "POS_SPEED_ARCHIVER_NICE", "POS_SPARK_MASTER"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_in_local_mode_each_query_has_a_driver_and_the_archiver_yields_the_cpu() -> None:
+    assert drivers_for(load_settings(), BOTH) == [Driver(("archiver",), 10), Driver(("views",), 0)]
+
+
+def test_on_a_cluster_master_both_queries_share_one_driver() -> None:
+    s = load_settings(spark_master="spark://10.0.0.5:7077")
+    assert drivers_for(s, BOTH) == [Driver(BOTH, 0)]
+
+
+def test_shared_and_per_query_are_chosen_by_the_setting() -> None:
+    assert drivers_for(load_settings(speed_drivers="shared"), BOTH) == [Driver(BOTH, 0)]
+    per_query = load_settings(speed_drivers="per-query", spark_master="spark://h:7077")
+    assert drivers_for(per_query, BOTH) == [Driver(("archiver",), 10), Driver(("views",), 0)]
+
+
+def test_the_archivers_niceness_is_a_setting_and_zero_means_same_priority() -> None:
+    s = load_settings(speed_archiver_nice=0)
+    assert drivers_for(s, BOTH) == [Driver(("archiver",), 0), Driver(("views",), 0)]
+
+
+def test_one_job_runs_in_one_driver_at_normal_priority() -> None:
+    assert drivers_for(load_settings(), ("archiver",)) == [Driver(("archiver",), 0)]
+    assert drivers_for(load_settings(), ("views",)) == [Driver(("views",), 0)]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("speed_drivers", "both"), ("speed_archiver_nice", 20), ("speed_archiver_nice", -1)],
+)
+def test_invalid_driver_settings_are_refused(name: str, value: object) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=name):
+        load_settings(**{name: value})

@@ -1,0 +1,28 @@
+"""The speed status file: each driver's recorder keeps the other drivers' entries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from speed_layer.progress import BatchCounts, ProgressRecorder
+
+
+def test_two_drivers_recording_into_one_status_file_keep_both_queries(tmp_path: Path) -> None:
+    status = tmp_path / "speed_status.json"
+    archiver, views = ProgressRecorder(status), ProgressRecorder(status)
+    archiver.add_counts("pos-speed-archiver", 3, BatchCounts())
+    views.add_counts("pos-speed-views", 7, BatchCounts(valid_rows=5, invalid_rows=1))
+    views.add_counts("pos-speed-views", 8, BatchCounts(valid_rows=2))
+    recorded = json.loads(status.read_text())
+    assert set(recorded) == {"pos-speed-archiver", "pos-speed-views"}
+    assert recorded["pos-speed-archiver"]["batch_id"] == 3
+    assert recorded["pos-speed-views"]["batch_id"] == 8
+    assert recorded["pos-speed-views"]["valid_rows"] == 2
+
+
+def test_a_damaged_status_file_is_replaced_not_fatal(tmp_path: Path) -> None:
+    status = tmp_path / "speed_status.json"
+    status.write_text('{"pos-speed-views": ')  # a crash from before atomic writes, say
+    ProgressRecorder(status).add_counts("pos-speed-views", 1, BatchCounts(valid_rows=1))
+    assert json.loads(status.read_text())["pos-speed-views"]["batch_id"] == 1
