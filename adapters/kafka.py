@@ -23,6 +23,12 @@ def read_transactions(spark: SparkSession, settings: Settings) -> DataFrame:
         # Aborted transactional writes (e.g. from a replaying upstream) never count.
         .option("kafka.isolation.level", "read_committed")
         .option("startingOffsets", settings.speed_starting_offsets)
+        # A task reads its partition up to the micro-batch's end offset, which is where
+        # the log ends: the consumer's fetch beyond it waits fetch.max.wait.ms (500 ms
+        # by Kafka's default) for data that is not there, and a task's last poll waits
+        # for that fetch. 6,070 records in 4 partitions on 2 cores read in 0.26-0.34 s
+        # with 10 ms against 1.26-1.33 s with 500 (one session, alternated).
+        .option("kafka.fetch.max.wait.ms", settings.speed_kafka_fetch_max_wait_ms)
         .option("maxOffsetsPerTrigger", settings.speed_max_offsets_per_trigger)
         # A topic deleted or compacted under us is an operator error, but it must not
         # crash the stream: log and continue from what is there.

@@ -103,7 +103,7 @@ def one_round(
     views_job.decide_batch = decide  # type: ignore[attr-defined]
     try:
         inner_start = time.perf_counter()
-        counts = job._process_checked(checked)
+        counts = job._process_checked(checked, collect_keys=False)
         inner = time.perf_counter() - inner_start
     finally:
         views_job.decide_batch = real_decide  # type: ignore[attr-defined]

@@ -210,6 +210,14 @@ class Settings(BaseSettings):
     speed_max_offsets_per_trigger: int = Field(
         default=50_000, ge=1, description="Caps a micro-batch so a backlog drains in steps."
     )
+    speed_kafka_fetch_max_wait_ms: int = Field(
+        default=10,
+        ge=0,
+        description="fetch.max.wait.ms of the speed layer's Kafka consumers: how long the "
+        "broker holds a fetch that finds no new data. A micro-batch reads to the end of "
+        "the log, so Kafka's 500 ms default was paid in nearly every micro-batch "
+        "(measured: docs/speed-performance.md).",
+    )
     speed_max_lateness_hours: float = Field(
         default=48.0,
         gt=0,
