@@ -9,7 +9,7 @@ always runs right after the same one):
   - the plain consumer (bench/plain_consumer.py, the alternative a user might write),
   - one-shot, cold: `pos-speed run --available-now --jobs views` (the views query alone,
     one micro-batch) and `pos-speed run --available-now` (both queries, archiver and
-    views, as `make demo` runs them: one micro-batch each, side by side in one driver),
+    views, as `make demo` runs them: one micro-batch each, in a driver each locally),
     each a fresh JVM whose one micro-batch pays for class loading, JIT compilation and
     Spark's first code generation;
   - running, warm: the same two as a running speed layer (`pos-speed run`, as `make

@@ -104,8 +104,9 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # events/s 2.7 s instead of 7.1 s, and the p99 latency at 10 events/s was 4.88 s
         # instead of 5.92 (bench/speed_latency.py, side by side).
         "spark.databricks.delta.snapshotPartitions": str(settings.spark_delta_snapshot_partitions),
-        # The speed layer's two queries share one driver: each runs in a pool of its own
-        # (speed_layer/triggers.py), the views query first (see the pools file).
+        # Where the speed layer's two queries share one driver (POS_SPEED_DRIVERS=shared,
+        # a cluster master): each runs in a pool of its own (speed_layer/triggers.py), the
+        # views query first (see the pools file).
         "spark.scheduler.mode": settings.spark_scheduler_mode,
         # Python workers that do not re-read Spark's zip archives before every task
         # (~60 ms of CPU per task on Python 3.11) nor run a full garbage collection

@@ -60,6 +60,18 @@ def run_available_now(spark: Any, settings: Settings) -> None:
         assert q.exception() is None, q.exception()
 
 
+def pos_speed_to_end(settings: Settings) -> None:
+    """`pos-speed run --available-now` as a user runs it (e.g. after a failure): exit 0."""
+    done = subprocess.run(
+        [str(VENV_BIN / "pos-speed"), "run", "--available-now"],
+        env=env_for(settings),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 def ledger_receipts(ledger: Path) -> dict[tuple[int, int, int], dict[str, Any]]:
     return load_receipts(ledger)
 

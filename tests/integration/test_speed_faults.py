@@ -32,6 +32,7 @@ from tests.integration.speed_helpers import (
     assert_views_match_ledger,
     env_for,
     plan,
+    pos_speed_to_end,
     send,
     simulate,
 )
@@ -44,18 +45,6 @@ FAULTS = ("--resend-rate", "0.05", "--malformed-rate", "0.02", "--late-rate", "0
 
 def _speed(settings: Settings, *args: str) -> list[str]:
     return [str(VENV_BIN / "pos-speed"), "run", *args]
-
-
-def _run_to_end(settings: Settings) -> None:
-    """`pos-speed run --available-now` as a user runs it after a failure."""
-    done = subprocess.run(
-        _speed(settings, "--available-now"),
-        env=env_for(settings),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def _raw_count(cql: Any) -> int:
@@ -92,7 +81,7 @@ def test_kill_9_inside_a_micro_batch_converges_on_replay(
     assert aggregates > 0
     assert (_raw_count(cql) > 0) == (point != "after_aggregates")
 
-    _run_to_end(settings)
+    pos_speed_to_end(settings)
     assert_views_match_ledger(cql, ledger)
 
 
@@ -192,4 +181,4 @@ def test_kafka_broker_hard_restart_while_running(
         assert wait_for(run.converged, timeout=300, interval=1), run.tail()
         if run.driver.poll() is not None:  # it gave up with a message: resume from checkpoint
             assert "resumes from its checkpoint" in run.log.read_text(), run.tail()
-            _run_to_end(run.settings)
+            pos_speed_to_end(run.settings)

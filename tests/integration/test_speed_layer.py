@@ -25,6 +25,7 @@ from tests.integration.speed_helpers import (
     expected_aggregates,
     ledger_receipts,
     master_rows,
+    pos_speed_to_end,
     produce_raw,
     raw_rows,
     receipt_json,
@@ -295,15 +296,7 @@ def test_each_query_has_its_own_driver_the_archiver_niced_and_both_die_with_the_
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(speed.pid, signal.SIGKILL)
-    # Restarted, the speed layer finishes the stream from both checkpoints.
-    done = subprocess.run(
-        [str(VENV_BIN / "pos-speed"), "run", "--available-now"],
-        env=env_for(settings),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    pos_speed_to_end(settings)  # restarted, it finishes the stream from both checkpoints
     assert_views_match_ledger(cql, ledger)
     coords = {(r.kafka_partition, r.kafka_offset) for r in master_rows(spark, settings)}
     assert len(coords) == summary["messages"]
