@@ -175,7 +175,9 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
     """
     stop = threading.Event()
     children: dict[int, subprocess.Popen[bytes]] = {}
-    lock = threading.Lock()
+    # Reentrant: a second signal can arrive while the handler of the first holds it.
+    lock = threading.RLock()
+    failed: list[int] = []  # exit codes of the drivers that stopped for good, first first
 
     def forward(signum: int, _: object = None) -> None:
         stop.set()
@@ -199,16 +201,16 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
             children[index] = child
             return child
 
-    codes: list[int] = [0] * len(drivers)
-
     def keep(index: int) -> None:
         try:
-            codes[index] = _keep_running(
+            code = _keep_running(
                 settings, drivers[index], lambda: spawn(index, drivers[index]), stop
             )
         except _Stopped:
             return
-        if codes[index] != 0:
+        if code != 0:
+            with lock:
+                failed.append(code)
             forward(signal.SIGTERM)  # one part of the speed layer is down: stop the rest
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -219,7 +221,7 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
     for t in threads:
         while t.is_alive():
             t.join(1)  # short waits: the main thread takes the signals
-    return next((c for c in codes if c != 0), 0)
+    return failed[0] if failed else 0
 
 
 class _Stopped(Exception):
