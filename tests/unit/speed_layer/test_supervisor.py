@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infra.settings import load_settings
-from speed_layer.cli import Driver, drivers_for
+from speed_layer.supervisor import Driver, drivers_for
 
 BOTH = ("archiver", "views")
 
