@@ -141,7 +141,7 @@ def _keep_running(
             return 1
         delay = min(2**failures, 30)
         log.warning(
-            "restarting %s from its checkpoint in %d s (%d of %d consecutive restarts)",
+            "%s: restarting from its checkpoint in %d s (%d of %d consecutive restarts)",
             ", ".join(queries), delay, failures, settings.speed_max_restarts,
         )  # fmt: skip
         # A retry delay (giving Cassandra or Kafka time to come back), not synchronisation.
