@@ -55,6 +55,7 @@ from demo.steps import (
     await_or_fail,
     children,
     cql_session,
+    driver_jobs,
     env_with,
     reset_dir,
     run_logged,
@@ -237,12 +238,8 @@ class Chaos:
         if self.speed is None or self.speed.poll() is not None:
             return None
         for pid in children(self.speed.pid):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode().split("\0")
-                jobs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--jobs"]
-                # The last --jobs counts (the supervisor appends one per driver).
-                if "--driver" in argv and (not jobs or "views" in jobs[-1].split(",")):
-                    return pid
+            if "views" in (driver_jobs(pid) or "").split(","):
+                return pid
         return None
 
     def _last_commit(self) -> int:

@@ -147,6 +147,17 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def driver_jobs(pid: int) -> str | None:
+    """The jobs a `pos-speed run` driver process runs ("views", "archiver,views"), or
+    None if `pid` is no driver. The last --jobs counts: the supervisor appends one."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().decode().split("\0")
+        if "--driver" in argv:
+            jobs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--jobs"]
+            return jobs[-1] if jobs else "archiver,views"
+    return None
+
+
 def await_or_fail(condition: Any, timeout: float, what: str, interval: float = 1.0) -> None:
     if not wait_for(condition, timeout=timeout, interval=interval):
         raise StepFailed(f"timed out after {timeout:.0f} s waiting for {what}")

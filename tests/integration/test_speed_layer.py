@@ -236,15 +236,9 @@ def test_sigterm_stops_the_stream_gracefully(
 
 def _drivers(supervisor: int) -> dict[str, int]:
     """The supervisor's driver processes by the jobs they run (from /proc)."""
-    from demo.steps import children
+    from demo.steps import children, driver_jobs
 
-    found = {}
-    for pid in children(supervisor):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().decode().split("\0")
-        if "--driver" in argv:
-            found[argv[len(argv) - argv[::-1].index("--jobs")]] = pid  # the last --jobs
-    return found
+    return {jobs: pid for pid in children(supervisor) if (jobs := driver_jobs(pid))}
 
 
 def _niceness(pid: int) -> int:
