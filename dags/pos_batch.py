@@ -6,11 +6,11 @@ listed when a task renders its templates. Each Spark task is `spark-submit` of
 POS_SPARK_MASTER; Airflow 3 creates no default connections and SparkSubmitOperator
 without one silently submits to master `yarn`).
 
-- `pos_batch` (hourly, `CronDataIntervalTimetable`): `await_archive` (the hour's last
-  records reach the master dataset up to one archiver micro-batch after its end),
-  then `pos-batch run` over [data_interval_start, data_interval_end) (never
-  `logical_date`: it is null for manual and asset-triggered runs), then `pos-batch
-  quality` over the same interval.
+- `pos_batch` (hourly, `CronDataIntervalTimetable`): `await_archive` (until the
+  archiver's committed Kafka offsets show every record Kafka received before the
+  hour's end in the master dataset: batch_layer/await_archive.py), then `pos-batch
+  run` over [data_interval_start, data_interval_end) (never `logical_date`: it is null
+  for manual and asset-triggered runs), then `pos-batch quality` over the same interval.
   max_active_runs=1 and the one-slot pool `pos_batch` keep runs from overlapping.
 - `pos_master_maintenance` (daily): OPTIMIZE then VACUUM of the master dataset, and
   `pos-batch gc`: delete batch-view versions nothing points to (same pool: never
@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
+from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -35,18 +35,22 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 BATCH_CLI = str(PROJECT_ROOT / "batch_layer" / "cli.py")
 SPARK_CONN_ID = "spark_pos"
 POOL = "pos_batch"  # one slot, created by `pos-infra airflow up`
-# The archiver commits the master dataset every POS_SPEED_ARCHIVE_TRIGGER_SECONDS (30 s
-# by default) and a micro-batch takes seconds more: an hour's recompute starts this long
-# after the hour's end, so its last seconds are in. A past interval (a triggered run, a
-# backfill) does not wait. Receipts that reach Kafka later still are late receipts: the
-# next runs' look-back recomputes their days.
-ARCHIVE_GRACE = timedelta(minutes=2)
+# A run fails (and the next hour's run recomputes the day) if the archiver has not
+# caught up with the hour's end in this long: it is down, or far behind.
+ARCHIVE_TIMEOUT = timedelta(minutes=30)
 INTERVAL_ARGS = [
     "--start",
     "{{ data_interval_start.isoformat() }}",
     "--end",
     "{{ data_interval_end.isoformat() }}",
 ]
+
+
+def archived_before(end: str, pos_env: dict[str, str]) -> bool:
+    """await_archive's check (imported at run time, not parse time)."""
+    from batch_layer.await_archive import archived_before as check
+
+    return check(end, pos_env)
 
 
 def spark_jars() -> str:
@@ -99,12 +103,13 @@ with DAG(
     dagrun_timeout=timedelta(hours=2),
     **COMMON,  # type: ignore[arg-type]
 ) as batch_dag:
-    await_archive = TimeDeltaSensor(
+    await_archive = PythonSensor(
         task_id="await_archive",
-        delta=ARCHIVE_GRACE,  # after data_interval_end
+        python_callable=archived_before,
+        op_kwargs={"end": "{{ data_interval_end.isoformat() }}", "pos_env": "{{ params.pos_env }}"},
         mode="reschedule",  # no worker slot held while waiting
         poke_interval=30,
-        execution_timeout=timedelta(minutes=10),
+        timeout=ARCHIVE_TIMEOUT.total_seconds(),
     )
     recompute = _submit("recompute", ["run", *INTERVAL_ARGS], timedelta(minutes=45))
     quality = _submit("quality", ["quality", *INTERVAL_ARGS], timedelta(minutes=20))

@@ -202,6 +202,14 @@ class Settings(BaseSettings):
         "be fresh to the second: a longer interval writes fewer, larger files and Delta "
         "commits, and leaves the cores to the views query, whose latency users see.",
     )
+    speed_archiver_group: str = Field(
+        default="pos-archiver",
+        min_length=1,
+        description="Kafka consumer group to which the archiver commits each micro-batch's "
+        "end offsets once the master dataset holds them (Spark keeps its own in the "
+        "checkpoint): Kafka's tools show the archiver's lag by it, and the batch DAG's "
+        "await_archive waits on it (infra/archive_offsets.py).",
+    )
     speed_starting_offsets: str = Field(
         default="earliest",
         pattern=r"^(earliest|latest|\{.*\})$",

@@ -7,16 +7,22 @@ so a batch replayed after a crash is recognised and skipped, and every reader
 (Spark, delta-rs, DuckDB) sees only committed versions, unlike the plain file sink,
 whose `_spark_metadata` log protects Spark readers only. Compaction (OPTIMIZE)
 rewrites files, never records. Read it with `master_dataset.read(spark, settings)`.
+Each micro-batch's end offsets are then committed to the Kafka consumer group
+POS_SPEED_ARCHIVER_GROUP (`infra.archive_offsets`): the batch DAG waits on them.
 Run it with `pos-speed run`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import kafka
+from infra.archive_offsets import OffsetsCommitter, end_offsets
 from infra.settings import Settings
 from speed_layer import QUERY_OF_JOB
 from speed_layer.triggers import start_in_pool
@@ -41,7 +47,38 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
         .partitionBy("event_day")
         .outputMode("append")
     )
+    committer = OffsetsCommitter(settings)
     # Its own, longer interval (POS_SPEED_ARCHIVE_TRIGGER_SECONDS): see infra/settings.py.
-    return start_in_pool(
+    query = start_in_pool(
         spark, writer, QUERY_NAME, settings.speed_archive_trigger_seconds, available_now
     )
+    spark.streams.addListener(CommitArchived(query.runId, committer))
+    return query
+
+
+class CommitArchived(StreamingQueryListener):
+    """Commits the end offsets of each micro-batch of the query run `run_id` to the
+    archiver's consumer group. Spark reports a micro-batch's progress once its sink
+    (Delta) has committed it, so a committed offset is always archived. A replayed
+    micro-batch reports the same offsets: nothing moves back."""
+
+    def __init__(self, run_id: str, committer: OffsetsCommitter) -> None:
+        self.run_id = run_id
+        self.committer = committer
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if str(progress.runId) != self.run_id:  # the views query's, or a previous run's
+            return
+        for source in progress.sources:
+            self.committer.commit(end_offsets(source.endOffset, self.committer.topic))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.runId) == self.run_id:
+            self.committer.close()

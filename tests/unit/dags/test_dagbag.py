@@ -38,11 +38,14 @@ def test_batch_dag_is_hourly_over_data_intervals_and_never_overlaps(dagbag: Any)
         "recompute",
         "quality",
     ]
-    # The hour's last records reach the master dataset up to an archiver micro-batch
-    # (30 s by default) after its end: the recompute waits past that.
+    # The recompute waits for the archiver's committed offsets, not a fixed grace.
     sensor = dag.get_task("await_archive")
-    assert sensor.delta == timedelta(minutes=2)
+    assert sensor.op_kwargs == {
+        "end": "{{ data_interval_end.isoformat() }}",
+        "pos_env": "{{ params.pos_env }}",
+    }
     assert sensor.mode == "reschedule"
+    assert sensor.timeout == timedelta(minutes=30).total_seconds()
     for task in (dag.get_task("recompute"), dag.get_task("quality")):
         assert task.pool == "pos_batch"
         assert task.retries == 2

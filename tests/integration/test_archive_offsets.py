@@ -1,0 +1,57 @@
+"""The archiver commits what the master dataset holds to its Kafka consumer group, and
+the batch DAG's await_archive check waits on that: real Kafka, real Spark, real Delta."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from batch_layer.await_archive import archived_before
+from infra.archive_offsets import archived_until
+from infra.process import wait_for
+from infra.settings import Settings
+from tests.integration.speed_helpers import device_key, master_rows, ms, produce_raw, receipt_json
+from tests.integration.test_batch_layer import _archive
+
+pytestmark = pytest.mark.integration
+
+EARLY = datetime(2026, 3, 2, 8, 10, tzinfo=UTC)  # the records' Kafka timestamps
+LATE = datetime(2026, 3, 2, 10, 10, tzinfo=UTC)
+HOUR_END = datetime(2026, 3, 2, 9, tzinfo=UTC)  # between them
+
+
+def _send(settings: Settings, at: datetime, tids: range) -> None:
+    produce_raw(
+        settings,
+        [receipt_json(1, tid % 5, tid, at) for tid in tids],
+        timestamps=[ms(at)] * len(tids),
+        keys=[device_key(1, tid % 5) for tid in tids],
+    )
+
+
+def test_await_archive_passes_once_the_archiver_has_committed_the_records_before_the_end(
+    spark: Any, isolated: tuple[Settings, Any]
+) -> None:
+    settings, _ = isolated
+    _send(settings, EARLY, range(30))  # 30 records sent before the hour's end
+    _send(settings, LATE, range(30, 50))  # 20 after it
+
+    # Nothing archived yet: the hour waits for its 30 records, the day for all 50;
+    # an instant before every record waits for nothing.
+    assert sum(archived_until(settings, HOUR_END).behind.values()) == 30
+    assert sum(archived_until(settings, LATE + timedelta(hours=1)).behind.values()) == 50
+    assert archived_until(settings, EARLY - timedelta(hours=1)).done
+    pos_env = {"POS_TOPIC_TRANSACTIONS": settings.topic_transactions}
+    assert archived_before(HOUR_END.isoformat(), pos_env) is False
+
+    _archive(spark, settings)
+    assert len(master_rows(spark, settings)) == 50
+    # Committed by a listener once Spark reports the micro-batch: await it.
+    assert wait_for(
+        lambda: archived_until(settings, LATE + timedelta(hours=1)).done, timeout=60, interval=0.5
+    ), archived_until(settings, LATE + timedelta(hours=1)).describe()
+    assert archived_before(HOUR_END.isoformat(), pos_env) is True
+    committed = archived_until(settings, LATE + timedelta(hours=1)).committed
+    assert sum(o or 0 for o in committed.values()) == 50  # the log's end: nothing more

@@ -1,0 +1,42 @@
+"""The archiver's lag behind an instant, from Kafka offsets (pure parts)."""
+
+from __future__ import annotations
+
+from infra.archive_offsets import ArchiveLag, end_offsets, lag
+
+
+def test_a_kafka_sources_end_offset_is_read_for_its_topic_only() -> None:
+    text = '{"pos.transactions": {"0": 12, "3": 7}, "other": {"0": 99}}'
+    assert end_offsets(text, "pos.transactions") == {0: 12, 3: 7}
+    assert end_offsets(text, "absent") == {}
+    assert end_offsets(None, "pos.transactions") == {}
+
+
+def test_the_archiver_is_behind_by_the_records_before_the_instant_it_has_not_committed() -> None:
+    result = lag(
+        at_or_after={0: 40, 1: 10, 2: 5},
+        log_end={0: 50, 1: 10, 2: 9},
+        committed={0: 40, 1: 3, 2: None},
+    )
+    assert result.needed == {0: 40, 1: 10, 2: 5}
+    assert result.behind == {1: 7, 2: 5}
+    assert not result.done
+    assert result.describe() == "12 records still to archive (partition 1: 7, partition 2: 5)"
+
+
+def test_with_no_record_at_or_after_the_instant_the_whole_log_must_be_archived() -> None:
+    # -1: Kafka has no record at or after the instant yet: every record came before it.
+    result = lag(at_or_after={0: -1, 1: 4}, log_end={0: 25, 1: 9}, committed={0: 20, 1: 4})
+    assert result.needed == {0: 25, 1: 4}
+    assert result.behind == {0: 5}
+
+
+def test_an_instant_before_every_record_needs_nothing_even_with_no_commit() -> None:
+    result = lag(at_or_after={0: 0, 1: 0}, log_end={0: 8, 1: 3}, committed={})
+    assert result.done
+    assert result.behind == {}
+    assert result.describe() == "the master dataset holds every record before the instant"
+
+
+def test_an_archiver_ahead_of_the_instant_is_done() -> None:
+    assert ArchiveLag(needed={0: 5}, committed={0: 9}).done
