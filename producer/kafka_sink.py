@@ -24,6 +24,8 @@ from infra.process import ServiceError
 from producer.simulation import OutgoingMessage
 
 MAX_KEPT_ERRORS = 20
+# librdkafka's poll() timeout is in whole milliseconds (shorter ones round to 0).
+MIN_WAIT_S = 0.001
 
 
 class ProducerError(RuntimeError):
@@ -119,7 +121,10 @@ def produce(
                 # Pacing to the requested rate (not synchronisation): serve delivery
                 # reports while waiting for this message's slot.
                 while (ahead := started + stats.sent / rate - time.monotonic()) > 0:
-                    producer.poll(ahead)
+                    # poll() waits whole milliseconds: a wait under one would be
+                    # poll(0), a busy loop that took most of a core at 1,000 messages/s.
+                    # The schedule is absolute, so waiting up to 1 ms longer adds no drift.
+                    producer.poll(max(ahead, MIN_WAIT_S))
             while True:
                 try:
                     producer.produce(
