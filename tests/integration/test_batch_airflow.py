@@ -38,8 +38,15 @@ def airflow(
 ) -> Iterator[tuple[Settings, Any]]:
     settings, cql = isolated
     own = settings.model_copy(update={"state_dir": tmp_path / "state", "airflow_port": 18080})
-    # Airflow's processes (and so spark-submit) take POS_* from the environment.
-    for name in ("cassandra_keyspace", "data_dir", "state_dir", "airflow_port"):
+    # Airflow's processes (and so spark-submit) take POS_* from the environment; the
+    # topic too: await_archive checks the archiver's offsets on it.
+    for name in (
+        "cassandra_keyspace",
+        "topic_transactions",
+        "data_dir",
+        "state_dir",
+        "airflow_port",
+    ):
         monkeypatch.setenv(f"POS_{name.upper()}", str(getattr(own, name)))
     airflow_service.start(own)
     try:
