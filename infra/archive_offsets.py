@@ -32,12 +32,15 @@ log = logging.getLogger("pos.archive")
 _NO_OFFSET = -1
 
 
-def end_offsets(source_end_offset: str | None, topic: str) -> dict[int, int]:
-    """A Kafka source's endOffset as Spark reports it ('{"topic": {"0": 12, ...}}'):
-    partition -> the next offset to read, of `topic` only."""
+def end_offsets(source_end_offset: str | Mapping[str, Any] | None, topic: str) -> dict[int, int]:
+    """A Kafka source's endOffset as Spark reports it ('{"topic": {"0": 12, ...}}': text
+    in a listener's event, parsed in `StreamingQuery.lastProgress`): partition -> the
+    next offset to read, of `topic` only."""
     if not source_end_offset:
         return {}
-    parsed = json.loads(source_end_offset)
+    parsed = (
+        json.loads(source_end_offset) if isinstance(source_end_offset, str) else source_end_offset
+    )
     return {int(p): int(o) for p, o in parsed.get(topic, {}).items()}
 
 

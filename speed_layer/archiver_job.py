@@ -56,6 +56,17 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
     return query
 
 
+def commit_last(settings: Settings, query: StreamingQuery) -> None:
+    """Commit the end offsets of the query's last micro-batch, from the driver, once the
+    query has ended: Spark delivers listener events asynchronously, so the last one of
+    an `--available-now` run may still be queued when the driver stops."""
+    progress = query.lastProgress
+    if progress:
+        committer = OffsetsCommitter(settings)
+        for source in progress.get("sources", []):
+            committer.commit(end_offsets(source.get("endOffset"), committer.topic))
+
+
 class CommitArchived(StreamingQueryListener):
     """Commits the end offsets of each micro-batch of the query run `run_id` to the
     archiver's consumer group. Spark reports a micro-batch's progress once its sink

@@ -125,6 +125,8 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
             if q.isActive:
                 log.info("stopping %s", q.name)
                 q.stop()
+            if q.name == archiver_job.QUERY_NAME:
+                archiver_job.commit_last(settings, q)
         spark.stop()
         if cluster is not None:
             cluster.shutdown()

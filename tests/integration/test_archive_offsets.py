@@ -12,7 +12,14 @@ from batch_layer.await_archive import archived_before
 from infra.archive_offsets import archived_until
 from infra.process import wait_for
 from infra.settings import Settings
-from tests.integration.speed_helpers import device_key, master_rows, ms, produce_raw, receipt_json
+from tests.integration.speed_helpers import (
+    device_key,
+    master_rows,
+    ms,
+    pos_speed_to_end,
+    produce_raw,
+    receipt_json,
+)
 from tests.integration.test_batch_layer import _archive
 
 pytestmark = pytest.mark.integration
@@ -55,3 +62,16 @@ def test_await_archive_passes_once_the_archiver_has_committed_the_records_before
     assert archived_before(HOUR_END.isoformat(), pos_env) is True
     committed = archived_until(settings, LATE + timedelta(hours=1)).committed
     assert sum(o or 0 for o in committed.values()) == 50  # the log's end: nothing more
+
+
+def test_pos_speed_to_the_end_leaves_its_last_offsets_committed_when_it_exits(
+    isolated: tuple[Settings, Any],
+) -> None:
+    # `pos-speed run --available-now` (as `make demo` runs it) exits right after its
+    # last micro-batch: the offsets are committed by then, not left to a listener.
+    settings, _ = isolated
+    _send(settings, EARLY, range(12))
+    pos_speed_to_end(settings)
+    lag = archived_until(settings, LATE)  # no waiting: the process has exited
+    assert lag.done, lag.describe()
+    assert sum(o or 0 for o in lag.committed.values()) == 12

@@ -10,6 +10,8 @@ def test_a_kafka_sources_end_offset_is_read_for_its_topic_only() -> None:
     assert end_offsets(text, "pos.transactions") == {0: 12, 3: 7}
     assert end_offsets(text, "absent") == {}
     assert end_offsets(None, "pos.transactions") == {}
+    # StreamingQuery.lastProgress has it parsed already.
+    assert end_offsets({"pos.transactions": {"1": 5}}, "pos.transactions") == {1: 5}
 
 
 def test_the_archiver_is_behind_by_the_records_before_the_instant_it_has_not_committed() -> None:
