@@ -86,3 +86,34 @@ def test_receipt_keys_read_exactly_and_no_keys_give_an_empty_frame(
     empty = lookup.rows("receipt_keys", RECEIPT_KEY, [], columns)
     assert empty.columns == list(columns)
     assert empty.collect() == []
+
+
+def test_receipt_keys_of_many_receipts_read_by_partition(
+    spark: Any, cql: Any, lookup: DriverLookup
+) -> None:
+    # Two devices' partitions, one with more stored receipts than one IN list takes
+    # (MAX_IN): every asked-for stored row comes back once, nothing else.
+    insert = cql.prepare(
+        "INSERT INTO receipt_keys (operation_id, vendor_fiscal_module, key_bucket,"
+        " transaction_id, kafka_offset) VALUES (9301, ?, 0, ?, ?)"
+    )
+    for number in range(700):
+        cql.execute(insert, (1, number, 10_000 + number))
+    for number in range(5):
+        cql.execute(insert, (2, number, 20_000 + number))
+    asked = [(9301, 1, 0, n) for n in range(0, 700, 1)] + [(9301, 2, 0, n) for n in (1, 3, 9)]
+    asked += [(9301, 1, 0, 5), (9301, 3, 0, 1)]  # a key twice; a partition with nothing
+
+    df = lookup.rows(
+        "receipt_keys", RECEIPT_KEY, asked, ("vendor_fiscal_module", "transaction_id", "kafka_offset")
+    )
+
+    want = [(1, n, 10_000 + n) for n in range(700)] + [(2, 1, 20_001), (2, 3, 20_003)]
+    assert sorted(map(tuple, df.collect())) == want
+
+
+def test_keys_that_are_not_a_partition_key_or_one_column_more_are_refused(
+    lookup: DriverLookup,
+) -> None:
+    with pytest.raises(ValueError, match=r"receipt_keys is read by its partition key"):
+        lookup.rows("receipt_keys", ("operation_id", "transaction_id"), [(1, 2)], ("day",))

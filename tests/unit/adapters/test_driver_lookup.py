@@ -30,3 +30,12 @@ def test_a_map_becomes_a_dict_and_a_set_a_list() -> None:
 def test_other_values_pass_unchanged() -> None:
     for value in ("x", 7, 2**63 - 1, Decimal("19999999999980000.00"), True, None):
         assert spark_value(value) == value
+
+
+def test_keys_are_grouped_by_partition_each_value_once_in_bounded_lists() -> None:
+    from adapters.driver_lookup import by_partition
+
+    keys = [(1, 2, 7, 10), (1, 2, 7, 11), (1, 3, 7, 10), (1, 2, 7, 10), (1, 2, 7, 12)]
+    assert by_partition(keys) == [(1, 2, 7, [10, 11, 12]), (1, 3, 7, [10])]
+    assert by_partition(keys, max_in=2) == [(1, 2, 7, [10, 11]), (1, 2, 7, [12]), (1, 3, 7, [10])]
+    assert by_partition([]) == []
