@@ -256,8 +256,8 @@ class Settings(BaseSettings):
         "(the first micro-batch of a run counts as one of speed_max_offsets_per_trigger) "
         "collects its records' keys in its first Spark job and, with fewer valid records "
         "than this, reads the stored rows it needs (receipt_keys by receipt, agg_15m_speed "
-        "by store-day) with one CQL query per key from the driver, not with a Spark join "
-        "per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
+        "by store-day) with one CQL query per partition from the driver, not with a Spark "
+        "join per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
     )
     speed_driver_writes_below: int = Field(
         default=1_000,

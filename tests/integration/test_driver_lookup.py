@@ -105,7 +105,10 @@ def test_receipt_keys_of_many_receipts_read_by_partition(
     asked += [(9301, 1, 0, 5), (9301, 3, 0, 1)]  # a key twice; a partition with nothing
 
     df = lookup.rows(
-        "receipt_keys", RECEIPT_KEY, asked, ("vendor_fiscal_module", "transaction_id", "kafka_offset")
+        "receipt_keys",
+        RECEIPT_KEY,
+        asked,
+        ("vendor_fiscal_module", "transaction_id", "kafka_offset"),
     )
 
     want = [(1, n, 10_000 + n) for n in range(700)] + [(2, 1, 20_001), (2, 3, 20_003)]
