@@ -21,8 +21,9 @@ alternate, `--rounds` times, in separate drivers:
     re-read Spark's zip archives before every task on Python 3.11 and run a full
     garbage collection after it: the peer the project's daemon
     (infra/spark_python_daemon.py) is measured against;
-  - or, with `--variant NAME:key=value;...` (repeatable), the settings to try before
-    making them the project's (with `--no-json`, not to overwrite the report);
+  - or, with `--variant NAME:key=value;...` (repeatable), the Spark settings to try
+    before making them the project's (with `--no-json`, not to overwrite the report;
+    the project's own POS_ settings are read from the environment, by every driver);
   - or, with `--baseline REV`, the project's code at a git revision (a worktree of
     this repository, its own copy of this script as the driver): what a code change
     buys, measured side by side.
