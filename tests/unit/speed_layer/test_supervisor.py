@@ -17,7 +17,7 @@ def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_in_local_mode_each_query_has_a_driver_and_the_archiver_yields_the_cpu() -> None:
-    assert drivers_for(load_settings(), BOTH) == [Driver(("archiver",), 10), Driver(("views",), 0)]
+    assert drivers_for(load_settings(), BOTH) == [Driver(("archiver",), 19), Driver(("views",), 0)]
 
 
 def test_on_a_cluster_master_both_queries_share_one_driver() -> None:
@@ -28,7 +28,7 @@ def test_on_a_cluster_master_both_queries_share_one_driver() -> None:
 def test_shared_and_per_query_are_chosen_by_the_setting() -> None:
     assert drivers_for(load_settings(speed_drivers="shared"), BOTH) == [Driver(BOTH, 0)]
     per_query = load_settings(speed_drivers="per-query", spark_master="spark://h:7077")
-    assert drivers_for(per_query, BOTH) == [Driver(("archiver",), 10), Driver(("views",), 0)]
+    assert drivers_for(per_query, BOTH) == [Driver(("archiver",), 19), Driver(("views",), 0)]
 
 
 def test_the_archivers_niceness_is_a_setting_and_zero_means_same_priority() -> None:
