@@ -101,7 +101,7 @@ def test_receipt_keys_of_many_receipts_read_by_partition(
         cql.execute(insert, (1, number, 10_000 + number))
     for number in range(5):
         cql.execute(insert, (2, number, 20_000 + number))
-    asked = [(9301, 1, 0, n) for n in range(0, 700, 1)] + [(9301, 2, 0, n) for n in (1, 3, 9)]
+    asked = [(9301, 1, 0, n) for n in range(700)] + [(9301, 2, 0, n) for n in (1, 3, 9)]
     asked += [(9301, 1, 0, 5), (9301, 3, 0, 1)]  # a key twice; a partition with nothing
 
     df = lookup.rows(
