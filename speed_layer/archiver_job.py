@@ -63,8 +63,17 @@ def commit_last(settings: Settings, query: StreamingQuery) -> None:
     progress = query.lastProgress
     if progress:
         committer = OffsetsCommitter(settings)
-        for source in progress.get("sources", []):
-            committer.commit(end_offsets(source.get("endOffset"), committer.topic))
+        try:
+            _commit_ends(committer, [s.get("endOffset") for s in progress.get("sources", [])])
+        finally:
+            committer.close()
+
+
+def _commit_ends(committer: OffsetsCommitter, ends: list[Any]) -> None:
+    """Commit each Kafka source's endOffset (text in a listener's event, parsed in
+    `lastProgress`)."""
+    for end in ends:
+        committer.commit(end_offsets(end, committer.topic))
 
 
 class CommitArchived(StreamingQueryListener):
@@ -84,8 +93,7 @@ class CommitArchived(StreamingQueryListener):
         progress = event.progress
         if str(progress.runId) != self.run_id:  # the views query's, or a previous run's
             return
-        for source in progress.sources:
-            self.committer.commit(end_offsets(source.endOffset, self.committer.topic))
+        _commit_ends(self.committer, [source.endOffset for source in progress.sources])
 
     def onQueryIdle(self, event: Any) -> None:
         pass
