@@ -26,10 +26,12 @@ its own, the whole speed layer as `make speed` runs it:
 3. steady load: receipts produced at `rate` per second with the project's producer
    (`producer.kafka_sink.produce`, idempotent, paced), bodies from the simulator
    (`producer.simulation`), `happened_at` = the instant the producer's pacing sends it
-   (now). First the warm-up (reported apart): at least `--warmup` s and until the views
+   (now). First the warm-up (reported apart): at least `--warmup` s, until the views
    query has finished `--warmup-batches` micro-batches started under this load (the
-   first ones in a fresh JVM take many times longer), at most `--max-warmup` s; then
-   `--seconds` measured;
+   first ones in a fresh JVM take many times longer) and until the archiver has drained
+   the backlog of its cold start (its latest micro-batch left no record behind in
+   Kafka: while it drains, it runs without pause beside the views query), at most
+   `--max-warmup` s; then `--seconds` measured;
 4. stop the speed layer (SIGTERM: graceful) and read its micro-batches from the
    `speed_progress` table (duration_ms = Spark's triggerExecution time per batch).
 
@@ -96,6 +98,7 @@ from speed_layer import archiver_job, views_job
 # `pos-speed run --jobs` names -> their streaming queries' names (views first).
 QUERY_OF_JOB = {"views": views_job.QUERY_NAME, "archiver": archiver_job.QUERY_NAME}
 QUERIES = tuple(QUERY_OF_JOB.values())
+ARCHIVER, VIEWS = QUERY_OF_JOB["archiver"], QUERY_OF_JOB["views"]
 # Goals of issue 11: p99 (s) per rate; the fixed cost of a micro-batch of <= 10 rows.
 P99_GOALS_S = {10: 2.0, 1000: 3.0}
 SMALL_BATCH_ROWS = 10
@@ -240,15 +243,20 @@ class Planned:
 
 def bodies(seed: int, chunk: int = 10_000) -> Iterator[Planned]:
     """Simulated receipts (no faults), without end: baskets, stores, devices, receipt
-    numbers. Each chunk is one simulation; its receipt numbers are moved up by chunk *
-    10^9 so that no natural key repeats across chunks (a repeat would be a resend)."""
+    numbers. One simulation of `chunk` receipts, simulated at the first receipt (before
+    the steady load) and then repeated, its receipt numbers moved up by n * 10^9 in the
+    n-th round so that no natural key repeats (a repeat would be a resend). Not a new
+    simulation per chunk: simulating 10,000 receipts (0.6 s of CPU on an idle machine)
+    in the paced loop stalled the producer every 10 s at 1,000 events/s, and the
+    micro-batch after a stall took the burst of receipts held back (600 records in one,
+    2,400-3,400 in the next)."""
+    sim = simulate(SimulationConfig(count=chunk, seed=seed,
+                                    start=datetime(2026, 3, 2, tzinfo=UTC)))  # fmt: skip
+    simulated = [(m.key, json.loads(m.value)) for m in sim.messages]
     for n in itertools.count():
-        sim = simulate(SimulationConfig(count=chunk, seed=seed + n,
-                                        start=datetime(2026, 3, 2, tzinfo=UTC)))  # fmt: skip
-        for m in sim.messages:
-            body = json.loads(m.value)
-            body["transaction_id"] += n * 10**9
-            yield Planned(m.key, body, int(body["operation_id"]))
+        for key, body in simulated:
+            moved = {**body, "transaction_id": body["transaction_id"] + n * 10**9}
+            yield Planned(key, moved, int(body["operation_id"]))
 
 
 WindowKey = tuple[int, datetime]  # (operation_id, window_start UTC)
@@ -309,6 +317,15 @@ class TimedProducer(Producer):  # type: ignore[misc]
         super().produce(topic, value=value, on_delivery=delivered, **kwargs)
 
 
+def caught_up_after(batches: dict[int, tuple[float, int]], t: float) -> bool:
+    """Of a query's micro-batches (batch id -> (start, Kafka records left behind; -1:
+    unknown)): the latest one started at or after t left no record behind (Spark's
+    maxOffsetsBehindLatest: 0 unless maxOffsetsPerTrigger capped it), so the backlog of
+    the cold start is drained."""
+    started = [(batch_id, lag) for batch_id, (start, lag) in batches.items() if start >= t]
+    return bool(started) and max(started)[1] == 0
+
+
 class Poller:
     """Reads the store-day partitions of agg_15m_speed every interval, in a thread, and
     keeps, per window, the time each receipt_count level was first seen."""
@@ -325,10 +342,11 @@ class Poller:
         self.counts: dict[WindowKey, int] = {}
         self.first_seen: dict[WindowKey, dict[int, float]] = {}
         self.progress = self.session.prepare(
-            f"SELECT batch_id, finished_at, duration_ms FROM {cql.SPEED_PROGRESS_TABLE} "
-            "WHERE query_name = ? LIMIT 50"
+            "SELECT batch_id, finished_at, duration_ms, kafka_lag "
+            f"FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ? LIMIT 50"
         )
-        self.views_batches: dict[int, float] = {}  # batch id -> start (wall clock s)
+        # query name -> batch id -> (start, wall clock s; Kafka records it left behind)
+        self.batches: dict[str, dict[int, tuple[float, int]]] = {q: {} for q in QUERIES}
         self.polls = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -368,17 +386,22 @@ class Poller:
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def _batches(self) -> None:
-        try:
-            rows = self.session.execute(self.progress, (QUERIES[0],), timeout=5)
-        except Exception:  # a slow read: the next round sees them
-            return
-        for r in rows:
-            if r.finished_at is not None and r.duration_ms is not None:
-                end = r.finished_at.replace(tzinfo=UTC).timestamp()
-                self.views_batches[r.batch_id] = end - r.duration_ms / 1000
+        for query, seen in self.batches.items():
+            try:
+                rows = self.session.execute(self.progress, (query,), timeout=5)
+            except Exception:  # a slow read: the next round sees them
+                continue
+            for r in rows:
+                if r.finished_at is not None and r.duration_ms is not None:
+                    end = r.finished_at.replace(tzinfo=UTC).timestamp()
+                    lag = -1 if r.kafka_lag is None else r.kafka_lag
+                    seen[r.batch_id] = (end - r.duration_ms / 1000, lag)
 
-    def batches_started_after(self, t: float) -> int:
-        return sum(1 for start in list(self.views_batches.values()) if start >= t)
+    def batches_started_after(self, query: str, t: float) -> int:
+        return sum(1 for start, _ in list(self.batches[query].values()) if start >= t)
+
+    def caught_up_after(self, query: str, t: float) -> bool:
+        return caught_up_after(dict(self.batches[query]), t)
 
     def visible(self, wkey: WindowKey, n: int) -> bool:
         return self.counts.get(wkey, 0) >= n
@@ -452,17 +475,21 @@ def run_rate(
     phase: dict[str, float] = {}  # first_at, measured_from (scheduled instants)
 
     def more(at: float) -> bool:
-        """The steady stream: warm-up until --warmup s have passed and the views query
-        has finished --warmup-batches micro-batches started under this load (or
-        --max-warmup s), then --seconds measured."""
+        """The steady stream: warm-up until --warmup s have passed, the views query has
+        finished --warmup-batches micro-batches started under this load and the archiver
+        has drained the backlog of its cold start (or --max-warmup s), then --seconds
+        measured."""
         if "measured_from" not in phase:
             elapsed = at - phase["first_at"]
-            warm = poller.batches_started_after(phase["first_at"]) >= args.warmup_batches
+            since = phase["first_at"]
+            warm = poller.batches_started_after(VIEWS, since) >= args.warmup_batches
+            warm = warm and poller.caught_up_after(ARCHIVER, since)
             if (elapsed >= args.warmup and warm) or elapsed >= args.max_warmup:
                 phase["measured_from"] = at
                 phase["cpu_from"] = time.process_time()
                 phase["warmup_capped"] = float(not warm)
-                print(f"  {rate}/s: warm-up over after {elapsed:.0f} s; measuring "
+                capped = "" if warm else " (capped by --max-warmup: not yet steady)"
+                print(f"  {rate}/s: warm-up over after {elapsed:.0f} s{capped}; measuring "
                       f"{args.seconds:g} s", flush=True)  # fmt: skip
         return bool(at < phase.get("measured_from", math.inf) + args.seconds)
 
@@ -618,8 +645,8 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
     figures: list[results.Figure] = []
     trigger = "trigger interval (1 s)"
     print("\n| rate, archiver interval, scheduling, Delta state partitions | receipts measured "
-          "| p50 s | p99 s | max s | goal p99 | met | warm-up p50 / p99 s | first receipt (cold) s "
-          "| counts exact | harness cores |")  # fmt: skip
+          "| p50 s | p99 s | max s | goal p99 | met | warm-up p50 / p99 s, its length "
+          "| first receipt (cold) s | counts exact | harness cores |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---|---|---|---:|---|---:|")
     for r in runs:
         goal_s = P99_GOALS_S.get(r["rate"])
@@ -628,7 +655,9 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
               f"{fmt(r['p99_s'])} | {fmt(r['max_s'])} | "
               f"{'' if goal_s is None else f'<= {goal_s:g} s'} | "
               f"{'' if met is None else ('yes' if met else 'NO')} | {fmt(r['warmup_p50_s'])} /"
-              f" {fmt(r['warmup_p99_s'])} | {fmt(r['cold_start_latency_s'])} | "
+              f" {fmt(r['warmup_p99_s'])} in {fmt(r['warmup_s'], 0)} s"
+              f"{' (capped)' if r.get('warmup_capped') else ''} | "
+              f"{fmt(r['cold_start_latency_s'])} | "
               f"{'yes' if r['exact_counts'] else 'NO'} | "
               f"{fmt(r.get('harness_cores'))} |")  # fmt: skip
         rate = f"{r['rate']:,} events/s, {_variant(r)}"
