@@ -287,15 +287,6 @@ class Settings(BaseSettings):
         "priority: at 1,000 events/s p99 3.20 s vs 4.29 s at 10, measured: "
         "docs/speed-performance.md). 0: same priority.",
     )
-    speed_archiver_sched_idle: bool = Field(
-        default=True,
-        description="With per-query drivers, run the archiver's driver under Linux's "
-        "SCHED_IDLE policy (util-linux `chrt --idle 0`): a views thread that wakes takes a "
-        "core from it at once, where a niced archiver keeps the core to the end of its "
-        "time slice, and a views micro-batch wakes hundreds of times (measured: "
-        "docs/speed-performance.md). Where `chrt` is missing, niceness alone, with a "
-        "warning. false: niceness alone.",
-    )
     speed_max_restarts: int = Field(
         default=5,
         ge=0,

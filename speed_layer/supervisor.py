@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,12 +30,10 @@ log = logging.getLogger("pos.speed")
 
 @dataclass(frozen=True)
 class Driver:
-    """One Spark application of the speed layer: the jobs it runs, at what niceness, and
-    whether under SCHED_IDLE (the CPU only when no other process wants it)."""
+    """One Spark application of the speed layer: the jobs it runs, at what niceness."""
 
     jobs: tuple[str, ...]
     nice: int = 0
-    idle: bool = False
 
 
 def drivers_for(settings: Settings, jobs: tuple[str, ...]) -> list[Driver]:
@@ -53,28 +50,7 @@ def drivers_for(settings: Settings, jobs: tuple[str, ...]) -> list[Driver]:
         mode = "per-query" if settings.spark_master.startswith("local") else "shared"
     if mode == "shared" or len(jobs) == 1:
         return [Driver(jobs)]
-    archiver = Driver(
-        ("archiver",), settings.speed_archiver_nice, settings.speed_archiver_sched_idle
-    )
-    return [archiver if j == "archiver" else Driver((j,)) for j in jobs]
-
-
-def priority_prefix(driver: Driver, chrt: str | None) -> list[str]:
-    """The command words that start `driver` at its priority (pure: unit-tested); `chrt`:
-    util-linux's chrt, or None where there is none.
-
-    Programs that exec the driver at that priority from its first instruction, so its
-    JVM's threads and its Python workers inherit it. SCHED_IDLE and not niceness alone:
-    the kernel's scheduler lets a waking thread of normal policy preempt a SCHED_IDLE one
-    at once, but a niced one only when its time slice ends; the views query's
-    micro-batch is hundreds of short waits (Python <-> JVM calls, task launches,
-    Cassandra round trips), each of which could wait out a slice of the archiver's.
-    The niceness stays as well: Linux derives the I/O priority from it.
-    """
-    words = ["nice", "-n", str(driver.nice)] if driver.nice else []
-    if driver.idle and chrt is not None:
-        words = [chrt, "--idle", "0", *words]
-    return words
+    return [Driver((j,), settings.speed_archiver_nice if j == "archiver" else 0) for j in jobs]
 
 
 def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int:
@@ -86,12 +62,6 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
     The new driver resumes from the checkpoints, and every sink write is an upsert of
     values recomputed from what is stored, so nothing is lost or counted twice.
     """
-    chrt = shutil.which("chrt")
-    if chrt is None and any(d.idle for d in drivers):
-        log.warning(
-            "chrt (util-linux) not found: the archiver runs niced only, not under "
-            "SCHED_IDLE; install util-linux, or set POS_SPEED_ARCHIVER_SCHED_IDLE=false"
-        )
     stop = threading.Event()
     children: dict[int, subprocess.Popen[bytes]] = {}
     # Reentrant: a second signal can arrive while the handler of the first holds it.
@@ -106,12 +76,14 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
             child.send_signal(signum)  # each driver stops its queries gracefully
 
     def spawn(index: int, driver: Driver) -> subprocess.Popen[bytes]:
-        prefix = priority_prefix(driver, chrt)
+        # coreutils' nice execs the driver at that niceness from its first instruction;
+        # its JVM and Python workers inherit it.
+        nice = ["nice", "-n", str(driver.nice)] if driver.nice else []
         with lock:
             if stop.is_set():
                 raise _Stopped
             child = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "speed_layer.cli", *argv,
+                [*nice, sys.executable, "-m", "speed_layer.cli", *argv,
                  "--jobs", ",".join(driver.jobs), "--driver"],
                 env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},
             )  # fmt: skip

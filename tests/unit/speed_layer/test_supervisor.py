@@ -5,20 +5,19 @@ from __future__ import annotations
 import pytest
 
 from infra.settings import load_settings
-from speed_layer.supervisor import Driver, drivers_for, priority_prefix
+from speed_layer.supervisor import Driver, drivers_for
 
 BOTH = ("archiver", "views")
 
 
 @pytest.fixture(autouse=True)
 def _defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    names = ("DRIVERS", "ARCHIVER_NICE", "ARCHIVER_SCHED_IDLE")
-    for name in [*(f"POS_SPEED_{n}" for n in names), "POS_SPARK_MASTER"]:
+    for name in ("POS_SPEED_DRIVERS", "POS_SPEED_ARCHIVER_NICE", "POS_SPARK_MASTER"):
         monkeypatch.delenv(name, raising=False)
 
 
 def test_in_local_mode_each_query_has_a_driver_and_the_archiver_yields_the_cpu() -> None:
-    assert drivers_for(load_settings(), BOTH) == [Driver(("archiver",), 19, idle=True), Driver(("views",), 0)]
+    assert drivers_for(load_settings(), BOTH) == [Driver(("archiver",), 19), Driver(("views",), 0)]
 
 
 def test_on_a_cluster_master_both_queries_share_one_driver() -> None:
@@ -29,40 +28,12 @@ def test_on_a_cluster_master_both_queries_share_one_driver() -> None:
 def test_shared_and_per_query_are_chosen_by_the_setting() -> None:
     assert drivers_for(load_settings(speed_drivers="shared"), BOTH) == [Driver(BOTH, 0)]
     per_query = load_settings(speed_drivers="per-query", spark_master="spark://h:7077")
-    assert drivers_for(per_query, BOTH) == [Driver(("archiver",), 19, idle=True), Driver(("views",), 0)]
+    assert drivers_for(per_query, BOTH) == [Driver(("archiver",), 19), Driver(("views",), 0)]
 
 
 def test_the_archivers_niceness_is_a_setting_and_zero_means_same_priority() -> None:
-    s = load_settings(speed_archiver_nice=0, speed_archiver_sched_idle=False)
-    assert drivers_for(s, BOTH) == [Driver(("archiver",), 0), Driver(("views",), 0)]
-
-
-def test_sched_idle_is_a_setting_apart_from_the_niceness() -> None:
-    s = load_settings(speed_archiver_sched_idle=False)
-    assert drivers_for(s, BOTH) == [Driver(("archiver",), 19), Driver(("views",), 0)]
     s = load_settings(speed_archiver_nice=0)
-    assert drivers_for(s, BOTH) == [Driver(("archiver",), 0, idle=True), Driver(("views",), 0)]
-
-
-@pytest.mark.parametrize(
-    ("driver", "chrt", "prefix"),
-    [
-        (Driver(("views",)), "/usr/bin/chrt", []),
-        (Driver(("archiver",), 19), "/usr/bin/chrt", ["nice", "-n", "19"]),
-        (
-            Driver(("archiver",), 19, idle=True),
-            "/usr/bin/chrt",
-            ["/usr/bin/chrt", "--idle", "0", "nice", "-n", "19"],
-        ),
-        (Driver(("archiver",), 0, idle=True), "/bin/chrt", ["/bin/chrt", "--idle", "0"]),
-        # No chrt (not Linux): niceness alone; the supervisor warns once.
-        (Driver(("archiver",), 19, idle=True), None, ["nice", "-n", "19"]),
-    ],
-)
-def test_the_priority_prefix_execs_the_driver_at_its_niceness_and_policy(
-    driver: Driver, chrt: str | None, prefix: list[str]
-) -> None:
-    assert priority_prefix(driver, chrt) == prefix
+    assert drivers_for(s, BOTH) == [Driver(("archiver",), 0), Driver(("views",), 0)]
 
 
 def test_one_job_runs_in_one_driver_at_normal_priority() -> None:
@@ -72,12 +43,7 @@ def test_one_job_runs_in_one_driver_at_normal_priority() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [
-        ("speed_drivers", "both"),
-        ("speed_archiver_nice", 20),
-        ("speed_archiver_nice", -1),
-        ("speed_archiver_sched_idle", "sometimes"),
-    ],
+    [("speed_drivers", "both"), ("speed_archiver_nice", 20), ("speed_archiver_nice", -1)],
 )
 def test_invalid_driver_settings_are_refused(name: str, value: object) -> None:
     from pydantic import ValidationError
