@@ -111,7 +111,7 @@ bench: up ## every benchmark (side-by-side ratios), then the report in docs/benc
 	$(PY) bench/batch_recompute.py --seconds 21600  # 6 h of 1 s micro-batch files (a whole day: --seconds 86400, ~4x longer)
 	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
 	$(PY) bench/speed_vs_plain.py  # speed layer (views query; both queries; one-shot cold and running warm after a 200k-message warm-up) vs a plain Python consumer, same topic (250k, faults), ledger-checked
-	$(PY) bench/speed_latency.py --vary POS_SPEED_DRIVERS=per-query,shared --warmup 210 --max-warmup 420  # produce-to-visible p50/p99 of `pos-speed run` (1 s trigger) at 10 and 1,000 events/s, a driver per query (shipped) vs both in one driver; micro-batch cost. 210 s warm-up: at 1,000 events/s the cold start's backlog takes ~3 min to drain
+	$(PY) bench/speed_latency.py --vary POS_SPEED_DRIVERS=per-query,shared --warmup 210 --max-warmup 420  # produce-to-visible p50/p99 of `pos-speed run` (1 s trigger) at 10 and 1,000 events/s, a driver per query (shipped) vs both in one driver; micro-batch cost. at least 210 s of warm-up, and until the archiver has drained the cold start's backlog (at 1,000 events/s ~3-4 min), at most 420 s
 	$(PY) bench/speed_micro_batch.py  # a small views micro-batch's fixed cost, stage by stage; the project vs PySpark's own Python worker daemon (--baseline REV: vs an earlier revision)
 	$(PY) bench/speed_constant_cost.py  # the same 1,000-message micro-batch on 1M stored receipts vs empty tables (constant per-batch cost)
 	$(PY) bench/alerts_eos.py  # alerts: exactly once vs at least once, 10 ms / 100 ms / 1 s
