@@ -4,7 +4,9 @@ A micro-batch of a few receipts writes a few rows to each table. Through the Spa
 connector each such write is a Spark job with the connector's writer set up in its
 tasks: ~100 ms each whatever the number of rows (measured: docs/speed-performance.md).
 Here the rows are collected to the driver (the plan's own jobs, without the connector's)
-and written with one prepared INSERT per row, many in flight at once. Backlogs keep
+and written with a prepared INSERT per row, the rows of one partition sent together as
+an unlogged batch (as the connector groups them: one request and one mutation for
+Cassandra where there were many), many requests in flight at once. Backlogs keep
 the connector's writes (`adapters.cassandra.upsert`): their rows are too many to pass
 through the driver.
 
@@ -29,6 +31,21 @@ from adapters.cassandra import Target
 
 # Statements in flight at once; a micro-batch written this way has a few thousand rows at most.
 CONCURRENT_WRITES = 64
+# Rows of one partition in one unlogged batch at most: a single-partition batch is one
+# mutation (Cassandra applies no batch size limit to it), kept well under the commit
+# log's mutation limit however many rows of one store-day a micro-batch brings.
+MAX_BATCH_ROWS = 100
+
+
+def partition_batches(
+    rows: Sequence[tuple[Any, ...]], key_at: Sequence[int], max_rows: int = MAX_BATCH_ROWS
+) -> list[list[tuple[Any, ...]]]:
+    """`rows` grouped by their values at the positions `key_at` (the partition key), in
+    lists of at most `max_rows`, in order of first appearance."""
+    groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[i] for i in key_at), []).append(row)
+    return [g[i : i + max_rows] for g in groups.values() for i in range(0, len(g), max_rows)]
 
 
 def _has_instant(kind: DataType) -> bool:
@@ -101,7 +118,7 @@ class DriverWriter:
         """Each target's rows of `df` into its table, in order, from one collect of `df`
         (one Spark job, where a collect per table would cost one each: ~50 ms of a
         10-record micro-batch per table); `written(table)` once a table is written."""
-        from cassandra.concurrent import execute_concurrent_with_args
+        from cassandra.concurrent import execute_concurrent
 
         wanted = [t.columns or tuple(df.columns) for t in targets]
         columns = tuple(dict.fromkeys(c for names in wanted for c in names))
@@ -116,10 +133,32 @@ class DriverWriter:
                 types = [c.type for c in statement.column_metadata]
                 at = [columns.index(c) for c in names]
                 values = [tuple(map(cql_value, (row[i] for i in at), types)) for row in mine]
-                execute_concurrent_with_args(
-                    self.session, statement, values, concurrency=CONCURRENT_WRITES
+                requests = [
+                    self._request(statement, b) for b in self._batches(target, names, values)
+                ]
+                execute_concurrent(
+                    self.session, requests, concurrency=CONCURRENT_WRITES
                 )  # raises the first failure: the micro-batch fails and is replayed
             written(target.table)
+
+    def _batches(
+        self, target: Target, names: tuple[str, ...], values: list[tuple[Any, ...]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """The rows by partition (the partition key as Cassandra's schema reports it)."""
+        meta = self.session.cluster.metadata.keyspaces[self.keyspace].tables[target.table]
+        key_at = [names.index(c.name) for c in meta.partition_key]
+        return partition_batches(values, key_at)
+
+    def _request(self, statement: Any, rows: list[tuple[Any, ...]]) -> tuple[Any, Any]:
+        """One partition's rows: the statement alone for one row, else an unlogged batch."""
+        if len(rows) == 1:
+            return statement, rows[0]
+        from cassandra.query import BatchStatement, BatchType
+
+        batch = BatchStatement(BatchType.UNLOGGED, consistency_level=statement.consistency_level)
+        for row in rows:
+            batch.add(statement, row)
+        return batch, ()
 
     def _statement(self, table: str, columns: tuple[str, ...]) -> Any:
         key = (table, columns)

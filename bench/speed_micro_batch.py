@@ -21,9 +21,11 @@ alternate, `--rounds` times, in separate drivers:
     re-read Spark's zip archives before every task on Python 3.11 and run a full
     garbage collection after it: the peer the project's daemon
     (infra/spark_python_daemon.py) is measured against;
-  - or, with `--variant NAME:key=value;...` (repeatable), the Spark settings to try
-    before making them the project's (with `--no-json`, not to overwrite the report;
-    the project's own POS_ settings are read from the environment, by every driver);
+  - or, with `--variant NAME:key=value;...` (repeatable), the settings to try before
+    making them the project's (with `--no-json`, not to overwrite the report): Spark
+    settings, and the project's own POS_ settings (`POS_SPEED_DRIVER_WRITES_BELOW=2500`),
+    which that variant's driver gets in its environment, over what every driver
+    inherits;
   - or, with `--baseline REV`, the project's code at a git revision (a worktree of
     this repository, its own copy of this script as the driver): what a code change
     buys, measured side by side.
@@ -41,6 +43,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -278,12 +281,16 @@ def run_driver(
     of the editable install of this one); None: this checkout.
     """
     script = (tree / "bench" if tree else Path(__file__).resolve().parent) / Path(__file__).name
+    # A variant's POS_ settings reach the driver as the project reads them: from its
+    # environment; the rest are Spark settings.
+    spark = {k: v for k, v in conf.items() if not k.startswith("POS_")}
     cmd = [
         sys.executable, str(script), "--child", "--topic", topic,
         "--keyspace", keyspace, "--step", str(args.step), "--batches", str(args.batches),
-        "--conf", json.dumps(conf),
+        "--conf", json.dumps(spark),
     ]  # fmt: skip
-    env = results.code_env(tree) if tree else None  # this checkout's jars and services
+    env = results.code_env(tree) if tree else dict(os.environ)  # this checkout's jars, services
+    env.update({k: v for k, v in conf.items() if k.startswith("POS_")})
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode:
         tail = "\n".join(done.stderr.splitlines()[-15:])

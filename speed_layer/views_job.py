@@ -16,7 +16,8 @@ Each micro-batch, in `foreachBatch` (the shell; the logic is in `views/`):
      reads), and last the invalid records into `dead_letters`, keyed by Kafka
      coordinates, with the reason.
 A small micro-batch's rows are written by the driver (`adapters.driver_writes`: the same
-INSERTs, without a connector job per table), a backlog's through the connector.
+INSERTs, a partition's rows in one unlogged batch as the connector groups them, without
+a connector job per table), a backlog's through the connector.
 Every write is an upsert of values that depend only on the micro-batch and what the
 previous micro-batches stored, and each aggregate row records the Kafka offsets it
 counts, so a micro-batch replayed after a crash at any point (even between two of

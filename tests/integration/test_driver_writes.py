@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 
 from adapters import cassandra
 from adapters.cassandra import Target
-from adapters.driver_writes import DriverWriter
+from adapters.driver_writes import MAX_BATCH_ROWS, DriverWriter
 from infra.settings import Settings
 from speed_layer.views_job import KEY_COLUMNS, RAW_COLUMNS
 from views.increments import SPEED_AGGREGATE_COLUMNS
@@ -207,3 +207,25 @@ def test_each_target_gets_the_rows_it_selects_in_order(
     assert raw == [(4,)]
     keys = _stored(cql, "receipt_keys", operation_id, ("vendor_fiscal_module", "transaction_id"))
     assert keys == [(3, BIG), (4, 1)]
+
+
+def test_a_partitions_many_rows_land_in_several_batches(
+    spark: Any, cql: Any, settings: Settings, writer: DriverWriter
+) -> None:
+    # More receipts of one receipt_keys partition than one batch takes, and one of another.
+    many = 2 * MAX_BATCH_ROWS + 3
+    schema = T.StructType(
+        [
+            T.StructField("operation_id", T.IntegerType()),
+            T.StructField("vendor_fiscal_module", T.IntegerType()),
+            T.StructField("key_bucket", T.LongType()),
+            T.StructField("transaction_id", T.LongType()),
+        ]
+    )
+    rows = [(9601, 1, 0, n) for n in range(many)] + [(9601, 2, 0, 5)]
+    columns = ("operation_id", "vendor_fiscal_module", "key_bucket", "transaction_id")
+    writer.upsert(spark.createDataFrame(rows, schema), "receipt_keys", columns)
+
+    stored = _stored(cql, "receipt_keys", 9601, ("vendor_fiscal_module", "transaction_id"))
+    assert len(stored) == many + 1
+    assert sorted(stored) == sorted([(1, n) for n in range(many)] + [(2, 5)])

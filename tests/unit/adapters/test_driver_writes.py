@@ -18,7 +18,7 @@ from cassandra.cqltypes import (
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
-from adapters.driver_writes import _has_instant, cql_value
+from adapters.driver_writes import _has_instant, cql_value, partition_batches
 
 LINE_ITEM = UserType.make_udt_class(
     "pos", "line_item", ["title", "price", "amount"], [UTF8Type, DecimalType, Int32Type]
@@ -58,3 +58,24 @@ def test_a_struct_missing_a_user_type_field_is_an_error() -> None:
 )
 def test_instants_are_found_at_any_depth(kind: T.DataType, nested: bool) -> None:
     assert _has_instant(kind) is nested
+
+
+def test_rows_are_batched_by_partition_key_in_order_of_first_appearance() -> None:
+    # (store, day, receipt): the partition key is the first two values.
+    rows = [(1, "d1", 10), (2, "d1", 11), (1, "d1", 12), (1, "d2", 13), (2, "d1", 14)]
+    assert partition_batches(rows, key_at=[0, 1]) == [
+        [(1, "d1", 10), (1, "d1", 12)],
+        [(2, "d1", 11), (2, "d1", 14)],
+        [(1, "d2", 13)],
+    ]
+
+
+def test_a_partitions_rows_are_split_into_batches_of_at_most_max_rows() -> None:
+    rows = [(7, n) for n in range(5)] + [(8, 0)]
+    assert partition_batches(rows, key_at=[0], max_rows=2) == [
+        [(7, 0), (7, 1)],
+        [(7, 2), (7, 3)],
+        [(7, 4)],
+        [(8, 0)],
+    ]
+    assert partition_batches([], key_at=[0]) == []
