@@ -133,21 +133,14 @@ class DriverWriter:
                 types = [c.type for c in statement.column_metadata]
                 at = [columns.index(c) for c in names]
                 values = [tuple(map(cql_value, (row[i] for i in at), types)) for row in mine]
-                requests = [
-                    self._request(statement, b) for b in self._batches(target, names, values)
-                ]
+                # The partition key's positions among the INSERT's values, as Cassandra
+                # reported them when the statement was prepared.
+                batches = partition_batches(values, statement.routing_key_indexes)
+                requests = [self._request(statement, b) for b in batches]
                 execute_concurrent(
                     self.session, requests, concurrency=CONCURRENT_WRITES
                 )  # raises the first failure: the micro-batch fails and is replayed
             written(target.table)
-
-    def _batches(
-        self, target: Target, names: tuple[str, ...], values: list[tuple[Any, ...]]
-    ) -> list[list[tuple[Any, ...]]]:
-        """The rows by partition (the partition key as Cassandra's schema reports it)."""
-        meta = self.session.cluster.metadata.keyspaces[self.keyspace].tables[target.table]
-        key_at = [names.index(c.name) for c in meta.partition_key]
-        return partition_batches(values, key_at)
 
     def _request(self, statement: Any, rows: list[tuple[Any, ...]]) -> tuple[Any, Any]:
         """One partition's rows: the statement alone for one row, else an unlogged batch."""
