@@ -18,13 +18,13 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import kafka
 from infra.archive_offsets import OffsetsCommitter, end_offsets
 from infra.settings import Settings
 from speed_layer import QUERY_OF_JOB
+from speed_layer.listening import ProgressListener
 from speed_layer.triggers import start_in_pool
 from views import records
 
@@ -70,13 +70,12 @@ def commit_last(settings: Settings, query: StreamingQuery) -> None:
 
 
 def _commit_ends(committer: OffsetsCommitter, ends: list[Any]) -> None:
-    """Commit each Kafka source's endOffset (text in a listener's event, parsed in
-    `lastProgress`)."""
+    """Commit each Kafka source's endOffset (parsed, as in `lastProgress`)."""
     for end in ends:
         committer.commit(end_offsets(end, committer.topic))
 
 
-class CommitArchived(StreamingQueryListener):
+class CommitArchived(ProgressListener):
     """Commits the end offsets of each micro-batch of the query run `run_id` to the
     archiver's consumer group. Spark reports a micro-batch's progress once its sink
     (Delta) has committed it, so a committed offset is always archived. A replayed
@@ -86,17 +85,10 @@ class CommitArchived(StreamingQueryListener):
         self.run_id = run_id
         self.committer = committer
 
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        if str(progress.runId) != self.run_id:  # the views query's, or a previous run's
+    def on_progress(self, progress: dict[str, Any]) -> None:
+        if progress["runId"] != self.run_id:  # the views query's, or a previous run's
             return
-        _commit_ends(self.committer, [source.endOffset for source in progress.sources])
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
+        _commit_ends(self.committer, [s.get("endOffset") for s in progress.get("sources", [])])
 
     def onQueryTerminated(self, event: Any) -> None:
         if str(event.runId) == self.run_id:

@@ -13,12 +13,13 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from speed_layer.listening import ProgressListener
 
 log = logging.getLogger("pos.speed")
 
@@ -70,11 +71,33 @@ class BatchProgress:
         return text
 
 
-def kafka_lag(sources: list[Any]) -> int | None:
+def batch_progress(
+    progress: dict[str, Any],
+    counts_for: Callable[[str, int], BatchCounts | None] = lambda name, batch_id: None,
+) -> BatchProgress:
+    """A micro-batch's progress as Spark reports it (its JSON, parsed), with the counts
+    `counts_for(query name, batch id)` has for it."""
+    name = progress.get("name") or progress["id"]
+    batch_id = int(progress["batchId"])
+    return BatchProgress(
+        query_name=name,
+        batch_id=batch_id,
+        finished_at=datetime.now(UTC),
+        input_rows=int(progress["numInputRows"]),
+        # Spark leaves a rate out of its JSON when it is not a number (no time elapsed).
+        input_rows_per_second=float(progress.get("inputRowsPerSecond") or 0.0),
+        processed_rows_per_second=float(progress.get("processedRowsPerSecond") or 0.0),
+        duration_ms=int(progress.get("durationMs", {}).get("triggerExecution", 0)),
+        kafka_lag=kafka_lag(progress.get("sources", [])),
+        counts=counts_for(name, batch_id),
+    )
+
+
+def kafka_lag(sources: list[dict[str, Any]]) -> int | None:
     """Largest per-partition lag the Kafka source saw (Spark reports min/avg/max)."""
     lags = []
     for source in sources:
-        metrics = getattr(source, "metrics", None) or {}
+        metrics = source.get("metrics") or {}
         if "maxOffsetsBehindLatest" in metrics:
             lags.append(int(float(metrics["maxOffsetsBehindLatest"])))
     return max(lags) if lags else None
@@ -165,33 +188,15 @@ class ProgressRecorder:
             except Exception:
                 log.exception("could not persist progress of %s", row["query_name"])
 
-    def listener(self) -> StreamingQueryListener:
+    def listener(self) -> ProgressListener:
         recorder = self
 
-        class _Listener(StreamingQueryListener):
+        class _Listener(ProgressListener):
             def onQueryStarted(self, event: Any) -> None:
                 log.info("query %s started (id %s)", event.name, event.id)
 
-            def onQueryProgress(self, event: Any) -> None:
-                p = event.progress
-                name = p.name or str(p.id)
-                counts = recorder.counts_for(name, p.batchId)
-                recorder.record(
-                    BatchProgress(
-                        query_name=name,
-                        batch_id=p.batchId,
-                        finished_at=datetime.now(UTC),
-                        input_rows=p.numInputRows,
-                        input_rows_per_second=float(p.inputRowsPerSecond or 0.0),
-                        processed_rows_per_second=float(p.processedRowsPerSecond or 0.0),
-                        duration_ms=int(p.durationMs.get("triggerExecution", 0)),
-                        kafka_lag=kafka_lag(p.sources),
-                        counts=counts,
-                    )
-                )
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
+            def on_progress(self, progress: dict[str, Any]) -> None:
+                recorder.record(batch_progress(progress, recorder.counts_for))
 
             def onQueryTerminated(self, event: Any) -> None:
                 if event.exception:

@@ -41,7 +41,6 @@ from typing import Any, Protocol
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.listener import StreamingQueryListener
 from pyspark.sql.streaming.query import StreamingQuery
 
 from adapters import cassandra, kafka
@@ -52,6 +51,7 @@ from infra import cassandra_client
 from infra.settings import Settings
 from schemas import contract, cql
 from speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
+from speed_layer.listening import ProgressListener
 from speed_layer.progress import BatchCounts, ProgressRecorder
 from speed_layer.triggers import start_in_pool
 from views import records
@@ -448,7 +448,7 @@ def _close_after(spark: SparkSession, query: StreamingQuery, close: Callable[[],
         close()
 
 
-class RunCloser(StreamingQueryListener):
+class RunCloser(ProgressListener):
     """Calls `close` when the query run `run_id` terminates.
 
     By run id, not query id: a query restarted from its checkpoint keeps its id, and
@@ -460,12 +460,6 @@ class RunCloser(StreamingQueryListener):
     def __init__(self, run_id: str, close: Callable[[], None]) -> None:
         self.run_id = run_id
         self.close = close
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        pass
 
     def onQueryTerminated(self, event: Any) -> None:
         if str(event.runId) == self.run_id:  # a UUID here, its text there
