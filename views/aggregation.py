@@ -54,10 +54,10 @@ def aggregate_15m(receipts: DataFrame, **more: Column) -> DataFrame:
     """
     windowed = receipts.withColumn("window_start", receipt_window())
     return (
-        windowed.groupBy("operation_id", "window_start")
+        windowed.groupBy(*_groups())
         .agg(*_measures(), *(column.alias(name) for name, column in more.items()))
         .withColumn("day", _day())
-        .select(*AGGREGATE_COLUMNS, *more)
+        .select(*_output(tuple(more)))
     )
 
 
@@ -76,6 +76,16 @@ def _measures() -> tuple[Column, ...]:
         F.sum("revenue").cast(REVENUE_TYPE).alias("revenue"),
         F.sum(F.when(F.col("late"), 1).otherwise(0)).cast("int").alias("late_count"),
     )
+
+
+@cache
+def _groups() -> tuple[Column, ...]:
+    return F.col("operation_id"), F.col("window_start")
+
+
+@cache
+def _output(more: tuple[str, ...]) -> tuple[Column, ...]:
+    return tuple(F.col(c) for c in (*AGGREGATE_COLUMNS, *more))
 
 
 @cache

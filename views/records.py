@@ -184,7 +184,18 @@ def is_valid() -> Column:
 
 def dead_letters(checked: DataFrame) -> DataFrame:
     """Invalid records, keyed by their Kafka coordinates, with the reason."""
-    return checked.where(~is_valid()).select(*KAFKA_COLUMNS.values(), "reason", "detail")
+    return checked.where(_invalid()).select(*_dead_letter_columns())
+
+
+# Built once per driver, not per micro-batch (see the module's doc).
+@cache
+def _invalid() -> Column:
+    return ~is_valid()
+
+
+@cache
+def _dead_letter_columns() -> tuple[Column, ...]:
+    return tuple(F.col(c) for c in (*KAFKA_COLUMNS.values(), "reason", "detail"))
 
 
 def archive_rows(checked: DataFrame, ingested_at: Column) -> DataFrame:

@@ -273,29 +273,44 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
     window per natural key (stored first), so that each input is read once; a join of
     the two would read the stored rows (a Cassandra lookup) once per side.
     """
-    copies = stored.select(*INDEX_COLUMNS).withColumns({_INCOMING: F.lit(False), _STORED: F.lit(0)})
-    copies = copies.unionByName(
-        incoming.withColumns({_INCOMING: F.lit(True), _STORED: F.lit(1)}),
+    stored_copies, incoming_copies = _copy_columns()
+    copies = stored.select(*stored_copies).unionByName(
+        incoming.withColumns(incoming_copies),
         allowMissingColumns=True,  # a stored winner's content: null
     )
-    twin, replayed = _replay_columns()
+    twin, replayed, kept, rank = _replay_columns()
     return Resolution(
         _ranked(copies, _STORED)
         .withColumn(_TWIN, twin)
         .withColumn(_REPLAYED, replayed)
-        .where(F.col(_INCOMING) | ~F.col(_REPLAYED))
-        .withColumn(_RANK, F.when(F.col(_TWIN), F.lit(1)).otherwise(F.col(_RANK)))
+        .where(kept)
+        .withColumn(_RANK, rank)
         .drop(_STORED, _TWIN, _REPLAYED)
     )
 
 
 @cache
-def _replay_columns() -> tuple[Column, Column]:
+def _copy_columns() -> tuple[tuple[Column, ...], dict[str, Column]]:
+    """A stored winner's columns as a copy (not incoming, ranked first); an incoming
+    copy's added columns."""
+    stored = (
+        *(F.col(c) for c in INDEX_COLUMNS),
+        F.lit(False).alias(_INCOMING),
+        F.lit(0).alias(_STORED),
+    )
+    return stored, {_INCOMING: F.lit(True), _STORED: F.lit(1)}
+
+
+@cache
+def _replay_columns() -> tuple[Column, Column, Column, Column]:
     """A replay: the incoming twin of the stored winner (its own Kafka record) stands in
     for it: the twin ranks first and the stored row goes (it lacks the content). (Copies
-    have distinct coordinates, so only that twin shares the winner's.)"""
+    have distinct coordinates, so only that twin shares the winner's.) The twin, whether
+    the key has one, which copies stay, and their rank."""
     order = Window.partitionBy(*NATURAL_KEY).orderBy(_STORED, *COORDINATES)
     whole = order.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     coords = F.struct(*COORDINATES)
     twin = (F.col(_RANK) > 1) & (coords == F.first(coords).over(order))
-    return twin, F.max(_TWIN).over(whole)
+    kept = F.col(_INCOMING) | ~F.col(_REPLAYED)
+    rank = F.when(F.col(_TWIN), F.lit(1)).otherwise(F.col(_RANK))
+    return twin, F.max(_TWIN).over(whole), kept, rank
