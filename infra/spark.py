@@ -29,6 +29,9 @@ REQUIRED_JARS = (
     "spark-cassandra-connector_2.12-",
     "delta-spark_2.12-",
 )
+CHECKPOINT_FILE_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+)
 # Both SQL extensions in one comma-separated list: the connector's (Cassandra functions,
 # direct joins) and Delta's (OPTIMIZE, VACUUM, DESCRIBE HISTORY, time travel).
 SQL_EXTENSIONS = (
@@ -104,6 +107,17 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         # events/s 2.7 s instead of 7.1 s, and the p99 latency at 10 events/s was 4.88 s
         # instead of 5.92 (bench/speed_latency.py, side by side).
         "spark.databricks.delta.snapshotPartitions": str(settings.spark_delta_snapshot_partitions),
+        # Every micro-batch writes two small files to its query's checkpoint (the offsets
+        # it will read, then its commit). Spark's default manager writes them through
+        # Hadoop's FileContext, whose rename on a local disk without Hadoop's native
+        # library starts a `readlink` process per path it checks, 16 per micro-batch
+        # (with a `chmod` per file created: 20 processes): ~95 ms of a views micro-batch
+        # in Spark's walCommit and commitOffsets (48 vs 123 ms with this manager,
+        # bench/speed_micro_batch.py). Through the FileSystem API the rename is Java's;
+        # the manager, like Spark's log before it, checks that the batch's file is not
+        # there yet, so a second run on the same checkpoint still fails rather than
+        # overwrite (only the rename's own atomic check, a microseconds' window, goes).
+        "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
         # Where the speed layer's two queries share one driver (POS_SPEED_DRIVERS=shared,
         # a cluster master): each runs in a pool of its own (speed_layer/triggers.py), the
         # views query first (see the pools file).
