@@ -33,9 +33,9 @@ _NO_OFFSET = -1
 
 
 def end_offsets(source_end_offset: str | Mapping[str, Any] | None, topic: str) -> dict[int, int]:
-    """A Kafka source's endOffset as Spark reports it ('{"topic": {"0": 12, ...}}': text
-    in a listener's event, parsed in `StreamingQuery.lastProgress`): partition -> the
-    next offset to read, of `topic` only."""
+    """A Kafka source's endOffset as Spark reports it ({"topic": {"0": 12, ...}}, parsed
+    in `StreamingQuery.lastProgress` and the project's listeners, or as its JSON text):
+    partition -> the next offset to read, of `topic` only."""
     if not source_end_offset:
         return {}
     parsed = (
