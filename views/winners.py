@@ -275,7 +275,7 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
     """
     stored_copies, incoming_copies = _copy_columns()
     copies = stored.select(*stored_copies).unionByName(
-        incoming.withColumns(incoming_copies),
+        incoming.withColumns(dict(incoming_copies)),
         allowMissingColumns=True,  # a stored winner's content: null
     )
     twin, replayed, kept, rank = _replay_columns()
@@ -290,15 +290,16 @@ def decide_batch(incoming: DataFrame, stored: DataFrame) -> Resolution:
 
 
 @cache
-def _copy_columns() -> tuple[tuple[Column, ...], dict[str, Column]]:
+def _copy_columns() -> tuple[tuple[Column, ...], tuple[tuple[str, Column], ...]]:
     """A stored winner's columns as a copy (not incoming, ranked first); an incoming
-    copy's added columns."""
+    copy's added columns (pairs, not a dict: the cache hands the same value to every
+    caller, so it stays immutable)."""
     stored = (
         *(F.col(c) for c in INDEX_COLUMNS),
         F.lit(False).alias(_INCOMING),
         F.lit(0).alias(_STORED),
     )
-    return stored, {_INCOMING: F.lit(True), _STORED: F.lit(1)}
+    return stored, ((_INCOMING, F.lit(True)), (_STORED, F.lit(1)))
 
 
 @cache
