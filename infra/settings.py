@@ -260,14 +260,14 @@ class Settings(BaseSettings):
         "join per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
     )
     speed_driver_writes_below: int = Field(
-        default=1_000,
+        default=3_000,
         ge=0,
         description="A views micro-batch of fewer than this many Kafka records writes its rows "
         "(aggregates, raw receipts, receipt_keys, conflicts, dead letters) from the driver: "
         "collected, then a prepared CQL INSERT per row, a partition's rows in one unlogged "
-        "batch, many in flight, not a Spark connector job per table: cheaper for a few rows; "
-        "for thousands, cheaper on an idle machine but not on a busy one (measured: "
-        "docs/speed-performance.md). 0: never.",
+        "batch, many in flight, not a Spark connector job per table: cheaper up to about "
+        "3,000 records, the micro-batches of a running stream at 1,000 events/s "
+        "(measured: docs/speed-performance.md). 0: never.",
     )
     speed_drivers: Literal["auto", "per-query", "shared"] = Field(
         default="auto",
