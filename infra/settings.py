@@ -266,8 +266,8 @@ class Settings(BaseSettings):
         "(aggregates, raw receipts, receipt_keys, conflicts, dead letters) from the driver: "
         "collected, then a prepared CQL INSERT per row, a partition's rows in one unlogged "
         "batch, many in flight, not a Spark connector job per table: cheaper up to about "
-        "3,000 records, the micro-batches of a running stream at 1,000 events/s "
-        "(measured: docs/speed-performance.md). 0: never.",
+        "3,000 records, which covers a running stream's micro-batches at 1,000 events/s "
+        "(~1,000 records; measured: docs/speed-performance.md). 0: never.",
     )
     speed_drivers: Literal["auto", "per-query", "shared"] = Field(
         default="auto",
