@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,11 +116,23 @@ logger.started.level = INFO
 """
 
 
+def new_cluster_id(draw: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
+    """Kafka's Uuid text form: URL-safe base64 of 16 random bytes, unpadded.
+
+    Like Kafka's own `Uuid.randomUuid`, an id whose text starts with "-" is drawn
+    again: one in 64 does, and command-line parsers (the storage tool's among them)
+    read it as an option rather than as the id.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(draw().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 def _cluster_id(kp: KafkaPaths) -> str:
     if kp.cluster_id.exists():
         return kp.cluster_id.read_text().strip()
-    # Kafka's Uuid text form: URL-safe base64 of 16 random bytes, unpadded.
-    cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cid = new_cluster_id()
     kp.cluster_id.parent.mkdir(parents=True, exist_ok=True)
     kp.cluster_id.write_text(cid)
     return cid
@@ -149,7 +162,8 @@ def _java_argv(settings: Settings, java: Path, kp: KafkaPaths, main: list[str]) 
     ]
 
 
-def _format_storage(settings: Settings, java: Path, kp: KafkaPaths) -> None:
+def format_storage(settings: Settings, java: Path, kp: KafkaPaths) -> None:
+    """Format the KRaft log directories once, with the cluster id kept in `kp`."""
     import subprocess
 
     if (kp.data / "meta.properties").exists():
@@ -158,7 +172,14 @@ def _format_storage(settings: Settings, java: Path, kp: KafkaPaths) -> None:
         settings,
         java,
         kp,
-        ["kafka.tools.StorageTool", "format", "-t", _cluster_id(kp), "-c", str(kp.config)],
+        # `--cluster-id=ID` in one word: an id an older checkout stored may start
+        # with "-", and as a separate word the tool would read it as an option.
+        [
+            "kafka.tools.StorageTool",
+            "format",
+            f"--cluster-id={_cluster_id(kp)}",
+            f"--config={kp.config}",
+        ],
     )
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
@@ -207,7 +228,7 @@ def start(settings: Settings) -> float:
     kp.root.mkdir(parents=True, exist_ok=True)
     kp.config.write_text(render_server_properties(settings, kp.data))
     kp.log4j.write_text(LOG4J2)
-    _format_storage(settings, java, kp)
+    format_storage(settings, java, kp)
     argv = _java_argv(settings, java, kp, ["kafka.Kafka", str(kp.config)])
     return launch_until_ready(proc, argv, lambda: is_ready(settings), READY_TIMEOUT_S)
 
