@@ -133,7 +133,12 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile={LOG4J2_FILE}",
+        "spark.driver.extraJavaOptions": " ".join(
+            filter(
+                None,
+                [f"-Dlog4j.configurationFile={LOG4J2_FILE}", settings.spark_driver_java_options],
+            )
+        ),
     }
     if settings.cassandra_username:
         # Spark redacts *password* keys in its UI and logs (spark.redaction.regex).

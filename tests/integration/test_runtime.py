@@ -161,3 +161,13 @@ def test_spark_python_workers_run_through_the_projects_daemon(spark: Any) -> Non
     young = F.udf(lambda _: collects_young_generations(), "boolean")
     seen = spark.range(0, 8, numPartitions=4).select(kept("id"), young("id")).collect()
     assert [tuple(r) for r in seen] == [(True, True)] * 8
+
+
+def test_the_driver_jvm_runs_the_configured_collector(spark: Any) -> None:
+    # POS_SPARK_DRIVER_JAVA_OPTIONS reaches the driver's JVM, which Spark's launcher
+    # starts before any session conf could change it: the default is the throughput
+    # collector, whose young and old generations are "PS Scavenge" and "PS MarkSweep"
+    # (G1, the JVM's own default, names them "G1 Young Generation" / "G1 Old Generation").
+    jvm = spark.sparkContext._jvm
+    beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]

@@ -118,6 +118,13 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     # DataFrames from pandas through Arrow (local relations), never silently without it.
     assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert conf["spark.sql.execution.arrow.pyspark.fallback.enabled"] == "false"
+    # The driver's JVM: the project's log configuration, then the throughput collector;
+    # with the options emptied, the log configuration alone (the JVM picks G1).
+    options = conf["spark.driver.extraJavaOptions"].split(" ")
+    assert options[0].startswith("-Dlog4j.configurationFile=")
+    assert options[1:] == ["-XX:+UseParallelGC"]
+    bare = spark_conf(Settings(jars_dir=jars, spark_driver_java_options=""), "j")
+    assert bare["spark.driver.extraJavaOptions"] == options[0]
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
