@@ -163,11 +163,12 @@ def test_spark_python_workers_run_through_the_projects_daemon(spark: Any) -> Non
     assert [tuple(r) for r in seen] == [(True, True)] * 8
 
 
-def test_the_driver_jvm_runs_the_configured_collector(spark: Any) -> None:
-    # POS_SPARK_DRIVER_JAVA_OPTIONS reaches the driver's JVM, which Spark's launcher
-    # starts before any session conf could change it: the default is the throughput
-    # collector, whose young and old generations are "PS Scavenge" and "PS MarkSweep"
-    # (G1, the JVM's own default, names them "G1 Young Generation" / "G1 Old Generation").
+def test_the_driver_jvm_runs_the_throughput_collector_by_default(spark: Any) -> None:
+    # POS_SPARK_DRIVER_JAVA_OPTIONS must reach the command line Spark's launcher starts
+    # the driver's JVM with (a JVM's collector cannot change once it runs). The default
+    # is the throughput collector, whose young and old generations are "PS Scavenge" and
+    # "PS MarkSweep" (G1, the JVM's own default, has "G1 Young Generation" and "G1 Old
+    # Generation").
     jvm = spark.sparkContext._jvm
     beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
