@@ -154,8 +154,9 @@ class Settings(BaseSettings):
         "extraJavaOptions after the project's log configuration). The default is the "
         "throughput collector: in local mode the driver runs every task, and on two cores "
         "G1's barriers and concurrent threads take CPU from them (side by side: both speed "
-        "queries one-shot 1.17x as fast, p99 at 1,000 events/s 4.80 vs 7.51 s; "
-        "docs/speed-performance.md). Empty: the JVM's default (G1).",
+        "queries one-shot 1.17x as fast; at 1,000 events/s the views query's micro-batches "
+        "0.67x and 0.85x as long in two pairs; docs/speed-performance.md). Empty: the "
+        "JVM's default (G1).",
     )
     spark_master_port: int = Field(
         default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."
