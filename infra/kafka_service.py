@@ -214,6 +214,13 @@ def is_ready(settings: Settings, timeout: float = 5.0) -> bool:
         return False
 
 
+def write_config_files(settings: Settings, kp: KafkaPaths) -> None:
+    """The broker's server.properties and log configuration, rewritten on every start."""
+    kp.root.mkdir(parents=True, exist_ok=True)
+    kp.config.write_text(render_server_properties(settings, kp.data))
+    kp.log4j.write_text(LOG4J2)
+
+
 def start(settings: Settings) -> float:
     """Start the broker unless it runs; returns seconds until ready (0 if it already ran)."""
     proc = process(settings)
@@ -225,9 +232,7 @@ def start(settings: Settings) -> float:
     kp = paths(settings)
     require_free_disk(kp.root, MIN_FREE_DISK, "kafka")
     java = find_java17(settings.java_home)
-    kp.root.mkdir(parents=True, exist_ok=True)
-    kp.config.write_text(render_server_properties(settings, kp.data))
-    kp.log4j.write_text(LOG4J2)
+    write_config_files(settings, kp)
     format_storage(settings, java, kp)
     argv = _java_argv(settings, java, kp, ["kafka.Kafka", str(kp.config)])
     return launch_until_ready(proc, argv, lambda: is_ready(settings), READY_TIMEOUT_S)

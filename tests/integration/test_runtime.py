@@ -42,9 +42,7 @@ def test_kafka_storage_formats_with_a_kept_cluster_id_that_starts_with_a_dash(
     # stop 39). Ids are no longer drawn so, but an older checkout may have kept one.
     settings = services.model_copy(update={"state_dir": tmp_path})
     kp = kafka_service.paths(settings)
-    kp.root.mkdir(parents=True)
-    kp.config.write_text(kafka_service.render_server_properties(settings, kp.data))
-    kp.log4j.write_text(kafka_service.LOG4J2)
+    kafka_service.write_config_files(settings, kp)
     kp.cluster_id.write_text("-ItMOSNxTLum2jPw_V2CJQ")
 
     kafka_service.format_storage(settings, find_java17(settings.java_home), kp)
