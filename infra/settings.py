@@ -158,6 +158,14 @@ class Settings(BaseSettings):
         "0.67x and 0.85x as long in two pairs; docs/speed-performance.md). Empty: the "
         "JVM's default (G1).",
     )
+    spark_class_archives: bool = Field(
+        default=True,
+        description="Keep the Spark driver JVM's loaded classes from one run to the next "
+        "(JDK 17's class data sharing, infra/class_archive.py), in STATE_DIR/class-archives: "
+        "a driver's first run writes its archive at exit, later runs start from it (a "
+        "one-shot views run 22.6 s instead of 28.5 s; both speed queries one-shot 1.17x "
+        "as fast). false: every JVM loads every class from the jars.",
+    )
     spark_master_port: int = Field(
         default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."
     )
@@ -510,6 +518,10 @@ class Settings(BaseSettings):
                 "kafka.ssl.truststore.location": self.kafka_ssl_ca_location,
             }
         return opts
+
+    @property
+    def class_archive_dir(self) -> Path:
+        return self.state_dir / "class-archives"
 
     @property
     def checkpoint_dir(self) -> Path:

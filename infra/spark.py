@@ -10,11 +10,13 @@ jobs run there unchanged.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from infra import class_archive
 from infra.java import find_java17, java_major
 from infra.process import ServiceError
 from infra.settings import Settings, is_loopback
@@ -61,8 +63,11 @@ def spark_jars(settings: Settings) -> list[Path]:
     return jars
 
 
-def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
-    """The session's configuration as plain data (pure, so it is unit-tested)."""
+def spark_conf(
+    settings: Settings, app_name: str, java_options: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The session's configuration as plain data (pure, so it is unit-tested);
+    `java_options` are added to the driver JVM's (its class archive's)."""
     conf = {
         "spark.master": settings.spark_master,
         "spark.app.name": app_name,
@@ -136,7 +141,11 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
         "spark.driver.extraJavaOptions": " ".join(
             filter(
                 None,
-                [f"-Dlog4j.configurationFile={LOG4J2_FILE}", settings.spark_driver_java_options],
+                [
+                    f"-Dlog4j.configurationFile={LOG4J2_FILE}",
+                    settings.spark_driver_java_options,
+                    *java_options,
+                ],
             )
         ),
     }
@@ -160,6 +169,7 @@ def spark_conf(settings: Settings, app_name: str) -> dict[str, str]:
 
 def build_session(settings: Settings, app_name: str) -> SparkSession:
     """Get or create the session for `app_name` with the project's jars and endpoints."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     # PySpark launches its JVM from JAVA_HOME; pin it to the JDK 17 the jars target.
@@ -172,9 +182,30 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     # the workers' env (with this project installed: the jobs' functions are imported there).
     if on_this_machine(settings.spark_master):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # A JVM of its own, unless this process already has one (PySpark keeps its gateway
+    # after `stop()`, and a new session reuses it: options for a new JVM would not apply).
+    archive = None
+    if settings.spark_class_archives and SparkContext._gateway is None:
+        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        classpath = [*(spark_home() / "jars").glob("*.jar"), *spark_jars(settings)]
+        archive = class_archive.plan(settings.class_archive_dir, app_name, java, classpath)
     builder = SparkSession.builder
-    for key, value in spark_conf(settings, app_name).items():
+    options = archive.java_options if archive else ()
+    for key, value in spark_conf(settings, app_name, options).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    gateway = SparkContext._gateway
+    if archive is not None and archive.writes is not None and gateway is not None:
+        # At the process's end, once the driver is done with Spark (PySpark's JVM lives
+        # until then): the JVM writes the archive as it exits.
+        atexit.register(class_archive.publish, archive, gateway.proc)
     return session
+
+
+def spark_home() -> Path:
+    """Where the driver's Spark comes from: SPARK_HOME, else the pip-installed PySpark."""
+    import pyspark
+
+    home = os.environ.get("SPARK_HOME")
+    return Path(home) if home else Path(pyspark.__file__).parent

@@ -125,6 +125,12 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     assert options[1:] == ["-XX:+UseParallelGC"]
     bare = spark_conf(Settings(jars_dir=jars, spark_driver_java_options=""), "j")
     assert bare["spark.driver.extraJavaOptions"] == options[0]
+    # The class archive's options (infra/class_archive.py) come last.
+    archived = spark_conf(Settings(jars_dir=jars), "j", ("-XX:SharedArchiveFile=/a.jsa",))
+    assert archived["spark.driver.extraJavaOptions"].split(" ")[1:] == [
+        "-XX:+UseParallelGC",
+        "-XX:SharedArchiveFile=/a.jsa",
+    ]
 
 
 def test_spark_conf_cluster_mode_keeps_driver_binding_default(tmp_path: Path) -> None:
