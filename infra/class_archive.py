@@ -31,6 +31,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.process import alive
+
 log = logging.getLogger("pos.spark")
 
 # The archive a JVM writes at exit is left unpublished if its driver does not wait
@@ -73,16 +75,6 @@ def java_options(archive: Path, exists: bool, writes: Path) -> tuple[str, ...]:
     return (f"-XX:ArchiveClassesAtExit={writes}", quiet, f"-Xlog:cds*=warning:file={log_file}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def plan(directory: Path, app_name: str, java: Path, jars: Iterable[Path]) -> Plan:
     """Map this application's archive if there is one; else write it at exit. Clears
     what a previous run left: its archives for other jars, and files that a driver
@@ -98,7 +90,7 @@ def plan(directory: Path, app_name: str, java: Path, jars: Iterable[Path]) -> Pl
         if match is None:
             continue
         writer = match.group(1)
-        if (old != archive and writer is None) or (writer and not _alive(int(writer))):
+        if (old != archive and writer is None) or (writer and not alive(int(writer))):
             old.unlink(missing_ok=True)
     exists = archive.is_file()
     writes = archive.with_name(f"{archive.name}.{os.getpid()}.part")

@@ -42,7 +42,7 @@ class ManagedProcess:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        if _alive(pid):
+        if alive(pid):
             return pid
         self.pid_file.unlink(missing_ok=True)
         return None
@@ -70,9 +70,9 @@ class ManagedProcess:
         if pid is None:
             return False
         _signal_group(pid, signal.SIGTERM)
-        if not wait_for(lambda: not _alive(pid), timeout=timeout, interval=0.2):
+        if not wait_for(lambda: not alive(pid), timeout=timeout, interval=0.2):
             _signal_group(pid, signal.SIGKILL)
-            wait_for(lambda: not _alive(pid), timeout=10, interval=0.1)
+            wait_for(lambda: not alive(pid), timeout=10, interval=0.1)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -83,7 +83,7 @@ class ManagedProcess:
         if pid is None:
             return False
         _signal_group(pid, signal.SIGKILL)
-        if not wait_for(lambda: not _alive(pid), timeout=timeout, interval=0.1):
+        if not wait_for(lambda: not alive(pid), timeout=timeout, interval=0.1):
             raise ServiceError(f"{self.name}: pid {pid} survived SIGKILL for {timeout} s")
         self.pid_file.unlink(missing_ok=True)
         return True
@@ -96,7 +96,8 @@ class ManagedProcess:
         return "\n".join(text[-lines:])
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie child of ours is reaped and is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -249,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
 
         cassandra_client.require_keyspace(settings)  # once, before any driver starts
         return supervise(
-            settings, drivers_for(settings, jobs), argv if argv is not None else sys.argv[1:]
+            settings,
+            drivers_for(settings, jobs, args.available_now),
+            argv if argv is not None else sys.argv[1:],
         )
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -20,6 +20,15 @@ def test_in_local_mode_each_query_has_a_driver_and_the_archiver_yields_the_cpu()
     assert drivers_for(load_settings(), BOTH) == [Driver(("archiver",), 19), Driver(("views",), 0)]
 
 
+def test_a_one_shot_run_shares_one_driver_unless_told_per_query() -> None:
+    assert drivers_for(load_settings(), BOTH, available_now=True) == [Driver(BOTH, 0)]
+    per_query = load_settings(speed_drivers="per-query")
+    assert drivers_for(per_query, BOTH, available_now=True) == [
+        Driver(("archiver",), 19),
+        Driver(("views",), 0),
+    ]
+
+
 def test_on_a_cluster_master_both_queries_share_one_driver() -> None:
     s = load_settings(spark_master="spark://10.0.0.5:7077")
     assert drivers_for(s, BOTH) == [Driver(BOTH, 0)]
