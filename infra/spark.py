@@ -188,7 +188,10 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     if settings.spark_class_archives and SparkContext._gateway is None:
         java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
         classpath = [*(spark_home() / "jars").glob("*.jar"), *spark_jars(settings)]
-        archive = class_archive.plan(settings.class_archive_dir, app_name, java, classpath)
+        try:
+            archive = class_archive.plan(settings.class_archive_dir, app_name, java, classpath)
+        except OSError as exc:  # e.g. a read-only state dir: start as without an archive
+            class_archive.log.warning("no class archive for %s: %s", app_name, exc)
     builder = SparkSession.builder
     options = archive.java_options if archive else ()
     for key, value in spark_conf(settings, app_name, options).items():
