@@ -10,7 +10,8 @@ reference machine (side by side, three rounds alternated, every run exact agains
 ledger): a one-shot run of the views query on 1,000 messages 22.6 s instead of 28.5 s
 from start to exit; both speed queries one-shot on 252,711 messages 2,679 instead of
 2,282 events/s (their two drivers start together, and class loading took the cores
-from the other's micro-batch). docs/speed-performance.md has the runs.
+from the other's micro-batch; 1.04x in the benchmark's two rounds, on a machine that
+slowed through the run). docs/speed-performance.md has the runs.
 
 One archive per application name (its classes differ) and per fingerprint of the JVM
 and the jars: the JVM rejects an archive whose classpath changed anyway, so a new jar

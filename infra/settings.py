@@ -163,7 +163,7 @@ class Settings(BaseSettings):
         description="Keep the Spark driver JVM's loaded classes from one run to the next "
         "(JDK 17's class data sharing, infra/class_archive.py), in STATE_DIR/class-archives: "
         "a driver's first run writes its archive at exit, later runs start from it (a "
-        "one-shot views run 22.6 s instead of 28.5 s; both speed queries one-shot 1.17x "
+        "one-shot views run 22.6 s instead of 28.5 s; both speed queries one-shot 1.04x-1.17x "
         "as fast). false: every JVM loads every class from the jars.",
     )
     spark_master_port: int = Field(
