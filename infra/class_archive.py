@@ -59,9 +59,13 @@ def fingerprint(java: Path, jars: Iterable[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+def _prefix(app_name: str) -> str:
+    """The start of every file of the application's archives (its name, file-safe)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", app_name) + "-"
+
+
 def archive_path(directory: Path, app_name: str, print_: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", app_name)
-    return directory / f"{safe}-{print_}.jsa"
+    return directory / f"{_prefix(app_name)}{print_}.jsa"
 
 
 def java_options(archive: Path, exists: bool, writes: Path) -> tuple[str, ...]:
@@ -83,8 +87,7 @@ def plan(directory: Path, app_name: str, java: Path, jars: Iterable[Path]) -> Pl
     directory.mkdir(parents=True, exist_ok=True)
     archive = archive_path(directory, app_name, fingerprint(java, jars))
     ours = re.compile(
-        re.escape(archive.name[: -len("0123456789abcdef.jsa")])
-        + r"[0-9a-f]{16}\.jsa(?:\.(\d+)\.(?:part|log))?$"
+        re.escape(_prefix(app_name)) + r"[0-9a-f]{16}\.jsa(?:\.(\d+)\.(?:part|log))?$"
     )
     for old in directory.iterdir():
         match = ours.match(old.name)

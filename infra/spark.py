@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra import class_archive
+from infra import class_archive, spark_service
 from infra.java import find_java17, java_major
 from infra.process import ServiceError
 from infra.settings import Settings, is_loopback
@@ -187,7 +187,9 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     archive = None
     if settings.spark_class_archives and SparkContext._gateway is None:
         java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
-        classpath = [*(spark_home() / "jars").glob("*.jar"), *spark_jars(settings)]
+        # PySpark launches the JVM from SPARK_HOME when set, else from its own package.
+        spark_dir = Path(os.environ.get("SPARK_HOME") or spark_service.spark_home())
+        classpath = [*(spark_dir / "jars").glob("*.jar"), *spark_jars(settings)]
         try:
             archive = class_archive.plan(settings.class_archive_dir, app_name, java, classpath)
         except OSError as exc:  # e.g. a read-only state dir: start as without an archive
@@ -204,11 +206,3 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         # until then): the JVM writes the archive as it exits.
         atexit.register(class_archive.publish, archive, gateway.proc)
     return session
-
-
-def spark_home() -> Path:
-    """Where the driver's Spark comes from: SPARK_HOME, else the pip-installed PySpark."""
-    import pyspark
-
-    home = os.environ.get("SPARK_HOME")
-    return Path(home) if home else Path(pyspark.__file__).parent
