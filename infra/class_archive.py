@@ -19,6 +19,10 @@ or JDK makes a new archive rather than a warning at every start. The first run o
 application writes it (the JVM spends ~10-15 s of CPU at exit on it, once), into a
 file of its own that the driver renames into place after its JVM has exited, so no
 run ever maps a half-written archive. `POS_SPARK_CLASS_ARCHIVES=false` turns it off.
+
+A driver whose JVM starts with a Java agent (a metrics exporter such as Prometheus's
+JMX agent, an APM agent) or with a flight recording gets no archive: JDK 17 cannot
+combine them (see `clash`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,33 @@ class Plan:
     archive: Path
     writes: Path | None  # where the JVM writes it at exit (no archive yet), else None
     java_options: tuple[str, ...]
+
+
+# JVM options that JDK 17 cannot combine with a dynamic archive (measured on 17.0.15):
+# with a Java agent the JVM that should write the archive refuses to start ("Must enable
+# AllowArchivingWithJavaAgent"), and a Java agent or a flight recording started with the
+# JVM crash a JVM that maps one (SIGSEGV in KlassFactory::check_shared_class_file_load_hook:
+# both hook class loading). Native agents are ruled out alike, as they may hook it too,
+# but for the debugger's (jdwp, measured: it maps an archive). A recording started later
+# (`jcmd <pid> JFR.start`) was harmless in the same test.
+_CLASHING = re.compile(
+    r"(?:^|\s)(-javaagent:\S*|-agentpath:\S*|-agentlib:(?!jdwp[=\s]|jdwp$)\S*"
+    r"|-XX:StartFlightRecording\S*|-XX:\+FlightRecorder)"
+)
+
+
+# Where else the driver's JVM takes options from: the JVM itself, the `java` launcher,
+# and spark-submit's launcher.
+OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "SPARK_SUBMIT_OPTS")
+
+
+def clash(*option_strings: str) -> str | None:
+    """The first JVM option among `option_strings` (each as a command line has them) that
+    rules a class archive out, or None."""
+    for options in option_strings:
+        if match := _CLASHING.search(options):
+            return match.group(1)
+    return None
 
 
 def fingerprint(java: Path, jars: Iterable[Path]) -> str:

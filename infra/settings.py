@@ -164,7 +164,9 @@ class Settings(BaseSettings):
         "(JDK 17's class data sharing, infra/class_archive.py), in STATE_DIR/class-archives: "
         "a driver's first run writes its archive at exit, later runs start from it (a "
         "one-shot views run 22.6 s instead of 28.5 s; both speed queries one-shot 1.04x-1.17x "
-        "as fast). false: every JVM loads every class from the jars.",
+        "as fast). Off by itself for a driver whose JVM starts with a Java agent or a "
+        "flight recording, which JDK 17 cannot combine with an archive. false: every JVM "
+        "loads every class from the jars.",
     )
     spark_master_port: int = Field(
         default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."

@@ -167,6 +167,25 @@ def spark_conf(
     return conf
 
 
+def _class_archive(settings: Settings, app_name: str) -> class_archive.Plan | None:
+    """What the driver's new JVM does with its class archive, or None: no archive."""
+    elsewhere = (os.environ.get(name, "") for name in class_archive.OPTION_VARIABLES)
+    if clashing := class_archive.clash(settings.spark_driver_java_options, *elsewhere):
+        class_archive.log.info(
+            "no class archive for %s: JDK 17 cannot use one with %s", app_name, clashing
+        )
+        return None
+    java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+    # PySpark launches the JVM from SPARK_HOME when set, else from its own package.
+    spark_dir = Path(os.environ.get("SPARK_HOME") or spark_service.spark_home())
+    classpath = [*(spark_dir / "jars").glob("*.jar"), *spark_jars(settings)]
+    try:
+        return class_archive.plan(settings.class_archive_dir, app_name, java, classpath)
+    except OSError as exc:  # e.g. a read-only state dir: start as without an archive
+        class_archive.log.warning("no class archive for %s: %s", app_name, exc)
+        return None
+
+
 def build_session(settings: Settings, app_name: str) -> SparkSession:
     """Get or create the session for `app_name` with the project's jars and endpoints."""
     from pyspark import SparkContext
@@ -186,14 +205,7 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     # after `stop()`, and a new session reuses it: options for a new JVM would not apply).
     archive = None
     if settings.spark_class_archives and SparkContext._gateway is None:
-        java = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
-        # PySpark launches the JVM from SPARK_HOME when set, else from its own package.
-        spark_dir = Path(os.environ.get("SPARK_HOME") or spark_service.spark_home())
-        classpath = [*(spark_dir / "jars").glob("*.jar"), *spark_jars(settings)]
-        try:
-            archive = class_archive.plan(settings.class_archive_dir, app_name, java, classpath)
-        except OSError as exc:  # e.g. a read-only state dir: start as without an archive
-            class_archive.log.warning("no class archive for %s: %s", app_name, exc)
+        archive = _class_archive(settings, app_name)
     builder = SparkSession.builder
     options = archive.java_options if archive else ()
     for key, value in spark_conf(settings, app_name, options).items():

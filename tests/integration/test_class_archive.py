@@ -25,13 +25,17 @@ spark.stop()
 """
 
 
-def _run_driver(state: Path, classes_log: Path) -> subprocess.CompletedProcess[str]:
+def _run_driver(
+    state: Path, classes_log: Path, more_options: str = ""
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PYTHONPATH": str(PROJECT_ROOT),
         "POS_STATE_DIR": str(state),  # the archives go to STATE_DIR/class-archives
         # Where each class came from: a jar, or the archive ("shared objects file (top)").
-        "POS_SPARK_DRIVER_JAVA_OPTIONS": f"-XX:+UseParallelGC -Xlog:class+load:file={classes_log}",
+        "POS_SPARK_DRIVER_JAVA_OPTIONS": (
+            f"-XX:+UseParallelGC -Xlog:class+load:file={classes_log} {more_options}"
+        ),
     }
     done = subprocess.run(
         [sys.executable, "-c", DRIVER], env=env, cwd=PROJECT_ROOT,
@@ -64,3 +68,21 @@ def test_first_run_writes_the_archive_and_the_next_starts_from_it(
     # Spark's, Scala's and the connectors' classes, parsed and verified a run before.
     assert _from_archive(tmp_path / "second.log") > 5_000
     assert list(archives.iterdir()) == [archive]
+
+
+def test_a_driver_with_a_flight_recording_starts_without_the_archive(
+    services: Settings, tmp_path: Path
+) -> None:
+    # JDK 17 crashed (SIGSEGV) mapping an archive into a JVM started with a recording.
+    archives = tmp_path / "state" / "class-archives"
+    _run_driver(tmp_path / "state", tmp_path / "first.log")
+    (archive,) = archives.iterdir()
+    recording = tmp_path / "driver.jfr"
+    _run_driver(
+        tmp_path / "state",
+        tmp_path / "recorded.log",
+        f"-XX:StartFlightRecording=filename={recording} -Xlog:jfr*=warning",
+    )
+    assert recording.stat().st_size > 0
+    assert _from_archive(tmp_path / "recorded.log") == 0
+    assert list(archives.iterdir()) == [archive]  # kept for the drivers that can map it

@@ -50,6 +50,25 @@ def test_options_map_an_archive_or_write_one_at_exit() -> None:
     )
 
 
+def test_agents_and_flight_recordings_rule_the_archive_out() -> None:
+    clash = class_archive.clash
+    assert clash("-XX:+UseParallelGC -javaagent:/opt/jmx_prometheus.jar=9404:c.yaml") == (
+        "-javaagent:/opt/jmx_prometheus.jar=9404:c.yaml"
+    )
+    assert clash("", "-XX:StartFlightRecording=filename=a.jfr,settings=profile") == (
+        "-XX:StartFlightRecording=filename=a.jfr,settings=profile"
+    )
+    assert clash("-XX:StartFlightRecording") == "-XX:StartFlightRecording"
+    assert clash("-XX:+FlightRecorder") == "-XX:+FlightRecorder"
+    assert clash("-agentpath:/opt/libyjpagent.so") == "-agentpath:/opt/libyjpagent.so"
+    assert clash("-agentlib:foo=bar") == "-agentlib:foo=bar"
+    # The debugger maps an archive; options that only mention an agent start none.
+    assert clash("-agentlib:jdwp=transport=dt_socket,server=y,address=127.0.0.1:5005") is None
+    assert clash("-agentlib:jdwp") is None
+    assert clash("-XX:+UseParallelGC", "-Dnote=-javaagent:x.jar", "-XX:-FlightRecorder") is None
+    assert clash() is None
+
+
 def test_plan_writes_until_there_is_an_archive_then_maps_it(tmp_path: Path) -> None:
     java, jars, directory = Path(sys.executable), _jars(tmp_path), tmp_path / "archives"
     first = class_archive.plan(directory, "pos-speed-views", java, jars)
