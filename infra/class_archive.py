@@ -56,11 +56,12 @@ class Plan:
 
 # JVM options that JDK 17 cannot combine with a dynamic archive (measured on 17.0.15):
 # with a Java agent the JVM that should write the archive refuses to start ("Must enable
-# AllowArchivingWithJavaAgent"), and a Java agent or a flight recording started with the
-# JVM crash a JVM that maps one (SIGSEGV in KlassFactory::check_shared_class_file_load_hook:
-# both hook class loading). Native agents are ruled out alike, as they may hook it too,
-# but for the debugger's (jdwp, measured: it maps an archive). A recording started later
-# (`jcmd <pid> JFR.start`) was harmless in the same test.
+# AllowArchivingWithJavaAgent"); a Java agent or a flight recording started with the JVM
+# crash a JVM that maps one (SIGSEGV in KlassFactory::check_shared_class_file_load_hook:
+# both hook class loading); and a JVM writing one drops the recording it was asked for
+# ("JFR will be disabled during CDS dumping"). Native agents are ruled out alike, as they
+# may hook class loading too, but for the debugger's (jdwp, measured: it maps an archive).
+# A recording started later (`jcmd <pid> JFR.start`) was harmless in the same test.
 _CLASHING = re.compile(
     r"(?:^|\s)(-javaagent:\S*|-agentpath:\S*|-agentlib:(?!jdwp[=\s]|jdwp$)\S*"
     r"|-XX:StartFlightRecording\S*|-XX:\+FlightRecorder)"

@@ -49,7 +49,8 @@ def drivers_for(
     `--available-now` run: it is measured by when both queries are done, not by how
     soon a receipt shows, and one driver's JVM loads and compiles Spark's code once
     where two would each do it (side by side, both queries one-shot on 252,711
-    messages: 2,876 vs 2,719 events/s, 1.03-1.06 in three rounds).
+    messages: 2,876 vs 2,719 events/s, 1.03-1.06 in three rounds; 3,011 vs 2,378 in the
+    benchmark's two).
     """
     mode = settings.speed_drivers
     if mode == "auto":
