@@ -112,6 +112,9 @@ def migrate_parquet(spark: SparkSession, settings: Settings, source: str) -> int
         rows.write.format("delta")
         .mode("append")
         .partitionBy(PARTITION_COLUMN)
+        # The old layout's stored verdicts (valid, reason, detail, receipt) may join a
+        # table the archiver started without them; readers ignore them.
+        .option("mergeSchema", "true")
         .option("txnAppId", f"{MIGRATION_APP_ID}:{source}")
         .option("txnVersion", 1)
         .save(_path(settings))

@@ -3,7 +3,9 @@
     pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-03T00:00:00Z [--lookback-hours 48]
 
 Reads like a sentence: snapshot the master dataset at one table version (recorded),
-turn every valid copy into a receipt row (`views.records.receipt_rows`), resolve the
+judge every record with the contract's validator (`views.records.check`, the speed
+layer's; the master dataset keeps records as received), turn every valid copy into a
+receipt row (`views.records.receipt_rows`), resolve the
 winner of every natural key over ALL copies, wherever their happened_at puts them
 (`views.winners.resolve`: a copy from another day can win or conflict), keep the
 winners of the recomputed days, aggregate them (`views.aggregation.aggregate_15m`, the
@@ -120,9 +122,16 @@ def _run(
     # Known before any row is written, so `pos-batch gc` spares a version being written.
     store.record_run(run_id, {"version": version, "delta_version": snap.version})
 
+    # Every record judged again (the master dataset keeps them unjudged), kept for the
+    # counts below; the received bytes are not needed past the check.
+    checked = (
+        records.check(records.from_archive(snap.rows), native_first=True)
+        .drop("raw_value", "detail")
+        .persist()
+    )
     # Every valid copy, wherever its day: a key's winner depends on all its copies.
     copies = records.receipt_rows(
-        snap.rows,
+        checked,
         LATE_THRESHOLD_US,
         int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
     )
@@ -136,11 +145,11 @@ def _run(
     aggregates = batch_aggregates(winners, duplicates).withColumn("version", F.lit(version))
     aggregates = aggregates.persist()
     try:
-        stats = snap.rows.agg(
+        # An invalid record's day is the day it reached Kafka.
+        arrived = F.to_date("kafka_timestamp").between(first_day, last_day)
+        stats = checked.agg(
             F.count(F.lit(1)).alias("input"),
-            F.count(
-                F.when(~F.col("valid") & F.col("event_day").between(first_day, last_day), 1)
-            ).alias("invalid"),
+            F.count(F.when(~records.is_valid() & arrived, 1)).alias("invalid"),
         ).first()
         assert stats is not None
         dup = duplicates.agg(
@@ -235,5 +244,5 @@ def _run(
         )
         return result
     finally:
-        for df in (winners, duplicates, aggregates):
+        for df in (checked, winners, duplicates, aggregates):
             df.unpersist()

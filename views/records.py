@@ -9,8 +9,9 @@ Pure DataFrame -> DataFrame functions (no session, no I/O, no clock):
   It never raises: a record the validator accepts but Spark could not store (it cannot
   happen: a test derives the worst case from the limits) or a validator bug becomes a
   dead letter too.
-- `dead_letters`, `archive_rows`: invalid records by Kafka coordinates; master-dataset
-  rows (every record as received).
+- `dead_letters`: invalid records by Kafka coordinates.
+- `archive_rows`, `from_archive`: every Kafka record as received, to master-dataset
+  rows (MASTER_COLUMNS: no verdict) and back.
 - `receipt_rows`: valid receipts flattened, with the `late` rule, the lateness bound
   and a content hash that tells a resend (same content) from a conflict.
 
@@ -58,6 +59,8 @@ KAFKA_COLUMNS = {
 RECEIPT_SCHEMA = contract.spark_receipt_schema()
 RECEIPT_FIELDS = tuple(f.name for f in RECEIPT_SCHEMA.fields)
 COORDINATES = ("kafka_partition", "kafka_offset")
+# The master dataset's columns: the record as received, when it was archived, its day.
+MASTER_COLUMNS = (*KAFKA_COLUMNS.values(), "ingested_at", "event_day")
 
 # Columns of a receipt row: the key, the receipt, where it came from, the derived flags.
 RECEIPT_ROW_COLUMNS = (
@@ -198,23 +201,30 @@ def _dead_letter_columns() -> tuple[Column, ...]:
     return tuple(F.col(c) for c in (*KAFKA_COLUMNS.values(), "reason", "detail"))
 
 
-def archive_rows(checked: DataFrame, ingested_at: Column) -> DataFrame:
-    """Master-dataset rows: every record as received, parsed fields where valid.
+def archive_rows(kafka_records: DataFrame, ingested_at: Column) -> DataFrame:
+    """Master-dataset rows (MASTER_COLUMNS): every Kafka record as received, unjudged.
 
-    `event_day` (the partition column) is the receipt's UTC day, or for invalid
-    records the day they reached Kafka, so the batch layer finds late receipts
-    under the day they belong to.
+    No verdict and no parsed receipt: the batch layer checks every record again on each
+    run (`from_archive`, then `check`), so a fix to the validator reaches the archived
+    past, and the archiver spends no Python worker on the stream. `event_day` (the
+    partition column) is the UTC day of the record's `happened_at` when it is written
+    in the contract's canonical form, else the day the record reached Kafka; the batch
+    layer reads every day (a key's winner depends on all its copies), so the day only
+    places the file.
     """
-    return checked.select(
-        *KAFKA_COLUMNS.values(),
-        ingested_at.alias("ingested_at"),
-        is_valid().alias("valid"),
-        "reason",
-        "detail",
-        "receipt",
-        F.coalesce(F.to_date("receipt.happened_at"), F.to_date("kafka_timestamp")).alias(
-            "event_day"
-        ),
+    columns = [F.col(source).alias(name) for source, name in KAFKA_COLUMNS.items()]
+    event_day = F.coalesce(F.to_date(native_check.stated_instant()), F.to_date("timestamp"))
+    return kafka_records.select(
+        *columns, ingested_at.alias("ingested_at"), event_day.alias("event_day")
+    )
+
+
+def from_archive(master_rows: DataFrame) -> DataFrame:
+    """Master-dataset rows as the Kafka records they were (the source's column names),
+    ready for `check`. Columns a master dataset written by an older archiver also has
+    (its stored verdicts) are left out: the verdict is computed again, here and now."""
+    return master_rows.select(
+        *(F.col(name).alias(source) for source, name in KAFKA_COLUMNS.items())
     )
 
 

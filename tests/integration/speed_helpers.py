@@ -125,7 +125,7 @@ def master_rows(spark: Any, settings: Settings) -> list[Any]:
     return (
         spark.read.format("delta")
         .load(str(settings.master_dataset_dir))
-        .select("kafka_topic", "kafka_partition", "kafka_offset", "valid")
+        .select("kafka_topic", "kafka_partition", "kafka_offset", "raw_value", "event_day")
         .collect()
     )
 

@@ -260,3 +260,61 @@ def test_batch_and_speed_give_identical_aggregates_on_duplicate_free_input(
     speed = speed_aggregates(cql)
     assert speed == expected_aggregates(ledger)
     assert served_aggregates(cql) == speed
+
+
+def test_a_master_dataset_with_an_old_archivers_verdicts_is_judged_again(
+    spark: Any, isolated: tuple[Settings, Any]
+) -> None:
+    """An older archiver stored a verdict and the parsed receipt with each record. The
+    archiver now appends records unjudged to that very table, and the batch job judges
+    every record again: a receipt an old validator wrongly refused counts now."""
+    from pyspark.sql import functions as F
+
+    from views import records
+
+    settings, cql = isolated
+    at = datetime(2026, 3, 2, 9, tzinfo=UTC)
+    old = spark.createDataFrame(
+        [
+            (None, receipt_json(1, 1, 1, at), "old", 0, 0, at),
+            (None, receipt_json(1, 1, 3, at + timedelta(minutes=1)), "old", 0, 1, at),
+        ],
+        "key binary, value binary, topic string, partition int, offset bigint, "
+        "timestamp timestamp",
+    )
+    checked = records.check(old)
+    wrongly_refused = F.col("kafka_offset") == 1  # as an old validator's bug would have
+    (
+        checked.select(
+            *records.KAFKA_COLUMNS.values(),
+            F.lit(at).alias("ingested_at"),
+            (records.is_valid() & ~wrongly_refused).alias("valid"),
+            F.when(wrongly_refused, "internal_error").otherwise(F.col("reason")).alias("reason"),
+            "detail",
+            F.when(~wrongly_refused, F.col("receipt")).alias("receipt"),
+            F.to_date(F.lit(at)).alias("event_day"),
+        )
+        .write.format("delta")
+        .partitionBy("event_day")
+        .save(str(settings.master_dataset_dir))
+    )
+    later = at + timedelta(minutes=5)
+    produce_raw(
+        settings,
+        [receipt_json(1, 1, 1, at), receipt_json(1, 1, 2, later), b"{not json"],
+        timestamps=[ms(later), ms(later), ms(later)],
+        keys=[device_key(1, 1), device_key(1, 1), None],
+    )
+    _archive(spark, settings)
+
+    stored = spark.read.format("delta").load(str(settings.master_dataset_dir))
+    assert "receipt" in stored.columns  # the old columns stay, null on the new rows
+    assert stored.where(F.col("receipt").isNotNull()).count() == 1
+    result = job.run(spark, settings, ALL_DAYS)
+    assert (
+        result.input_rows,
+        result.invalid_rows,
+        result.receipts,
+        result.duplicates_removed,
+    ) == (5, 1, 3, 1)
+    assert set(served_receipts(cql)) == {(1, 1, 1), (1, 1, 2), (1, 1, 3)}

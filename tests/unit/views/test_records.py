@@ -68,8 +68,32 @@ def test_the_worst_accepted_receipt_fits_every_derived_type(local_spark: Any) ->
     assert Decimal(10) ** digits > WORST_REVENUE * 10**6
     [agg] = aggregate_15m(rows).collect()
     assert (agg.receipt_count, agg.revenue) == (1, -WORST_REVENUE)
-    # Parquet stores the same Spark types (the master dataset's `receipt` column).
     assert records.RECEIPT_SCHEMA["revenue"].dataType.simpleString() == "decimal(19,2)"
+
+
+def test_the_master_dataset_keeps_records_as_received_under_the_day_they_state(
+    local_spark: Any,
+) -> None:
+    values = [
+        _tea("2026-03-04T23:30:00-01:00"),  # 5 March in UTC; Kafka has it on 2 March
+        b'{"happened_at": "2026-03-01T10:00:00Z", "operation_id": "x"}',  # invalid, dated
+        _tea("2026-02-30T10:00:00Z"),  # no such day: the Kafka day
+        b"\xff not json",
+        None,
+    ]
+    kafka = _kafka(local_spark, values)
+    at = datetime(2026, 3, 2, 10, tzinfo=UTC)
+    archived = records.archive_rows(kafka, F.lit(at))
+    assert tuple(archived.columns) == records.MASTER_COLUMNS
+    got = [(r.raw_value, r.event_day.isoformat(), r.ingested_at) for r in archived.collect()]
+    days = ["2026-03-05", "2026-03-01", "2026-03-02", "2026-03-02", "2026-03-02"]
+    assert got == [(v, d, at.replace(tzinfo=None)) for v, d in zip(values, days, strict=True)]
+    # Back as the Kafka records they were: judged as if they had just arrived.
+    again = records.check(records.from_archive(archived)).select("kafka_offset", "reason")
+    assert sorted(tuple(r) for r in again.collect()) == [
+        (0, None), (1, "missing_field:transaction_id"), (2, "bad_timestamp"),
+        (3, "invalid_encoding"), (4, "empty_value"),
+    ]  # fmt: skip
 
 
 def test_a_value_that_would_not_fit_becomes_a_dead_letter_not_a_failed_task() -> None:
