@@ -73,7 +73,7 @@ def master_rows(
     message = F.struct(
         F.date_format(happened, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias("happened_at"),
         (F.lit(101) + F.col("tid") % 20).cast("long").alias("operation_id"),
-        F.col("tid").cast("long").alias("transaction_id"),
+        (F.col("tid") + 1).cast("long").alias("transaction_id"),  # the contract: from 1
         F.lit(1).cast("long").alias("vendor_fiscal_module"),
         F.array(
             F.struct(
