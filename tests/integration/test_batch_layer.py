@@ -279,8 +279,7 @@ def test_a_master_dataset_with_an_old_archivers_verdicts_is_judged_again(
             (None, receipt_json(1, 1, 1, at), "old", 0, 0, at),
             (None, receipt_json(1, 1, 3, at + timedelta(minutes=1)), "old", 0, 1, at),
         ],
-        "key binary, value binary, topic string, partition int, offset bigint, "
-        "timestamp timestamp",
+        "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp",
     )
     checked = records.check(old)
     wrongly_refused = F.col("kafka_offset") == 1  # as an old validator's bug would have
