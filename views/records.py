@@ -207,10 +207,10 @@ def archive_rows(kafka_records: DataFrame, ingested_at: Column) -> DataFrame:
     No verdict and no parsed receipt: the batch layer checks every record again on each
     run (`from_archive`, then `check`), so a fix to the validator reaches the archived
     past, and the archiver spends no Python worker on the stream. `event_day` (the
-    partition column) is the UTC day of the record's `happened_at` when it is written
-    in the contract's canonical form, else the day the record reached Kafka; the batch
-    layer reads every day (a key's winner depends on all its copies), so the day only
-    places the file.
+    partition column) is the UTC day of the `happened_at` the value states, when it is
+    of the form the native path accepts (`native_check.stated_instant`), valid record
+    or not, else the day the record reached Kafka. The batch layer reads every day (a
+    key's winner depends on all its copies), so the day only places the file.
     """
     columns = [F.col(source).alias(name) for source, name in KAFKA_COLUMNS.items()]
     event_day = F.coalesce(F.to_date(native_check.stated_instant()), F.to_date("timestamp"))
