@@ -173,9 +173,15 @@ def _native_first_verdict() -> Column:
 
 
 @cache
+def _kafka_columns_renamed() -> tuple[Column, ...]:
+    """The Kafka source's columns under our names (KAFKA_COLUMNS)."""
+    return tuple(F.col(source).alias(name) for source, name in KAFKA_COLUMNS.items())
+
+
+@cache
 def _checked_columns() -> tuple[Column, ...]:
     return (
-        *(F.col(source).alias(name) for source, name in KAFKA_COLUMNS.items()),
+        *_kafka_columns_renamed(),
         *(F.col(f"{_CHECK}.{name}").alias(name) for name in ("reason", "detail", "receipt")),
     )
 
@@ -212,10 +218,9 @@ def archive_rows(kafka_records: DataFrame, ingested_at: Column) -> DataFrame:
     or not, else the day the record reached Kafka. The batch layer reads every day (a
     key's winner depends on all its copies), so the day only places the file.
     """
-    columns = [F.col(source).alias(name) for source, name in KAFKA_COLUMNS.items()]
     event_day = F.coalesce(F.to_date(native_check.stated_instant()), F.to_date("timestamp"))
     return kafka_records.select(
-        *columns, ingested_at.alias("ingested_at"), event_day.alias("event_day")
+        *_kafka_columns_renamed(), ingested_at.alias("ingested_at"), event_day.alias("event_day")
     )
 
 
