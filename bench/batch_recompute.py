@@ -1,6 +1,7 @@
 """Batch layer and master dataset, measured in one run with side-by-side ratios.
 
     python bench/batch_recompute.py [--sizes 1000000,2000000] [--seconds 86400]
+                                    [--baseline REV [--rounds 2]]
 
 1. Master dataset read time, before and after compaction: one day's partition as the
    archiver's 1 s trigger leaves it, one small file per micro-batch (`--seconds` of
@@ -14,6 +15,12 @@
    read-parse-aggregate (`from_json`, grouped per store and 15-minute window, no
    validation, no dedup, no writes): the floor the job is compared to.
 
+With `--baseline REV`, the batch job of each size runs again with the project's code at
+git revision REV (a worktree; its own script generates its own master rows, in its
+archiver's layout), alternated with this checkout's, `--rounds` times each, every run
+in a fresh process (a JVM of its own): what a change to the batch layer costs or buys,
+side by side. The figures then are medians of the rounds.
+
 Master rows are generated in Spark (valid receipts of 20 stores over one day, 0.6 %
 resends with later offsets), in the archiver's exact schema, so what is measured is
 the batch job, not the simulator. Writes docs/bench/batch_recompute.json
@@ -24,7 +31,11 @@ and a temporary data dir, dropped at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -193,7 +204,9 @@ def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> list[dict[st
     return runs
 
 
-def figures(runs: list[dict[str, Any]]) -> list[bench_results.Figure]:
+def figures(runs: list[dict[str, Any]], baseline: str | None = None) -> list[bench_results.Figure]:
+    """The report's figures; with a baseline, this checkout's medians and the ratios of
+    its batch job's time to the baseline's."""
     out = []
     for r in runs:
         if r["part"] == "compaction":
@@ -206,7 +219,7 @@ def figures(runs: list[dict[str, Any]]) -> list[bench_results.Figure]:
                     f"read before ({r['files_before']:,} files)", r["read_before_s"], "s"
                 ),
             ]  # fmt: skip
-    jobs = [r for r in runs if r["part"] == "batch"]
+    jobs = medians([r for r in runs if r["part"] == "batch" and r.get("code", "this") == "this"])
     for r in jobs:
         n = f"{r['records']:,} records"
         out += [
@@ -221,7 +234,32 @@ def figures(runs: list[dict[str, Any]]) -> list[bench_results.Figure]:
             f"batch job, {hi['records']:,} records (scaling)", hi["job_s"], "s",
             f"batch job, {lo['records']:,} records", lo["job_s"], linear,
         ))  # fmt: skip
+    if baseline:
+        theirs = {
+            r["records"]: r
+            for r in medians(
+                [r for r in runs if r["part"] == "batch" and r.get("code") == baseline]
+            )
+        }
+        for r in jobs:
+            n = f"{r['records']:,} records"
+            out.append(bench_results.vs_peer(
+                f"batch job, {n}, this checkout", r["job_s"], "s",
+                f"batch job, {n}, {baseline}", theirs[r["records"]]["job_s"],
+            ))  # fmt: skip
     return out
+
+
+def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One run per size: the median job and floor times of that size's rounds (a run
+    without rounds stands for itself)."""
+    sizes = sorted({r["records"] for r in runs})
+    return [
+        {"records": n,
+         **{k: statistics.median(r[k] for r in runs if r["records"] == n)
+            for k in ("job_s", "floor_s")}}
+        for n in sizes
+    ]  # fmt: skip
 
 
 def main() -> None:
@@ -237,8 +275,40 @@ def main() -> None:
         default=86_400,
         help="micro-batch files of the compaction day (default: one day of 1 s triggers; 0 skips)",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run the batch job with the project's code at this git revision (e.g. "
+        "HEAD~1), alternated with this checkout's, each run in a process of its own",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="with --baseline: runs of each code per size"
+    )
     bench_results.add_json_argument(parser, "batch_recompute")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    name = None
+    if args.baseline:
+        with bench_results.code_at(args.baseline) as (name, tree):
+            runs = side_by_side(args, name, tree)
+    else:
+        runs = measure(args)
+    bench_results.write(
+        args,
+        "batch_recompute",
+        figures(runs, name),
+        runs,
+        notes="compaction: a day's partition of 1 s micro-batch files, full scan before and "
+        f"after OPTIMIZE ({args.seconds:,} files); batch job: `pos-batch run` over one day "
+        "vs Spark's read + aggregate of the same Delta table (no dedup, no writes)"
+        + (f"; vs {name}, {args.rounds} alternated round(s) each, medians, "
+           "every run in a process of its own" if args.baseline else ""),
+    )  # fmt: skip
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """This checkout's compaction and batch runs, in this process."""
     tmp = Path(tempfile.mkdtemp(prefix="pos-bench-batch-"))
     settings = load_settings().model_copy(
         update={"data_dir": tmp, "cassandra_keyspace": f"bench_{uuid.uuid4().hex[:8]}"}
@@ -265,15 +335,37 @@ def main() -> None:
             session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
         cluster.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
-    bench_results.write(
-        args,
-        "batch_recompute",
-        figures(runs),
-        runs,
-        notes="compaction: a day's partition of 1 s micro-batch files, full scan before and "
-        f"after OPTIMIZE ({args.seconds:,} files); batch job: `pos-batch run` over one day "
-        "vs Spark's read + aggregate of the same Delta table (no dedup, no writes)",
-    )
+    return runs
+
+
+def side_by_side(args: argparse.Namespace, name: str, tree: Path) -> list[dict[str, Any]]:
+    """Each size's batch job with this checkout's code and with the baseline's, alternated
+    (every other round the baseline first), each run this script (or the baseline's own)
+    in a fresh process; the compaction once, with this checkout's code. The runs carry
+    `code` ("this" or the baseline's name) and `round`."""
+    here = Path(__file__).resolve()
+    runs: list[dict[str, Any]] = []
+    if args.seconds:
+        runs += child_runs(here, None, ["--sizes", "", "--seconds", str(args.seconds)])
+    for n in [int(x) for x in args.sizes.split(",") if x]:
+        for rnd in range(args.rounds):
+            codes = [("this", here, None), (name, tree / "bench" / here.name, tree)]
+            for code, script, root in codes[::-1] if rnd % 2 else codes:
+                print(f"round {rnd + 1}, {n:,} records: {code}", flush=True)
+                for r in child_runs(script, root, ["--sizes", str(n), "--seconds", "0"]):
+                    runs.append({**r, "code": code, "round": rnd + 1})
+    return runs
+
+
+def child_runs(script: Path, tree: Path | None, argv: list[str]) -> list[dict[str, Any]]:
+    """Run a batch_recompute script (tree: another revision's, with that revision's
+    modules) in a process of its own; its `runs`."""
+    with tempfile.TemporaryDirectory(prefix="pos-bench-batch-run-") as d:
+        out = Path(d) / "runs.json"
+        env = bench_results.code_env(tree) if tree else None
+        subprocess.run([sys.executable, str(script), *argv, "--json", str(out)],
+                       cwd=tree or bench_results.PROJECT_ROOT, env=env, check=True)  # fmt: skip
+        return list(json.loads(out.read_text())["runs"])
 
 
 if __name__ == "__main__":
