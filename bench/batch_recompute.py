@@ -219,7 +219,7 @@ def figures(runs: list[dict[str, Any]], baseline: str | None = None) -> list[ben
                     f"read before ({r['files_before']:,} files)", r["read_before_s"], "s"
                 ),
             ]  # fmt: skip
-    jobs = medians([r for r in runs if r["part"] == "batch" and r.get("code", "this") == "this"])
+    jobs = medians(batch_runs(runs, "this"))
     for r in jobs:
         n = f"{r['records']:,} records"
         out += [
@@ -235,12 +235,7 @@ def figures(runs: list[dict[str, Any]], baseline: str | None = None) -> list[ben
             f"batch job, {lo['records']:,} records", lo["job_s"], linear,
         ))  # fmt: skip
     if baseline:
-        theirs = {
-            r["records"]: r
-            for r in medians(
-                [r for r in runs if r["part"] == "batch" and r.get("code") == baseline]
-            )
-        }
+        theirs = {r["records"]: r for r in medians(batch_runs(runs, baseline))}
         for r in jobs:
             n = f"{r['records']:,} records"
             out.append(bench_results.vs_peer(
@@ -248,6 +243,12 @@ def figures(runs: list[dict[str, Any]], baseline: str | None = None) -> list[ben
                 f"batch job, {n}, {baseline}", theirs[r["records"]]["job_s"],
             ))  # fmt: skip
     return out
+
+
+def batch_runs(runs: list[dict[str, Any]], code: str) -> list[dict[str, Any]]:
+    """The batch-job runs of one code ("this" or a baseline's name; a run of a
+    benchmark without a baseline is this checkout's)."""
+    return [r for r in runs if r["part"] == "batch" and r.get("code", "this") == code]
 
 
 def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -347,9 +348,9 @@ def side_by_side(args: argparse.Namespace, name: str, tree: Path) -> list[dict[s
     runs: list[dict[str, Any]] = []
     if args.seconds:
         runs += child_runs(here, None, ["--sizes", "", "--seconds", str(args.seconds)])
+    codes = [("this", here, None), (name, tree / "bench" / here.name, tree)]
     for n in [int(x) for x in args.sizes.split(",") if x]:
         for rnd in range(args.rounds):
-            codes = [("this", here, None), (name, tree / "bench" / here.name, tree)]
             for code, script, root in codes[::-1] if rnd % 2 else codes:
                 print(f"round {rnd + 1}, {n:,} records: {code}", flush=True)
                 for r in child_runs(script, root, ["--sizes", str(n), "--seconds", "0"]):

@@ -3,17 +3,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+from collections.abc import Callable
 
 
-def test_a_warm_up_above_the_cap_is_refused_with_what_to_do() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "speed_latency.py"), "--warmup", "210"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "--warmup 210 exceeds --max-warmup 180: raise --max-warmup too" in done.stderr
+def test_a_warm_up_above_the_cap_is_refused_with_what_to_do(refusal: Callable[..., str]) -> None:
+    stderr = refusal("speed_latency.py", "--warmup", "210")
+    assert "--warmup 210 exceeds --max-warmup 180: raise --max-warmup too" in stderr
