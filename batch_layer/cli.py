@@ -2,13 +2,17 @@
 
     pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-02T01:00:00Z [--lookback-hours 48]
     pos-batch run ... --delta-version 17     # reproduce a run: the same input, the same rows
+                                             # (written for inspection; --take-over serves it)
     pos-batch quality --start ... --end ...  # batch vs speed per store-window -> batch_fixes
     pos-batch master optimize | vacuum [--retain-hours H] | history | migrate --from DIR
     pos-batch gc [--grace-hours 3] [--dry-run]   # delete versions nothing points to
 
 Instants are ISO-8601 with an offset (`Z` for UTC), on 15-minute boundaries; the
-interval is [start, end). Prints one JSON line with the run's bookkeeping. Exit codes:
-0 done, 2 bad arguments, 1 the run failed (recorded as `failed` in batch_runs).
+interval is [start, end), and it must have ended (an end more than two minutes after now
+is refused: the run would make windows final before their receipts exist). Prints one
+JSON line with the run's bookkeeping. Exit codes: 0 done, 2 bad arguments (a future
+interval among them), 1 the run failed (recorded as `failed` in batch_runs), 3 another
+run committed the pointer while this one computed (recorded as `conflict`; rerun).
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import dataclasses
 import json
 import logging
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from batch_layer.interval import Interval, IntervalError, parse_instant
+from batch_layer.store import CommitConflict
 from infra.settings import Settings, load_settings
 
 log = logging.getLogger("pos.batch")
@@ -52,7 +57,14 @@ def _parser() -> argparse.ArgumentParser:
                 "--delta-version",
                 type=int,
                 default=None,
-                help="read the master dataset at this table version (default: the newest)",
+                help="read the master dataset at this table version (default: the newest); "
+                "the version is written for inspection, not served, unless --take-over",
+            )
+            c.add_argument(
+                "--take-over",
+                action="store_true",
+                help="with --delta-version: serve this run's version for its days even over "
+                "versions read from newer table versions (a deliberate rollback)",
             )
     gc = sub.add_parser(
         "gc",
@@ -88,6 +100,9 @@ def _emit(value: Any) -> None:
     print(json.dumps(value, default=str), flush=True)
 
 
+EXIT_CONFLICT = 3
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     parser = _parser()
@@ -97,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "quality"):
         try:
             interval = _interval(args, settings)
+            if args.command == "run":
+                interval.ensure_ended(datetime.now(UTC))
         except IntervalError as exc:
             parser.error(str(exc))
+        if args.command == "run" and args.take_over and args.delta_version is None:
+            parser.error("--take-over needs --delta-version (it serves a pinned rerun)")
     if args.command == "gc":
         return _gc(settings, args)
     from infra.spark import build_session
@@ -109,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             from batch_layer import job
 
             assert interval is not None
-            _emit(dataclasses.asdict(job.run(spark, settings, interval, args.delta_version)))
+            result = job.run(spark, settings, interval, args.delta_version, args.take_over)
+            _emit(dataclasses.asdict(result))
         elif args.command == "quality":
             from batch_layer import quality
 
@@ -117,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             _emit(dataclasses.asdict(quality.check(spark, settings, interval)))
         else:
             _master(spark, settings, args)
+    except CommitConflict as exc:
+        log.error("pos-batch %s: %s", args.command, exc)
+        return EXIT_CONFLICT
     except Exception as exc:
         log.error("pos-batch %s failed: %s", args.command, exc)
         return 1
@@ -127,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _gc(settings: Settings, args: argparse.Namespace) -> int:
     """Plain CQL, no Spark session: it only lists partitions and deletes some."""
-    from datetime import UTC, datetime
-
     from batch_layer import cleanup
     from batch_layer.store import BatchStore
 

@@ -13,6 +13,11 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from schemas.contract import WINDOW
 
+# How far past now an interval's end may lie: the clocks of the Airflow worker and of
+# this machine may disagree by seconds, never by this much. Beyond it, the run would
+# declare final windows whose receipts have not happened yet (`ensure_ended`).
+END_TOLERANCE = timedelta(minutes=2)
+
 
 class IntervalError(ValueError):
     """An interval the batch job refuses, with the reason a user can act on."""
@@ -76,6 +81,17 @@ class Interval:
     def covered_until(self, day: date) -> datetime:
         """How far into `day` this run's version of it is final."""
         return min(datetime.combine(day + timedelta(days=1), time(0), tzinfo=UTC), self.end)
+
+    def ensure_ended(self, now: datetime, tolerance: timedelta = END_TOLERANCE) -> None:
+        """Refuse an interval that has not ended yet: its run would mark the windows up
+        to its end final from a snapshot that cannot hold their receipts, and no later
+        run could take that finality back until the day is recomputed."""
+        if self.end > now + tolerance:
+            raise IntervalError(
+                f"--end {self.end.isoformat()} is in the future (now {now.isoformat()}, "
+                f"tolerance {int(tolerance.total_seconds())} s): a batch run makes its "
+                "interval final, so it only runs over time that has passed"
+            )
 
     def version_key(self, table_id: str, delta_version: int) -> str:
         """The rows' version: the same interval over the same input (table and table

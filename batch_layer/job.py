@@ -19,6 +19,15 @@ speed layer's function) and write:
 
 A run killed before step 3 leaves an orphan version nothing points to: readers keep
 the previous one. Bookkeeping (status, counts, table version) goes to `batch_runs`.
+
+What keeps `final` right whoever calls it (`pos-batch`, the DAG, a notebook):
+- an interval that has not ended is refused (`Interval.ensure_ended`);
+- a day's pointer moves only to a version that covers it as far and was read from the
+  same or a newer table version (`store.advancing`);
+- the pointer's commit is conditional on what the run read at its start: a run that
+  raced another and lost gets `CommitConflict` and commits nothing;
+- a run pinned to a table version (`delta_version`) writes its version for inspection
+  and commits it only when asked (`take_over`: the operator's deliberate rollback).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from pyspark.sql import functions as F
 
 from adapters import cassandra, master_dataset
 from batch_layer.interval import Interval
-from batch_layer.store import BatchStore, DayCommit, advancing
+from batch_layer.store import BatchStore, CommitConflict, DayCommit, PointerState, advancing
 from infra.settings import Settings
 from schemas import contract, cql
 from views import records
@@ -62,10 +71,59 @@ class RunResult:
     conflicts: int
     beyond_speed_bound: int
     aggregate_rows: int
+    # Days whose pointer this run moved to its version (none for a pinned rerun that
+    # was not asked to take over).
+    days_committed: int
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _days_to_move(
+    days: list[DayCommit],
+    read: PointerState,
+    table_version: int,
+    pinned: int | None,
+    take_over: bool,
+) -> list[DayCommit]:
+    """The days whose pointer this run moves to its version (logs the others)."""
+    if pinned is not None and not take_over:
+        log.info(
+            "pinned to table version %d: the version is written for inspection and "
+            "comparison; the pointer stays (`--take-over` serves it)",
+            pinned,
+        )
+        return []
+    if take_over:
+        log.warning(
+            "--take-over: serving this run's version (table version %d) for %d day(s), "
+            "whatever the pointer names now",
+            table_version,
+            len(days),
+        )
+        return days
+    moving = advancing(days, read.days, table_version)
+    if len(moving) < len(days):
+        log.info(
+            "left %d day(s) on the versions already served: they cover them further, or "
+            "were read from a newer table version (%s)",
+            len(days) - len(moving),
+            ", ".join(str(d.day) for d in days if d not in moving),
+        )
+    return moving
+
+
+def _pause_before_commit(settings: Settings) -> None:
+    """Testing only (POS_BATCH_PAUSE_BEFORE_COMMIT): await the file, to stage a race."""
+    flag = settings.batch_pause_before_commit
+    if flag is None:
+        return
+    from infra.process import wait_for
+
+    log.warning("paused before commit until %s exists (testing)", flag)
+    if not wait_for(flag.exists, timeout=600, interval=0.2):
+        raise RuntimeError(f"{flag} did not appear within 600 s")
 
 
 def _written(spark: SparkSession, settings: Settings, table: str, keys: DataFrame) -> int:
@@ -80,8 +138,15 @@ def run(
     settings: Settings,
     interval: Interval,
     delta_version: int | None = None,
+    take_over: bool = False,
 ) -> RunResult:
-    """One batch run over `interval`; `delta_version` pins the input (default: newest)."""
+    """One batch run over `interval`; `delta_version` pins the input (default: newest).
+
+    Raises IntervalError (before anything is written) for an interval that has not
+    ended, CommitConflict when another run committed while this one computed."""
+    interval.ensure_ended(_now())
+    if take_over and delta_version is None:
+        raise ValueError("take_over is for a run pinned to a table version (delta_version)")
     run_id = uuid.uuid1()
     with BatchStore(settings) as store:
         store.record_run(
@@ -96,7 +161,14 @@ def run(
             },
         )
         try:
-            result = _run(spark, settings, interval, delta_version, run_id, store)
+            # Read first: the commit is conditional on the pointer staying as read here.
+            read = store.state()
+            result = _run(spark, settings, interval, delta_version, take_over, run_id, store, read)
+        except CommitConflict as exc:
+            store.record_run(
+                run_id, {"status": "conflict", "finished_at": _now(), "error": str(exc)[:2000]}
+            )
+            raise
         except BaseException as exc:
             store.record_run(
                 run_id,
@@ -111,8 +183,10 @@ def _run(
     settings: Settings,
     interval: Interval,
     delta_version: int | None,
+    take_over: bool,
     run_id: uuid.UUID,
     store: BatchStore,
+    read: PointerState,
 ) -> RunResult:
     snap = master_dataset.snapshot(spark, settings, delta_version)
     version = interval.version_key(snap.table_id, snap.version)
@@ -192,8 +266,7 @@ def _run(
                 f"version {version}: wrote {receipts} receipts and {aggregate_rows} aggregate "
                 f"rows but read back {got[0]} and {got[1]}; not committing"
             )
-        previous = store.horizon()
-        horizon = max(hi, previous.replace(tzinfo=UTC)) if previous else hi
+        horizon = max(hi, read.horizon) if read.horizon else hi
         days = [
             DayCommit(
                 day,
@@ -203,15 +276,12 @@ def _run(
             )
             for day in interval.days
         ]
-        served = {day: p.covered_until for day, p in store.pointers().items()}
-        moving = advancing(days, served)
-        if len(moving) < len(days):
-            log.info(
-                "left %d day(s) on the versions already served: they cover them further (%s)",
-                len(days) - len(moving),
-                ", ".join(str(d.day) for d in days if d not in moving),
-            )
-        store.commit(run_id, version, snap.version, moving, horizon, _now())
+        moving = _days_to_move(days, read, snap.version, delta_version, take_over)
+        if moving:
+            _pause_before_commit(settings)
+            store.commit(run_id, version, snap.version, moving, horizon, _now(), read)
+        else:
+            horizon = read.horizon or horizon
         result = RunResult(
             run_id=run_id,
             version=version,
@@ -224,11 +294,12 @@ def _run(
             conflicts=int(dup["c"]),
             beyond_speed_bound=sum(b for _, b in per_day.values()),
             aggregate_rows=aggregate_rows,
+            days_committed=len(moving),
         )
         store.record_run(
             run_id,
             {
-                "status": "committed",
+                "status": "committed" if moving else "written",
                 "version": version,
                 "delta_version": snap.version,
                 "horizon": horizon,

@@ -3,6 +3,12 @@
 The views' rows go through Spark (`adapters.cassandra.upsert`); the pointer is one
 single-partition LOGGED batch, which Cassandra applies atomically and in isolation:
 a reader sees all days of a committed run or none of them.
+
+The batch is conditional (a lightweight transaction on the partition's static
+`commits` counter): a run reads the pointer's state once, decides from it which days
+it may move, and commits only if no other commit came in between. Two runs that race
+(a manual run beside the DAG's) can therefore not interleave: one commits, the other
+gets `CommitConflict` and leaves its rows, never pointed to, for `pos-batch gc`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,11 @@ from schemas import cql
 VIEW_NAME = "batch"  # receipts_batch + agg_15m_batch, committed together
 
 
+class CommitConflict(RuntimeError):
+    """Another run committed the pointer after this run read it: this run's commit is
+    refused (its rows stay unpointed until `pos-batch gc`)."""
+
+
 @dataclass(frozen=True)
 class DayCommit:
     day: date
@@ -27,12 +38,43 @@ class DayCommit:
     aggregate_rows: int
 
 
-def advancing(days: list[DayCommit], covered: Mapping[date, datetime]) -> list[DayCommit]:
+@dataclass(frozen=True)
+class Served:
+    """What the pointer names for one day: how far its version is final, and the master
+    dataset's table version it was read from."""
+
+    covered_until: datetime
+    delta_version: int
+
+
+@dataclass(frozen=True)
+class PointerState:
+    """The pointer as one run read it: the days served, the horizon, and the commit
+    counter its conditional commit is checked against."""
+
+    days: Mapping[date, Served]
+    horizon: datetime | None
+    commits: int | None  # None: nothing was ever committed
+
+
+def advancing(
+    days: list[DayCommit], served: Mapping[date, Served], delta_version: int
+) -> list[DayCommit]:
     """The days whose pointer this run may move: those it covers at least as far as the
-    version now served (`covered`: day -> its covered_until). Runs of a backfill commit
-    in any order; without this, an earlier interval committing last would take a day's
-    finality back (its windows fall back to the speed view until the next run)."""
-    return [d for d in days if d.day not in covered or d.covered_until >= _utc(covered[d.day])]
+    version now served, read from the same or a newer table version. Runs of a backfill
+    commit in any order; without the coverage rule, an earlier interval committing last
+    would take a day's finality back (its windows fall back to the speed view until the
+    next run); without the table-version rule, a rerun pinned to an older version
+    (`--delta-version`) would replace a day's receipts with an older, smaller set."""
+    return [
+        d
+        for d in days
+        if d.day not in served
+        or (
+            d.covered_until >= _utc(served[d.day].covered_until)
+            and delta_version >= served[d.day].delta_version
+        )
+    ]
 
 
 def _utc(t: datetime) -> datetime:
@@ -79,6 +121,22 @@ class BatchStore:
         )
         return [(r.version, r.started_at) for r in rows if r.version and r.started_at]
 
+    def state(self) -> PointerState:
+        """The pointer as it is now: one read of the partition (days, horizon, counter)."""
+        rows = self.session.execute(
+            f"SELECT day, covered_until, delta_version, horizon, commits "
+            f"FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s",
+            [VIEW_NAME],
+        ).all()
+        days = {
+            r.day.date(): Served(_utc(r.covered_until), int(r.delta_version or 0))
+            for r in rows
+            if r.day is not None and r.covered_until is not None
+        }
+        first = rows[0] if rows else None
+        horizon = None if first is None or first.horizon is None else _utc(first.horizon)
+        return PointerState(days, horizon, None if first is None else first.commits)
+
     def horizon(self) -> datetime | None:
         row = self.session.execute(
             f"SELECT horizon FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s LIMIT 1",
@@ -101,8 +159,10 @@ class BatchStore:
         days: list[DayCommit],
         horizon: datetime,
         committed_at: datetime,
+        read: PointerState,
     ) -> None:
-        """Point every day of the run at `version`, and set the horizon, atomically."""
+        """Point every day of the run at `version`, and set the horizon, atomically, if
+        the pointer is still as `read` (else CommitConflict: nothing is written)."""
         from cassandra.query import BatchStatement, BatchType
 
         batch = BatchStatement(batch_type=BatchType.LOGGED)
@@ -126,10 +186,21 @@ class BatchStore:
                     committed_at,
                 ),
             )
+        # The condition: a single-partition conditional batch applies all its statements
+        # or none (a Paxos round on the pointer's partition).
         batch.add(
             self.session.prepare(
-                f"INSERT INTO {cql.BATCH_POINTER_TABLE} (view_name, horizon) VALUES (?, ?)"
+                f"UPDATE {cql.BATCH_POINTER_TABLE} SET horizon = ?, commits = ? "
+                "WHERE view_name = ? IF commits = ?"
             ),
-            (VIEW_NAME, horizon),
+            (horizon, (read.commits or 0) + 1, VIEW_NAME, read.commits),
         )
-        self.session.execute(batch)
+        result = self.session.execute(batch)
+        if not result.was_applied:
+            now = result.one()
+            raise CommitConflict(
+                f"another batch run committed the pointer while this run ({run_id}) was "
+                f"computing (commit counter {read.commits} when read, "
+                f"{getattr(now, 'commits', None)} now): not committing version {version}; "
+                "its rows stay unpointed until `pos-batch gc`. Rerun to recompute on top."
+            )

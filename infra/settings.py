@@ -345,6 +345,11 @@ class Settings(BaseSettings):
         "receipts are written, before its aggregates and pointer) to prove that readers "
         "keep the previous version.",
     )
+    batch_pause_before_commit: Path | None = Field(
+        default=None,
+        description="Testing only: before committing the pointer, wait until this file "
+        "exists, so that a test can make another run commit in between (a race).",
+    )
 
     # --- serving layer (`pos-serve`, `make serve`) ------------------------------
     serve_port: int = Field(

@@ -115,10 +115,13 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
         # The pointer: one partition per view, one row per day. A run commits all its
         # days in one single-partition logged batch, which Cassandra applies atomically
         # and in isolation: a reader sees all of a run's days or none. `horizon`
-        # (static) is the end of event time up to which the batch views are final.
+        # (static) is the end of event time up to which the batch views are final;
+        # `commits` (static) counts the commits, which are conditional on it (a
+        # lightweight transaction: two racing runs cannot interleave).
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_POINTER_TABLE} (
   view_name text,
   horizon timestamp STATIC,
+  commits bigint STATIC,
   day date,
   version text,
   covered_until timestamp,

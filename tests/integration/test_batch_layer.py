@@ -317,3 +317,106 @@ def test_a_master_dataset_with_an_old_archivers_verdicts_is_judged_again(
         result.duplicates_removed,
     ) == (5, 1, 3, 1)
     assert set(served_receipts(cql)) == {(1, 1, 1), (1, 1, 2), (1, 1, 3)}
+
+
+def _one_more_receipt(spark: Any, settings: Settings) -> tuple[tuple[int, datetime], Any]:
+    """Store 9002's one receipt (2 x 1.90 at 10:00:01 on 4 March) archived: the newest
+    table version holds it; its window's literal aggregate."""
+    at = datetime(2026, 3, 4, 10, 0, 1, tzinfo=UTC)
+    produce_raw(settings, [receipt_json(9002, 1, 1, at)], [ms(at)], [device_key(9002, 1)])
+    _archive(spark, settings)
+    return (9002, datetime(2026, 3, 4, 10, 0)), (1, 2, Decimal("3.80"), 0)
+
+
+def test_no_command_makes_final_wrong_future_interval_pinned_rerun_take_over(
+    spark: Any, isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    """A future interval is refused before anything is written; a rerun pinned to an
+    older table version writes its version but never rolls a served day back, unless
+    asked with take_over."""
+    from batch_layer.interval import IntervalError
+    from batch_layer.store import BatchStore
+
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    send(settings, _simulate(ledger, count=300, seed=3, faults=FaultConfig(resend_rate=0.1)))
+    _archive(spark, settings)
+    first = job.run(spark, settings, ALL_DAYS)
+    want = expected_aggregates(ledger)
+    assert served_aggregates(cql) == want
+
+    # Tomorrow's hour: refused, and no run is even recorded.
+    tomorrow = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+    with pytest.raises(IntervalError, match="in the future"):
+        job.run(spark, settings, Interval(tomorrow, tomorrow + timedelta(hours=1)))
+    assert len(cql.execute(f"SELECT run_id FROM {tables.BATCH_RUNS_TABLE}").all()) == 1
+
+    window, aggregate = _one_more_receipt(spark, settings)
+    newer = job.run(spark, settings, ALL_DAYS)
+    assert newer.delta_version > first.delta_version
+    want[window] = aggregate
+    assert served_aggregates(cql) == want
+    pointers = _pointers(cql)
+
+    # The rerun pinned to the first table version: written, inspectable, not served.
+    pinned = job.run(spark, settings, ALL_DAYS, delta_version=first.delta_version)
+    assert (pinned.delta_version, pinned.days_committed) == (first.delta_version, 0)
+    assert _pointers(cql) == pointers
+    assert served_aggregates(cql) == want
+    with BatchStore(settings) as store:
+        assert store.run(pinned.run_id).status == "written"
+    partitions = f"SELECT DISTINCT operation_id, day, version FROM {tables.AGG_BATCH_TABLE}"
+    stored = {r.version for r in cql.execute(partitions)}
+    assert pinned.version in stored
+
+    # Asked explicitly: the operator's rollback serves the older version.
+    rolled = job.run(spark, settings, ALL_DAYS, delta_version=first.delta_version, take_over=True)
+    assert rolled.days_committed == len(ALL_DAYS.days)
+    assert set(_pointers(cql).values()) == {pinned.version}
+    del want[window]
+    assert served_aggregates(cql) == want
+
+
+def test_two_racing_commits_exactly_one_wins_and_the_served_rows_stay_exact(
+    spark: Any, isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    """Run B reads the pointer and the table, then pauses before its commit; run A, over
+    a newer table version, commits meanwhile. B's commit must be refused (without the
+    conditional write it would serve its older version over A's): exit 3, status
+    `conflict`, A's rows served, exact."""
+    from infra.process import wait_for
+
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    send(settings, _simulate(ledger, count=300, seed=4, faults=FaultConfig(resend_rate=0.1)))
+    _archive(spark, settings)
+    go, log_file = tmp_path / "go", tmp_path / "b.log"
+    env = env_for(settings) | {"POS_BATCH_PAUSE_BEFORE_COMMIT": str(go)}
+    with open(log_file, "w") as log:
+        b = subprocess.Popen(
+            [str(VENV_BIN / "pos-batch"), "run", "--start", "2026-03-01T00:00Z",
+             "--end", "2026-03-14T00:00Z"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    try:
+        assert wait_for(
+            lambda: "paused before commit" in log_file.read_text() or b.poll() is not None,
+            timeout=600,
+        )
+        assert b.poll() is None, log_file.read_text()[-3000:]
+        window, aggregate = _one_more_receipt(spark, settings)
+        a = job.run(spark, settings, ALL_DAYS)
+        go.touch()
+        assert b.wait(timeout=300) == 3, log_file.read_text()[-3000:]
+    finally:
+        if b.poll() is None:
+            b.kill()
+    assert "another batch run committed the pointer" in log_file.read_text()
+    assert set(_pointers(cql).values()) == {a.version}
+    want = expected_aggregates(ledger)
+    want[window] = aggregate
+    assert served_aggregates(cql) == want
+    statuses = sorted(
+        r.status for r in cql.execute(f"SELECT status FROM {tables.BATCH_RUNS_TABLE}")
+    )
+    assert statuses == ["committed", "conflict"]

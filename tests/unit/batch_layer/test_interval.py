@@ -76,3 +76,32 @@ def test_cli_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "run" in out and "quality" in out and "master" in out
+
+
+def test_an_interval_that_has_not_ended_is_refused_beyond_the_tolerance() -> None:
+    now = at(9, 59)
+    Interval(at(8), at(9)).ensure_ended(now)
+    Interval(at(9), at(10)).ensure_ended(now)  # one minute early: within two minutes
+    with pytest.raises(IntervalError, match="in the future"):
+        Interval(at(9), at(10, 15)).ensure_ended(now)
+    with pytest.raises(IntervalError, match="in the future"):
+        Interval(at(9, d=3), at(10, d=3)).ensure_ended(now)  # tomorrow's hour
+
+
+def test_pos_batch_run_refuses_a_future_interval_before_starting_spark(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--start", f"{tomorrow}T09:00Z", "--end", f"{tomorrow}T10:00Z"])
+    assert exited.value.code == 2
+    assert "in the future" in capsys.readouterr().err
+
+
+def test_take_over_without_a_pinned_table_version_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--start", "2026-03-02T08:00Z", "--end", "2026-03-02T09:00Z", "--take-over"])
+    assert exited.value.code == 2
+    assert "--take-over needs --delta-version" in capsys.readouterr().err
