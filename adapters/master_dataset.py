@@ -78,6 +78,41 @@ def snapshot(spark: SparkSession, settings: Settings, version: int | None = None
     return Snapshot(table_id(spark, settings), pinned, rows)
 
 
+def added(spark: SparkSession, settings: Settings, after: int, upto: int) -> DataFrame:
+    """The records appended in table versions (after, upto], each with the version that
+    added it (`_commit_version`), through Delta's change data feed: the files of those
+    versions only, whatever the history before them.
+
+    Raises (Delta's own error, naming the versions) when the feed is not recorded for
+    all of them: a table created before the feed was enabled (`enable_change_feed`), or
+    versions whose files VACUUM has removed.
+    """
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", after + 1)
+        .option("endingVersion", upto)
+        .load(_path(settings))
+        .where("_change_type = 'insert'")  # an append-only table: nothing else is there
+        .drop("_change_type", "_commit_timestamp")
+    )
+
+
+def change_feed_enabled(spark: SparkSession, settings: Settings) -> bool:
+    row = spark.sql(f"DESCRIBE DETAIL {_table(settings)}").select("properties").first()
+    props: dict[str, str] = {} if row is None else dict(row["properties"] or {})
+    return props.get("delta.enableChangeDataFeed", "false").lower() == "true"
+
+
+def enable_change_feed(spark: SparkSession, settings: Settings) -> int:
+    """Record the change data feed from the next table version on (a table the archiver
+    created before it was on by default); returns the version that enabled it."""
+    spark.sql(
+        f"ALTER TABLE {_table(settings)} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    ).collect()
+    return latest_version(spark, settings)
+
+
 def optimize(spark: SparkSession, settings: Settings) -> list[dict[str, Any]]:
     """Compact small files (bin-packing). Records and versions stay readable as before."""
     return [r.asDict(recursive=True) for r in spark.sql(f"OPTIMIZE {_table(settings)}").collect()]
