@@ -112,7 +112,8 @@ class Sources:
             version = pointer.days.get(day)
             if version is None:
                 continue
-            for r in self._all_receipts("batch", store, day, day_bounds(day)[1], version.version):
+            ref = version.receipts_ref
+            for r in self._all_receipts("batch", store, day, day_bounds(day)[1], ref):
                 if pointer.covering(floor_window(r.happened_at)) is not None:
                     out.append(((store, r.vendor_fiscal_module, r.transaction_id), _raw(r)))
         return out

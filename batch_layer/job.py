@@ -1,33 +1,35 @@
-"""The batch job: master dataset (pinned Delta version) -> exact batch views in Cassandra.
+"""The batch job: master dataset (Delta) -> exact batch views in Cassandra.
 
-    pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-03T00:00:00Z [--lookback-hours 48]
+    pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-03T00:00:00Z
 
-Reads like a sentence: snapshot the master dataset at one table version (recorded),
-judge every record with the contract's validator (`views.records.check`, the speed
-layer's; the master dataset keeps records as received), turn every valid copy into a
-receipt row (`views.records.receipt_rows`), resolve the
-winner of every natural key over ALL copies, wherever their happened_at puts them
-(`views.winners.resolve`: a copy from another day can win or conflict), keep the
-winners of the recomputed days, aggregate them (`views.aggregation.aggregate_15m`, the
-speed layer's function) and write:
+Three ways to run, one set of views:
 
-1. the winners into `receipts_batch` and the aggregates into `agg_15m_batch`, under a
-   version key (same interval + same table version -> same key and same rows);
-2. the conflicts found into `conflicts` (the speed layer's table, same columns);
-3. after checking the written row counts, ONE atomic write of the pointer
-   (`batch_views`: every recomputed day -> this version, and the horizon).
+- **fold** (every scheduled run, `batch_layer/fold.py`): the records archived since
+  the last commit, looked up in the batch layer's natural-key index, folded into their
+  days. Its cost follows those records, not the history.
+- **build** (the first run, `pos-batch rebuild`, `--take-over`): every record of the
+  table at one version judged again (`views.records.check`, the speed layer's
+  validator), every natural key resolved over all its copies (`views.winners.resolve`:
+  a copy from another day can win or conflict), every day's views written as a new
+  *generation* (receipts, aggregates and index rows), then served by one commit. This
+  is Lambda's recompute from all data, kept for when the validator or the winner rule
+  changes; later folds continue from the table version it read.
+- **pinned** (`--delta-version` without `--take-over`): the interval's days at that
+  table version written under their own version key, for inspection and comparison;
+  nothing is served.
 
-A run killed before step 3 leaves an orphan version nothing points to: readers keep
-the previous one. Bookkeeping (status, counts, table version) goes to `batch_runs`.
-
-What keeps `final` right whoever calls it (`pos-batch`, the DAG, a notebook):
+Every mode writes the rows first and commits with ONE conditional write of the pointer
+(`batch_views`: days -> versions, the horizon, how far the views count the master
+dataset). A run killed before the commit leaves rows nothing points to: readers keep
+the previous versions. What keeps `final` right whoever calls it:
 - an interval that has not ended is refused (`Interval.ensure_ended`);
 - a day's pointer moves only to a version that covers it as far and was read from the
   same or a newer table version (`store.advancing`);
-- the pointer's commit is conditional on what the run read at its start: a run that
-  raced another and lost gets `CommitConflict` and commits nothing;
-- a run pinned to a table version (`delta_version`) writes its version for inspection
-  and commits it only when asked (`take_over`: the operator's deliberate rollback).
+- the commit is conditional on what the run read at its start: a run that raced
+  another and lost gets `CommitConflict` and commits nothing;
+- a pinned run is served only when asked (`take_over`: the operator's deliberate
+  rollback, rebuilt as a generation so that later folds continue from it).
+Bookkeeping (status, counts, table version) goes to `batch_runs`.
 """
 
 from __future__ import annotations
@@ -36,15 +38,24 @@ import logging
 import os
 import signal
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from adapters import cassandra, master_dataset
+from batch_layer import fold as folding
 from batch_layer.interval import Interval
-from batch_layer.store import BatchStore, CommitConflict, DayCommit, PointerState, advancing
+from batch_layer.store import (
+    BatchStore,
+    CommitConflict,
+    DayCommit,
+    Folded,
+    PointerState,
+    advancing,
+)
 from infra.settings import Settings
 from schemas import contract, cql
 from views import records
@@ -53,14 +64,19 @@ from views.winners import CONFLICT_COLUMNS, conflicts_of, resolve
 
 log = logging.getLogger("pos.batch")
 
-RECEIPT_COLUMNS = ("version", *records.RECEIPT_ROW_COLUMNS)
+RECEIPT_COLUMNS = folding.RECEIPT_COLUMNS
 AGGREGATE_COLUMNS = ("version", *BATCH_AGGREGATE_COLUMNS)
 LATE_THRESHOLD_US = int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000)
+
+
+class NothingToDo(Exception):
+    """No master dataset yet: the archiver creates it with its first micro-batch."""
 
 
 @dataclass(frozen=True)
 class RunResult:
     run_id: uuid.UUID
+    mode: str  # fold, build or pinned
     version: str
     delta_version: int
     horizon: datetime
@@ -71,33 +87,203 @@ class RunResult:
     conflicts: int
     beyond_speed_bound: int
     aggregate_rows: int
-    # Days whose pointer this run moved to its version (none for a pinned rerun that
-    # was not asked to take over).
+    # Days whose pointer this run moved (none for a pinned rerun not asked to take over).
     days_committed: int
+    # Rows written into the views (receipts_batch, agg_15m_batch, conflicts), and into
+    # the natural-key index (receipt_keys_batch).
+    view_rows_written: int
+    index_rows_written: int
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _days_to_move(
-    days: list[DayCommit],
-    read: PointerState,
-    table_version: int,
-    pinned: int | None,
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    delta_version: int | None = None,
+    take_over: bool = False,
+    rebuild: bool = False,
+) -> RunResult:
+    """One batch run over `interval`; `delta_version` pins the input (default: newest).
+
+    Raises IntervalError (before anything is written) for an interval that has not
+    ended, NothingToDo before the master dataset exists, CommitConflict when another
+    run committed while this one computed."""
+    interval.ensure_ended(_now())
+    if take_over and delta_version is None:
+        raise ValueError("take_over is for a run pinned to a table version (delta_version)")
+    if not master_dataset.exists(spark, settings):
+        raise NothingToDo(
+            f"no master dataset at {settings.master_dataset_dir} yet: the archiver "
+            "(`pos-speed run`) creates it with its first micro-batch; nothing to recompute"
+        )
+    run_id = uuid.uuid1()
+    with BatchStore(settings) as store:
+        store.record_run(
+            run_id,
+            {
+                "status": "running",
+                "interval_start": interval.start,
+                "interval_end": interval.end,
+                "lookback_hours": interval.lookback.total_seconds() / 3600,
+                "recompute_start": interval.recompute_start,
+                "started_at": _now(),
+            },
+        )
+        try:
+            # Read first: the commit is conditional on the pointer staying as read here.
+            read = store.state()
+            result = _dispatch(
+                spark, settings, interval, delta_version, take_over, rebuild, run_id, store, read
+            )
+        except CommitConflict as exc:
+            store.record_run(
+                run_id, {"status": "conflict", "finished_at": _now(), "error": str(exc)[:2000]}
+            )
+            raise
+        except BaseException as exc:
+            store.record_run(
+                run_id,
+                {"status": "failed", "finished_at": _now(), "error": repr(exc)[:2000]},
+            )
+            raise
+    return result
+
+
+def _dispatch(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    delta_version: int | None,
     take_over: bool,
+    rebuild: bool,
+    run_id: uuid.UUID,
+    store: BatchStore,
+    read: PointerState,
+) -> RunResult:
+    table_id = master_dataset.table_id(spark, settings)
+    if delta_version is not None and not take_over:
+        return _recompute(spark, settings, interval, delta_version, "pinned", run_id, store, read)
+    if delta_version is None and not rebuild:
+        reason = _why_build(spark, settings, read, table_id)
+        if reason is None:
+            return _fold(spark, settings, interval, run_id, store, read, table_id)
+        log.info("building a new generation of the views from every record: %s", reason)
+    if not master_dataset.change_feed_enabled(spark, settings):
+        # From now on, folds read only what the archiver adds (the feed starts here).
+        master_dataset.enable_change_feed(spark, settings)
+    return _recompute(spark, settings, interval, delta_version, "build", run_id, store, read)
+
+
+def _why_build(
+    spark: SparkSession, settings: Settings, read: PointerState, table_id: str
+) -> str | None:
+    """Why this run cannot fold (None: it can)."""
+    if read.folded is None:
+        return "no committed generation yet (a first run, or views of an older release)"
+    if read.folded.table_id != table_id:
+        return f"the master dataset is another table ({table_id}, was {read.folded.table_id})"
+    if not master_dataset.change_feed_enabled(spark, settings):
+        return "the master dataset does not record its change data feed"
+    return None
+
+
+def _fold(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    run_id: uuid.UUID,
+    store: BatchStore,
+    read: PointerState,
+    table_id: str,
+) -> RunResult:
+    assert read.folded is not None
+    upto = master_dataset.latest_version(spark, settings)
+    log.info(
+        "run %s: folding table versions (%d, %d] into generation %s",
+        run_id,
+        read.folded.version,
+        upto,
+        read.folded.generation,
+    )
+    store.record_run(run_id, {"version": folding.version_key(read.folded, upto)})
+    done = folding.fold(
+        spark, settings, store, interval, read, upto, _crash_point(settings, "after_receipts")
+    )
+    horizon = max(interval.end, read.horizon) if read.horizon else interval.end
+    _pause_before_commit(settings)
+    marker = Folded(read.folded.generation, upto, table_id)
+    store.commit(run_id, upto, done.days, horizon, _now(), read, marker)
+    result = RunResult(
+        run_id=run_id,
+        mode="fold",
+        version=done.version,
+        delta_version=upto,
+        horizon=horizon,
+        input_rows=done.input_rows,
+        invalid_rows=done.invalid_rows,
+        receipts=done.receipts,
+        duplicates_removed=done.duplicates_removed,
+        conflicts=done.conflicts,
+        beyond_speed_bound=done.beyond_speed_bound,
+        aggregate_rows=done.aggregate_rows,
+        days_committed=len(done.days),
+        view_rows_written=done.receipts + done.aggregate_rows + done.conflicts,
+        index_rows_written=done.receipts,
+    )
+    _record_done(store, result, "committed")
+    return result
+
+
+def _record_done(store: BatchStore, result: RunResult, status: str) -> None:
+    store.record_run(
+        result.run_id,
+        {
+            "status": status,
+            "version": result.version,
+            "delta_version": result.delta_version,
+            "horizon": result.horizon,
+            "input_rows": result.input_rows,
+            "invalid_rows": result.invalid_rows,
+            "receipts": result.receipts,
+            "duplicates_removed": result.duplicates_removed,
+            "conflicts": result.conflicts,
+            "beyond_speed_bound": result.beyond_speed_bound,
+            "aggregate_rows": result.aggregate_rows,
+            "finished_at": _now(),
+        },
+    )
+
+
+def _crash_point(settings: Settings, point: str) -> Callable[[], None] | None:
+    """Testing only (POS_BATCH_CRASH_POINT): kill -9 of the batch job at `point`."""
+    if settings.batch_crash_point != point:
+        return None
+
+    def crash() -> None:
+        log.warning("crash point %s reached: kill -9 of the batch job (testing)", point)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
+def _days_to_move(
+    days: list[DayCommit], read: PointerState, table_version: int, mode: str, take_over: bool
 ) -> list[DayCommit]:
     """The days whose pointer this run moves to its version (logs the others)."""
-    if pinned is not None and not take_over:
+    if mode == "pinned":
         log.info(
             "pinned to table version %d: the version is written for inspection and "
             "comparison; the pointer stays (`--take-over` serves it)",
-            pinned,
+            table_version,
         )
         return []
     if take_over:
         log.warning(
-            "--take-over: serving this run's version (table version %d) for %d day(s), "
+            "--take-over: serving a generation read at table version %d for %d day(s), "
             "whatever the pointer names now",
             table_version,
             len(days),
@@ -133,66 +319,31 @@ def _written(spark: SparkSession, settings: Settings, table: str, keys: DataFram
     ).count()
 
 
-def run(
-    spark: SparkSession,
-    settings: Settings,
-    interval: Interval,
-    delta_version: int | None = None,
-    take_over: bool = False,
-) -> RunResult:
-    """One batch run over `interval`; `delta_version` pins the input (default: newest).
-
-    Raises IntervalError (before anything is written) for an interval that has not
-    ended, CommitConflict when another run committed while this one computed."""
-    interval.ensure_ended(_now())
-    if take_over and delta_version is None:
-        raise ValueError("take_over is for a run pinned to a table version (delta_version)")
-    run_id = uuid.uuid1()
-    with BatchStore(settings) as store:
-        store.record_run(
-            run_id,
-            {
-                "status": "running",
-                "interval_start": interval.start,
-                "interval_end": interval.end,
-                "lookback_hours": interval.lookback.total_seconds() / 3600,
-                "recompute_start": interval.recompute_start,
-                "started_at": _now(),
-            },
-        )
-        try:
-            # Read first: the commit is conditional on the pointer staying as read here.
-            read = store.state()
-            result = _run(spark, settings, interval, delta_version, take_over, run_id, store, read)
-        except CommitConflict as exc:
-            store.record_run(
-                run_id, {"status": "conflict", "finished_at": _now(), "error": str(exc)[:2000]}
-            )
-            raise
-        except BaseException as exc:
-            store.record_run(
-                run_id,
-                {"status": "failed", "finished_at": _now(), "error": repr(exc)[:2000]},
-            )
-            raise
-    return result
-
-
-def _run(
+def _recompute(
     spark: SparkSession,
     settings: Settings,
     interval: Interval,
     delta_version: int | None,
-    take_over: bool,
+    mode: str,
     run_id: uuid.UUID,
     store: BatchStore,
     read: PointerState,
 ) -> RunResult:
+    """Every record at one table version, every key resolved over all its copies: a new
+    generation of every day (`build`), or the interval's days under their own version
+    (`pinned`, served with take_over: then a generation too)."""
+    take_over = mode == "build" and delta_version is not None
     snap = master_dataset.snapshot(spark, settings, delta_version)
-    version = interval.version_key(snap.table_id, snap.version)
-    lo, hi = interval.recompute_start, interval.end
-    first_day, last_day = interval.days[0], interval.days[-1]
-    log.info("run %s: %s over [%s, %s) at table version %d", run_id, version, lo, hi, snap.version)
+    table8 = snap.table_id.replace("-", "")[:8]
+    if mode == "build":
+        # The same build input, the same name (a rerun after a kill rewrites the same
+        # rows); a take-over's of its own, apart from a generation folds have grown.
+        version = f"g{snap.version}-{table8}" + (f"-t{run_id.hex[:8]}" if take_over else "")
+        lo, hi = None, None
+    else:
+        version = interval.version_key(snap.table_id, snap.version)
+        lo, hi = interval.recompute_start, interval.end
+    log.info("run %s (%s): %s at table version %d", run_id, mode, version, snap.version)
     # Known before any row is written, so `pos-batch gc` spares a version being written.
     store.record_run(run_id, {"version": version, "delta_version": snap.version})
 
@@ -210,20 +361,27 @@ def _run(
         int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
     )
     resolution = resolve(copies)
+    winners = resolution.winners
+    duplicates = resolution.duplicates
+    if lo is not None and hi is not None:
+        winners = winners.where(in_range("happened_at", lo, hi))
+        duplicates = duplicates.where(in_range("winner_happened_at", lo, hi))
     winners = (
-        resolution.winners.where(in_range("happened_at", lo, hi))
-        .withColumn("version", F.lit(version))
+        winners.withColumn("version", F.lit(version))
+        .withColumn(folding.MASTER_VERSION, F.lit(snap.version).cast("long"))
         .persist()
     )
-    duplicates = resolution.duplicates.where(in_range("winner_happened_at", lo, hi)).persist()
+    duplicates = duplicates.persist()
     aggregates = batch_aggregates(winners, duplicates).withColumn("version", F.lit(version))
     aggregates = aggregates.persist()
     try:
         # An invalid record's day is the day it reached Kafka.
-        arrived = F.to_date("kafka_timestamp").between(first_day, last_day)
+        invalid = ~records.is_valid()
+        if lo is not None:
+            arrived = F.to_date("kafka_timestamp").between(interval.days[0], interval.days[-1])
+            invalid = invalid & arrived
         stats = checked.agg(
-            F.count(F.lit(1)).alias("input"),
-            F.count(F.when(~records.is_valid() & arrived, 1)).alias("invalid"),
+            F.count(F.lit(1)).alias("input"), F.count(F.when(invalid, 1)).alias("invalid")
         ).first()
         assert stats is not None
         dup = duplicates.agg(
@@ -248,14 +406,24 @@ def _run(
 
         ks = settings.cassandra_keyspace
         cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, RECEIPT_COLUMNS)
-        if settings.batch_crash_point == "after_receipts":
-            log.warning("crash point after_receipts reached: kill -9 of the batch job (testing)")
-            os.kill(os.getpid(), signal.SIGKILL)
+        crash = _crash_point(settings, "after_receipts")
+        if crash is not None:
+            crash()
         cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
         if int(dup["c"]):
             cassandra.upsert(conflicts_of(duplicates), ks, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+        index_rows = 0
+        if mode == "build":
+            # Every key's winner, for the folds that continue from this generation.
+            index = resolution.ranked.where(F.col("_copy_rank") == 1).select(
+                F.lit(version).alias(folding.GENERATION),
+                *(F.col(c) for c in folding.INDEX_TABLE_COLUMNS[1:-1]),
+                folding.key_bucket().alias(folding.KEY_BUCKET),
+            )
+            cassandra.upsert(index, ks, cql.RECEIPT_KEYS_BATCH_TABLE, folding.INDEX_TABLE_COLUMNS)
+            index_rows = receipts
 
-        # The horizon moves only after the version's rows are all there.
+        # The pointer moves only after the version's rows are all there.
         keys = ("operation_id", "day", "version")
         got = (
             _written(spark, settings, cql.RECEIPTS_BATCH_TABLE, winners.select(*keys)),
@@ -266,24 +434,31 @@ def _run(
                 f"version {version}: wrote {receipts} receipts and {aggregate_rows} aggregate "
                 f"rows but read back {got[0]} and {got[1]}; not committing"
             )
-        horizon = max(hi, read.horizon) if read.horizon else hi
+        if mode == "build":
+            covered = sorted({*per_day, *aggs_per_day, *read.days, *interval.days})
+        else:
+            covered = interval.days
         days = [
             DayCommit(
                 day,
-                interval.covered_until(day),
+                _coverage(day, interval, mode, take_over, read),
                 per_day.get(day, (0, 0))[0],
                 aggs_per_day.get(day, 0),
+                version,
             )
-            for day in interval.days
+            for day in covered
         ]
-        moving = _days_to_move(days, read, snap.version, delta_version, take_over)
+        moving = _days_to_move(days, read, snap.version, mode, take_over)
+        horizon = max(interval.end, read.horizon) if read.horizon else interval.end
         if moving:
             _pause_before_commit(settings)
-            store.commit(run_id, version, snap.version, moving, horizon, _now(), read)
+            folded = Folded(version, snap.version, snap.table_id) if mode == "build" else None
+            store.commit(run_id, snap.version, moving, horizon, _now(), read, folded)
         else:
             horizon = read.horizon or horizon
         result = RunResult(
             run_id=run_id,
+            mode=mode,
             version=version,
             delta_version=snap.version,
             horizon=horizon,
@@ -295,25 +470,27 @@ def _run(
             beyond_speed_bound=sum(b for _, b in per_day.values()),
             aggregate_rows=aggregate_rows,
             days_committed=len(moving),
+            view_rows_written=receipts + aggregate_rows + int(dup["c"]),
+            index_rows_written=index_rows,
         )
-        store.record_run(
-            run_id,
-            {
-                "status": "committed" if moving else "written",
-                "version": version,
-                "delta_version": snap.version,
-                "horizon": horizon,
-                "input_rows": result.input_rows,
-                "invalid_rows": result.invalid_rows,
-                "receipts": receipts,
-                "duplicates_removed": result.duplicates_removed,
-                "conflicts": result.conflicts,
-                "beyond_speed_bound": result.beyond_speed_bound,
-                "aggregate_rows": aggregate_rows,
-                "finished_at": _now(),
-            },
-        )
+        _record_done(store, result, "committed" if moving else "written")
         return result
     finally:
         for df in (checked, winners, duplicates, aggregates):
             df.unpersist()
+
+
+def _coverage(
+    day: date, interval: Interval, mode: str, take_over: bool, read: PointerState
+) -> datetime:
+    """How far into `day` this run's version is final. A pinned run: its interval's
+    rule. A build counts every record archived before the interval's end, on every day;
+    it keeps a day's coverage where an earlier commit took it further, except when it
+    takes over (a deliberate rollback to an older table version)."""
+    if mode == "pinned":
+        return interval.covered_until(day)
+    covered = folding.day_coverage(day, interval.end)
+    served = read.days.get(day)
+    if served is not None and not take_over:
+        covered = max(covered, served.covered_until)
+    return covered

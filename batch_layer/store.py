@@ -36,25 +36,41 @@ class DayCommit:
     covered_until: datetime
     receipt_count: int
     aggregate_rows: int
+    version: str  # the day's agg_15m_batch version
 
 
 @dataclass(frozen=True)
 class Served:
-    """What the pointer names for one day: how far its version is final, and the master
-    dataset's table version it was read from."""
+    """What the pointer names for one day: how far its version is final, the master
+    dataset's table version it was read from, and its aggregates' version."""
 
     covered_until: datetime
     delta_version: int
+    version: str = ""
+    receipt_count: int = 0
+    aggregate_rows: int = 0
+
+
+@dataclass(frozen=True)
+class Folded:
+    """How far the batch views count the master dataset: every record of table
+    `table_id` up to table version `version`, in index and receipts `generation`."""
+
+    generation: str
+    version: int
+    table_id: str
 
 
 @dataclass(frozen=True)
 class PointerState:
-    """The pointer as one run read it: the days served, the horizon, and the commit
-    counter its conditional commit is checked against."""
+    """The pointer as one run read it: the days served, the horizon, the commit counter
+    its conditional commit is checked against, and how far the views count the master
+    dataset (None: built by an older release, or never)."""
 
     days: Mapping[date, Served]
     horizon: datetime | None
     commits: int | None  # None: nothing was ever committed
+    folded: Folded | None = None
 
 
 def advancing(
@@ -124,18 +140,31 @@ class BatchStore:
     def state(self) -> PointerState:
         """The pointer as it is now: one read of the partition (days, horizon, counter)."""
         rows = self.session.execute(
-            f"SELECT day, covered_until, delta_version, horizon, commits "
+            f"SELECT day, covered_until, delta_version, version, receipt_count, "
+            f"aggregate_rows, horizon, "
+            f"commits, generation, folded_version, folded_table "
             f"FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s",
             [VIEW_NAME],
         ).all()
         days = {
-            r.day.date(): Served(_utc(r.covered_until), int(r.delta_version or 0))
+            r.day.date(): Served(
+                _utc(r.covered_until),
+                int(r.delta_version or 0),
+                r.version or "",
+                int(r.receipt_count or 0),
+                int(r.aggregate_rows or 0),
+            )
             for r in rows
             if r.day is not None and r.covered_until is not None
         }
         first = rows[0] if rows else None
-        horizon = None if first is None or first.horizon is None else _utc(first.horizon)
-        return PointerState(days, horizon, None if first is None else first.commits)
+        if first is None:
+            return PointerState(days, None, None)
+        horizon = None if first.horizon is None else _utc(first.horizon)
+        folded = None
+        if first.generation and first.folded_version is not None and first.folded_table:
+            folded = Folded(first.generation, int(first.folded_version), first.folded_table)
+        return PointerState(days, horizon, first.commits, folded)
 
     def horizon(self) -> datetime | None:
         row = self.session.execute(
@@ -154,15 +183,16 @@ class BatchStore:
     def commit(
         self,
         run_id: uuid.UUID,
-        version: str,
         delta_version: int,
         days: list[DayCommit],
         horizon: datetime,
         committed_at: datetime,
         read: PointerState,
+        folded: Folded | None = None,
     ) -> None:
-        """Point every day of the run at `version`, and set the horizon, atomically, if
-        the pointer is still as `read` (else CommitConflict: nothing is written)."""
+        """Point every day at its version, set the horizon (and, for a run that counts
+        the master dataset up to `folded`, that mark), atomically, if the pointer is
+        still as `read` (else CommitConflict: nothing is written)."""
         from cassandra.query import BatchStatement, BatchType
 
         batch = BatchStatement(batch_type=BatchType.LOGGED)
@@ -177,7 +207,7 @@ class BatchStore:
                 (
                     VIEW_NAME,
                     d.day,
-                    version,
+                    d.version,
                     d.covered_until,
                     run_id,
                     delta_version,
@@ -188,12 +218,16 @@ class BatchStore:
             )
         # The condition: a single-partition conditional batch applies all its statements
         # or none (a Paxos round on the pointer's partition).
+        sets, values = ["horizon = ?", "commits = ?"], [horizon, (read.commits or 0) + 1]
+        if folded is not None:
+            sets += ["generation = ?", "folded_version = ?", "folded_table = ?"]
+            values += [folded.generation, folded.version, folded.table_id]
         batch.add(
             self.session.prepare(
-                f"UPDATE {cql.BATCH_POINTER_TABLE} SET horizon = ?, commits = ? "
+                f"UPDATE {cql.BATCH_POINTER_TABLE} SET {', '.join(sets)} "
                 "WHERE view_name = ? IF commits = ?"
             ),
-            (horizon, (read.commits or 0) + 1, VIEW_NAME, read.commits),
+            (*values, VIEW_NAME, read.commits),
         )
         result = self.session.execute(batch)
         if not result.was_applied:
@@ -201,6 +235,6 @@ class BatchStore:
             raise CommitConflict(
                 f"another batch run committed the pointer while this run ({run_id}) was "
                 f"computing (commit counter {read.commits} when read, "
-                f"{getattr(now, 'commits', None)} now): not committing version {version}; "
+                f"{getattr(now, 'commits', None)} now): not committing; "
                 "its rows stay unpointed until `pos-batch gc`. Rerun to recompute on top."
             )

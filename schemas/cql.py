@@ -33,6 +33,11 @@ SPEED_PROGRESS_TABLE = "speed_progress"
 # device, not one per receipt, and no partition grows without bound.
 RECEIPT_KEYS_TABLE = "receipt_keys"
 KEY_BUCKET_SIZE = 1000
+# The batch layer's own natural-key index (the same columns, per generation): each run
+# looks up only the keys of the records archived since the last commit (batch_layer/
+# fold.py). Its own table, not the speed layer's: final answers come from the master
+# dataset alone.
+RECEIPT_KEYS_BATCH_TABLE = "receipt_keys_batch"
 CONFLICTS_TABLE = "conflicts"
 
 
@@ -109,6 +114,7 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
   kafka_timestamp timestamp,
   late boolean,
   beyond_bound boolean,
+  master_version bigint,
   PRIMARY KEY ((operation_id, day, version), happened_at, vendor_fiscal_module,
                transaction_id)
 )""",
@@ -117,11 +123,20 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
         # and in isolation: a reader sees all of a run's days or none. `horizon`
         # (static) is the end of event time up to which the batch views are final;
         # `commits` (static) counts the commits, which are conditional on it (a
-        # lightweight transaction: two racing runs cannot interleave).
+        # lightweight transaction: two racing runs cannot interleave). `generation`
+        # (static) names the receipts_batch partitions of every day and the index
+        # rows; `folded_version` / `folded_table`: the master dataset's table version
+        # (and table id) the committed views count every record of. A receipts_batch
+        # row is served when its `master_version` (the table version that archived its
+        # record) is at most its day's `delta_version`: each receipt is written once,
+        # and a run's rows show only with the commit that counts them.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_POINTER_TABLE} (
   view_name text,
   horizon timestamp STATIC,
   commits bigint STATIC,
+  generation text STATIC,
+  folded_version bigint STATIC,
+  folded_table text STATIC,
   day date,
   version text,
   covered_until timestamp,
@@ -231,6 +246,15 @@ def table_ddl(keyspace: str) -> list[str]:
   beyond_bound boolean,
   key_bucket bigint,
   PRIMARY KEY ((operation_id, vendor_fiscal_module, key_bucket), transaction_id)
+)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_BATCH_TABLE} (
+  generation text,
+  {_columns([c for c in receipt_cols if c[0] not in INDEX_LEAVES_OUT])},
+  {_columns([c for c in COPY_COLUMNS if c[0] not in INDEX_LEAVES_OUT])},
+  late boolean,
+  beyond_bound boolean,
+  key_bucket bigint,
+  PRIMARY KEY ((generation, operation_id, vendor_fiscal_module, key_bucket), transaction_id)
 )""",
         # Copies that differ from their receipt's winner, both versions side by side,
         # by the winner's store-day (the serving layer's question) and the copy's

@@ -33,11 +33,37 @@ class Aggregate:
 
 @dataclass(frozen=True)
 class DayVersion:
-    """The pointer's row for one UTC day: its committed version, final up to covered_until."""
+    """The pointer's row for one UTC day: its committed version, final up to covered_until.
+
+    `version` names the day's aggregates. Its receipts live in the generation's
+    partition and show once the table version that archived them (`master_version`) is
+    at most `delta_version` (batch_layer/fold.py: each receipt is written once); a
+    pointer of an older release has no generation, and its day's receipts are the
+    version's own.
+    """
 
     day: date
     version: str
     covered_until: datetime
+    generation: str | None = None
+    delta_version: int | None = None
+
+    @property
+    def receipts_ref(self) -> str:
+        """Where the day's served receipts are, as one opaque text (it rides in page
+        tokens): `receipts_partition(ref)` reads it back."""
+        if self.generation is None or self.delta_version is None:
+            return self.version
+        return f"{self.generation}{_REF_SEPARATOR}{self.delta_version}"
+
+
+_REF_SEPARATOR = "@"
+
+
+def receipts_partition(ref: str) -> tuple[str, int | None]:
+    """(receipts_batch version, highest master_version served) of a `receipts_ref`."""
+    version, _, bound = ref.partition(_REF_SEPARATOR)
+    return version, (int(bound) if bound else None)
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class Serving:
         if token is None:
             pointer = self.views.pointer(day, day)
             split = merge.batch_split(pointer, day)
-            version = pointer.days[day].version if day in pointer.days else None
+            version = pointer.days[day].receipts_ref if day in pointer.days else None
             batch_first = version is not None and split > merge.day_bounds(day)[0]
             token = PageToken(PHASES[0] if batch_first else "speed", None, split, version)
         out: list[Receipt] = []

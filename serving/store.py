@@ -33,6 +33,7 @@ from serving.model import (
     Receipt,
     Source,
     SpeedQuery,
+    receipts_partition,
 )
 
 log = logging.getLogger("pos.serving")
@@ -47,7 +48,8 @@ _RECEIPT = (
 )
 STATEMENTS = {
     "horizon": f"SELECT horizon FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = ? LIMIT 1",
-    "pointer_days": f"SELECT day, version, covered_until FROM {cql.BATCH_POINTER_TABLE} "
+    "pointer_days": f"SELECT day, version, covered_until, generation, delta_version "
+    f"FROM {cql.BATCH_POINTER_TABLE} "
     "WHERE view_name = ? AND day >= ? AND day <= ?",
     "speed_day": f"SELECT {_AGG} FROM {cql.AGG_SPEED_TABLE} WHERE operation_id = ? AND day = ?",
     "batch_day": f"SELECT {_AGG}, version FROM {cql.AGG_BATCH_TABLE} "
@@ -60,6 +62,11 @@ STATEMENTS = {
     "batch_has_store": f"SELECT day FROM {cql.AGG_BATCH_TABLE} WHERE operation_id = ? LIMIT 1",
     "receipts_batch": f"SELECT {_RECEIPT} FROM {cql.RECEIPTS_BATCH_TABLE} "
     "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at < ?",
+    # A generation's rows of one store-day, those the committed table version counts:
+    # a filter within the one partition read (rows of a run not committed yet skipped).
+    "receipts_generation": f"SELECT {_RECEIPT} FROM {cql.RECEIPTS_BATCH_TABLE} "
+    "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at < ? "
+    "AND master_version <= ? ALLOW FILTERING",
     "receipts_speed": f"SELECT {_RECEIPT} FROM {cql.RAW_TABLE} "
     "WHERE operation_id = ? AND day = ? AND happened_at >= ?",
     "conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? AND winner_day = ?",
@@ -206,7 +213,13 @@ class Views:
         return Pointer(
             horizon=utc(horizon[0].horizon) if horizon else None,
             days={
-                _day(r.day): DayVersion(_day(r.day), r.version, _utc(r.covered_until))
+                _day(r.day): DayVersion(
+                    _day(r.day),
+                    r.version,
+                    _utc(r.covered_until),
+                    r.generation,
+                    r.delta_version,
+                )
                 for r in days
                 if r.day is not None and r.version is not None
             },
@@ -256,9 +269,22 @@ class Views:
     ) -> tuple[list[Receipt], bytes | None]:
         """One Cassandra page of a store-day's receipts from one side of `split`."""
         if phase == "batch":
-            session, bound = self._run(
-                "receipts_batch", store, day, version, split, fetch_size=fetch_size
-            )
+            assert version is not None
+            partition, served_upto = receipts_partition(version)
+            if served_upto is None:
+                session, bound = self._run(
+                    "receipts_batch", store, day, partition, split, fetch_size=fetch_size
+                )
+            else:
+                session, bound = self._run(
+                    "receipts_generation",
+                    store,
+                    day,
+                    partition,
+                    split,
+                    served_upto,
+                    fetch_size=fetch_size,
+                )
         else:
             session, bound = self._run("receipts_speed", store, day, split, fetch_size=fetch_size)
         with self._errors():

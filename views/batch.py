@@ -4,6 +4,8 @@
 - `absorbed_per_window`: per winner's store-window, the copies the winner rule removed
   (duplicates) and how many of them were conflicts.
 - `batch_aggregates`: `aggregate_15m` plus what the batch absorbed per window.
+- `increments`, `plus`: what a fold of new records adds per window (its new winners,
+  and the duplicates of winners old or new), and the committed rows plus it.
 - `fixes`: batch vs speed aggregates per store-window, i.e. what the batch fixed.
 """
 
@@ -100,16 +102,10 @@ def batch_aggregates(winners: DataFrame, duplicates: DataFrame) -> DataFrame:
     what the batch absorbed: duplicates and conflicts removed, and receipts beyond the
     speed layer's lateness bound (receipts only the batch saw)."""
     key = ["operation_id", "window_start"]
-    beyond = (
-        winners.where("beyond_bound")
-        .withColumn("window_start", window_start(F.col("happened_at")))
-        .groupBy(*key)
-        .agg(F.count(F.lit(1)).cast("int").alias("beyond_speed_bound"))
-    )
     return (
         aggregate_15m(winners)
         .join(absorbed_per_window(duplicates), key, "left")
-        .join(beyond, key, "left")
+        .join(_beyond_per_window(winners), key, "left")
         .select(
             *AGGREGATE_COLUMNS,
             *(
@@ -117,4 +113,58 @@ def batch_aggregates(winners: DataFrame, duplicates: DataFrame) -> DataFrame:
                 for c in ("duplicates", "conflicts", "beyond_speed_bound")
             ),
         )
+    )
+
+
+def _beyond_per_window(winners: DataFrame) -> DataFrame:
+    return (
+        winners.where("beyond_bound")
+        .withColumn("window_start", window_start(F.col("happened_at")))
+        .groupBy("operation_id", "window_start")
+        .agg(F.count(F.lit(1)).cast("int").alias("beyond_speed_bound"))
+    )
+
+
+# The measures of a batch aggregate row, with their types: a sum of two keeps the type.
+BATCH_MEASURES = {
+    "receipt_count": "int",
+    "item_quantity": "bigint",
+    "revenue": "decimal(38,2)",
+    "late_count": "int",
+    "duplicates": "int",
+    "conflicts": "int",
+    "beyond_speed_bound": "int",
+}
+WINDOW_KEY = ("operation_id", "day", "window_start")
+
+
+def increments(winners: DataFrame, duplicates: DataFrame) -> DataFrame:
+    """BATCH_AGGREGATE_COLUMNS of what one fold adds per window: its new winners (as
+    `batch_aggregates` counts them) and the duplicates it found, in their winners'
+    windows, including windows that gain no receipt (a resend of a receipt an earlier
+    fold counted adds one duplicate to that receipt's window)."""
+    key = ["operation_id", "window_start"]
+    received = aggregate_15m(winners).join(_beyond_per_window(winners), key, "left")
+    absorbed = absorbed_per_window(duplicates).withColumn("day", F.to_date("window_start"))
+    return (
+        received.unionByName(absorbed, allowMissingColumns=True)
+        .groupBy(*WINDOW_KEY)
+        .agg(*_summed())
+        .select(*BATCH_AGGREGATE_COLUMNS)
+    )
+
+
+def plus(committed: DataFrame, added: DataFrame) -> DataFrame:
+    """Per window of either input, the committed row's measures plus the added ones (a
+    window missing from one side counts zero there): BATCH_AGGREGATE_COLUMNS."""
+    both = committed.select(*WINDOW_KEY, *BATCH_MEASURES).unionByName(
+        added.select(*WINDOW_KEY, *BATCH_MEASURES)
+    )
+    return both.groupBy(*WINDOW_KEY).agg(*_summed()).select(*BATCH_AGGREGATE_COLUMNS)
+
+
+def _summed() -> tuple[Column, ...]:
+    return tuple(
+        F.coalesce(F.sum(F.col(m).cast(t)), F.lit(0)).cast(t).alias(m)
+        for m, t in BATCH_MEASURES.items()
     )

@@ -82,10 +82,17 @@ def served_aggregates(cql: Any) -> dict[tuple[int, datetime], tuple[int, int, De
 
 
 def served_receipts(cql: Any) -> dict[tuple[int, int, int], Any]:
-    served = _pointers(cql)
+    """The batch receipts a reader sees: of a day's generation partition, the rows whose
+    table version (master_version) its committed delta_version counts."""
+    rows = cql.execute(
+        f"SELECT day, generation, delta_version FROM {tables.BATCH_POINTER_TABLE}"
+    ).all()
+    days = {str(r.day): r.delta_version for r in rows if r.day is not None}
+    generation = rows[0].generation if rows else None
     out: dict[tuple[int, int, int], Any] = {}
     for r in cql.execute(f"SELECT * FROM {tables.RECEIPTS_BATCH_TABLE}"):
-        if served.get(str(r.day)) == r.version:
+        counted = days.get(str(r.day))
+        if r.version == generation and counted is not None and r.master_version <= counted:
             key = (r.operation_id, r.vendor_fiscal_module, r.transaction_id)
             assert key not in out, f"{key} served twice"
             out[key] = r
@@ -138,18 +145,19 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
     ]
     assert beyond, "the simulation must hold receipts beyond the speed bound"
 
-    # 1. Only 3 March: the conflicting copy (dated 3 March) must not win there.
-    day3 = Interval(datetime(2026, 3, 3, tzinfo=UTC), datetime(2026, 3, 4, tzinfo=UTC))
-    job.run(spark, settings, day3)
-    assert not [k for k in served_receipts(cql) if k[0] == 9001]
-
-    # 2. Every day: the views equal the ledger to the cent (+ the literal 9001 receipt).
+    # 1. The first run builds every day from every record (a new generation); the
+    # conflicting copy (dated 3 March) must not win: the first copy, 2 March, does.
     result = job.run(spark, settings, ALL_DAYS)
+    assert result.mode == "build"
     want = expected_aggregates(ledger)
     want[(9001, datetime(2026, 3, 2, 23, 45))] = (1, 2, Decimal("3.80"), 0)
     assert served_aggregates(cql) == want
     receipts = served_receipts(cql)
     assert set(receipts) == {*expected_receipts, (9001, 1, 1)}
+    assert (str(receipts[(9001, 1, 1)].day), Decimal(receipts[(9001, 1, 1)].revenue)) == (
+        "2026-03-02",
+        Decimal("3.80"),
+    )
     for key, r in expected_receipts.items():
         row = receipts[key]
         assert (row.item_quantity, Decimal(row.revenue), row.late) == (
@@ -165,6 +173,7 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
         result.beyond_speed_bound,
         result.invalid_rows,
         result.input_rows,
+        result.index_rows_written,
     ) == (
         len(expected_receipts) + 1,
         resends + 1,
@@ -172,6 +181,7 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
         len(beyond),
         summary["faults"]["malformed"],
         summary["messages"] + 2,
+        len(expected_receipts) + 1,
     )
     conflict = cql.execute(f"SELECT * FROM {tables.CONFLICTS_TABLE}").one()
     assert (conflict.operation_id, str(conflict.winner_day), str(conflict.day)) == (
@@ -189,15 +199,20 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
         result.input_rows,
     )
 
-    # 3. The same interval again: identical rows, under the same version, none added.
+    # 2. The same interval again, nothing archived since: a fold of nothing, no row
+    # written, the same versions served.
     stored_before = cql.execute(f"SELECT * FROM {tables.AGG_BATCH_TABLE}").all()
+    pointers_before = _pointers(cql)
     again = job.run(spark, settings, ALL_DAYS)
-    assert again.version == result.version
+    assert (again.mode, again.input_rows, again.view_rows_written) == ("fold", 0, 0)
+    assert _pointers(cql) == pointers_before
     assert sorted(cql.execute(f"SELECT * FROM {tables.AGG_BATCH_TABLE}").all()) == sorted(
         stored_before
     )
+    assert served_aggregates(cql) == want
 
-    # 4. New data arrives; a run killed after writing its receipts changes nothing served.
+    # 3. New data arrives; a run killed after writing its receipts changes nothing
+    # served: its receipt row is there, but its table version is not committed.
     late_day = datetime(2026, 3, 4, 10, 0, 1, tzinfo=UTC)
     produce_raw(
         settings,
@@ -207,6 +222,7 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
     )
     _archive(spark, settings)
     pointers_before = _pointers(cql)
+    served_before = set(served_receipts(cql))
     env = env_for(settings) | {"POS_BATCH_CRASH_POINT": "after_receipts"}
     killed = subprocess.run(
         [str(VENV_BIN / "pos-batch"), "run", "--start", "2026-03-01T00:00Z",
@@ -214,12 +230,16 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert killed.returncode == -9, killed.stderr[-2000:]
+    store_9002 = f"SELECT * FROM {tables.RECEIPTS_BATCH_TABLE} WHERE operation_id = 9002"
+    assert len(cql.execute(store_9002 + " ALLOW FILTERING").all()) == 1  # on disk, not served
     assert _pointers(cql) == pointers_before
     assert served_aggregates(cql) == want
+    assert set(served_receipts(cql)) == served_before
     statuses = [r.status for r in cql.execute(f"SELECT status FROM {tables.BATCH_RUNS_TABLE}")]
     assert statuses.count("running") == 1  # the killed run: never committed
 
-    # 5. The next run commits the new version with the new receipt.
+    # 4. The next run folds the new receipt (once: the killed run's row is rewritten)
+    # into its day only; every other day keeps its version.
     env.pop("POS_BATCH_CRASH_POINT")
     done = subprocess.run(
         [str(VENV_BIN / "pos-batch"), "run", "--start", "2026-03-01T00:00Z",
@@ -228,24 +248,31 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
     )  # fmt: skip
     summary_line = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary_line["delta_version"] > result.delta_version
+    assert (summary_line["mode"], summary_line["input_rows"], summary_line["receipts"]) == (
+        "fold",
+        1,
+        1,
+    )
     want[(9002, datetime(2026, 3, 4, 10, 0))] = (1, 2, Decimal("3.80"), 0)
     assert served_aggregates(cql) == want
+    assert set(served_receipts(cql)) == {*served_before, (9002, 1, 1)}
+    changed = {d for d, v in _pointers(cql).items() if v != pointers_before[d]}
+    assert changed == {"2026-03-04"}
 
-    # 6. gc drops the versions the pointer no longer names (step 1's and step 2's);
-    # what readers see does not change.
+    # 5. gc: nothing to drop (the build had no rows on 4 March, and its generation holds
+    # every day's receipts and the other days' aggregates); what readers see stays.
     def versions(table: str) -> set[str]:
         rows = cql.execute(f"SELECT DISTINCT operation_id, day, version FROM {table}")
-        return {r.version for r in rows}
+        return {(r.day, r.version) for r in rows}
 
-    assert result.version in versions(tables.AGG_BATCH_TABLE)
     gc = subprocess.run(
         [str(VENV_BIN / "pos-batch"), "gc", "--grace-hours", "0"],
         env=env, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
-    assert json.loads(gc.stdout.strip().splitlines()[-1])["versions_deleted"] == 2
-    assert versions(tables.AGG_BATCH_TABLE) == {summary_line["version"]}
-    assert versions(tables.RECEIPTS_BATCH_TABLE) == {summary_line["version"]}
+    assert json.loads(gc.stdout.strip().splitlines()[-1])["versions_deleted"] == 0
+    assert {v for _, v in versions(tables.RECEIPTS_BATCH_TABLE)} == {result.version}
     assert served_aggregates(cql) == want
+    assert set(served_receipts(cql)) == {*served_before, (9002, 1, 1)}
 
 
 def test_batch_and_speed_give_identical_aggregates_on_duplicate_free_input(
@@ -369,11 +396,16 @@ def test_no_command_makes_final_wrong_future_interval_pinned_rerun_take_over(
     stored = {r.version for r in cql.execute(partitions)}
     assert pinned.version in stored
 
-    # Asked explicitly: the operator's rollback serves the older version.
+    # Asked explicitly: the operator's rollback serves the older table version, rebuilt
+    # as a generation; the next run folds what came after it, once.
     rolled = job.run(spark, settings, ALL_DAYS, delta_version=first.delta_version, take_over=True)
-    assert rolled.days_committed == len(ALL_DAYS.days)
-    assert set(_pointers(cql).values()) == {pinned.version}
+    assert (rolled.mode, rolled.delta_version) == ("build", first.delta_version)
+    assert set(_pointers(cql).values()) == {rolled.version}
     del want[window]
+    assert served_aggregates(cql) == want
+    caught_up = job.run(spark, settings, ALL_DAYS)
+    assert (caught_up.mode, caught_up.receipts) == ("fold", 1)
+    want[window] = aggregate
     assert served_aggregates(cql) == want
 
 

@@ -44,3 +44,11 @@ def test_the_grace_edge_is_exclusive() -> None:
 def test_every_store_and_table_of_a_doomed_version_goes() -> None:
     parts = [part("old", store=s, table=t) for s in (101, 102) for t in ("a", "b")]
     assert doomed(parts, {D1: "new"}, {}, NOW, GRACE) == sorted(parts)
+
+
+def test_the_current_generation_stays_on_every_day_whatever_the_pointer_names() -> None:
+    # A generation's receipts partitions (every day) and a fold's aggregates version.
+    parts = [part("g5", D1, table="receipts_batch"), part("g5", D2), part("f9", D2), part("g2")]
+    old = NOW - timedelta(days=30)
+    written = {"g5": old, "f9": old, "g2": old}
+    assert doomed(parts, {D2: "f9"}, written, NOW, GRACE, "g5") == [part("g2")]

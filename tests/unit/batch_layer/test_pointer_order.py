@@ -11,7 +11,7 @@ D1, D2 = date(2026, 3, 1), date(2026, 3, 2)
 
 
 def _commit(day: date, until: datetime) -> DayCommit:
-    return DayCommit(day, until, receipt_count=1, aggregate_rows=1)
+    return DayCommit(day, until, receipt_count=1, aggregate_rows=1, version="v")
 
 
 def test_an_earlier_interval_committing_last_leaves_the_further_covered_day_alone() -> None:

@@ -6,6 +6,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from views.batch import batch_aggregates, fixes
 
 T = datetime(2026, 3, 2, 8, 0, 5)  # the session and the process run in UTC (conftest)
@@ -62,4 +64,60 @@ def test_fixes_compare_windows_of_either_view(local_spark: Any) -> None:
         w1: (3, 3, Decimal("4.80"), Decimal("4.80"), Decimal("0.00"), 0, 2, 1, 0),
         w2: (1, 0, Decimal("9.00"), Decimal("0.00"), Decimal("9.00"), 1, 0, 0, 1),
         w3: (0, 1, Decimal("0.00"), Decimal("2.00"), Decimal("-2.00"), -1, 0, 0, 0),
+    }
+
+
+def test_increments_count_new_winners_and_duplicates_of_windows_without_new_winners(
+    local_spark: Any,
+) -> None:
+    from views.batch import increments
+
+    winners = local_spark.createDataFrame(
+        [(1, T, 2, Decimal("3.80"), True, True)], RECEIPT
+    ).withColumn("day", F.to_date("happened_at"))
+    # A resend and a conflict of receipts an earlier fold counted (08:30, 9 March 23:50).
+    duplicates = local_spark.createDataFrame(
+        [(1, T.replace(minute=31), False), (1, datetime(2026, 3, 9, 23, 50), True)], DUPLICATE
+    )
+    rows = {
+        (r.operation_id, r.day, r.window_start): tuple(r)[3:]
+        for r in increments(winners, duplicates).collect()
+    }
+    assert rows == {
+        (1, date(2026, 3, 2), T.replace(second=0)): (1, 2, Decimal("3.80"), 1, 0, 0, 1),
+        (1, date(2026, 3, 2), T.replace(minute=30, second=0)): (0, 0, Decimal("0.00"), 0, 1, 0, 0),
+        (1, date(2026, 3, 9), datetime(2026, 3, 9, 23, 45)): (0, 0, Decimal("0.00"), 0, 1, 1, 0),
+    }
+
+
+def test_plus_adds_measures_per_window_of_either_side(local_spark: Any) -> None:
+    from views.batch import plus
+
+    d, w1, w2 = date(2026, 3, 2), T.replace(second=0), T.replace(minute=15, second=0)
+    schema = (
+        "operation_id int, day date, window_start timestamp, receipt_count int, "
+        "item_quantity long, revenue decimal(38,2), late_count int, duplicates int, "
+        "conflicts int, beyond_speed_bound int"
+    )
+    committed = local_spark.createDataFrame(
+        [
+            (1, d, w1, 3, 4, Decimal("4.80"), 1, 2, 1, 0),
+            (2, d, w1, 1, 1, Decimal("1.00"), 0, 0, 0, 0),
+        ],
+        schema,
+    )
+    added = local_spark.createDataFrame(
+        [
+            (1, d, w1, 1, 2, Decimal("0.20"), 0, 1, 0, 1),
+            (1, d, w2, 1, 1, Decimal("9.99"), 1, 0, 0, 0),
+        ],
+        schema,
+    )
+    rows = {
+        (r.operation_id, r.window_start): tuple(r)[3:] for r in plus(committed, added).collect()
+    }
+    assert rows == {
+        (1, w1): (4, 6, Decimal("5.00"), 1, 3, 1, 1),
+        (2, w1): (1, 1, Decimal("1.00"), 0, 0, 0, 0),
+        (1, w2): (1, 1, Decimal("9.99"), 1, 0, 0, 0),
     }
