@@ -452,3 +452,86 @@ def test_two_racing_commits_exactly_one_wins_and_the_served_rows_stay_exact(
         r.status for r in cql.execute(f"SELECT status FROM {tables.BATCH_RUNS_TABLE}")
     )
     assert statuses == ["committed", "conflict"]
+
+
+def _served_rows(cql: Any) -> dict[tuple[int, datetime], tuple[Any, ...]]:
+    """Every measure of the served batch aggregates, absorbed duplicates included."""
+    served = _pointers(cql)
+    return {
+        (r.operation_id, r.window_start): (
+            r.receipt_count,
+            r.item_quantity,
+            Decimal(r.revenue),
+            r.late_count,
+            r.duplicates,
+            r.conflicts,
+            r.beyond_speed_bound,
+        )
+        for r in cql.execute(f"SELECT * FROM {tables.AGG_BATCH_TABLE}")
+        if served.get(str(r.day)) == r.version
+    }
+
+
+def test_hourly_folds_stay_exact_with_late_copies_and_equal_a_full_rebuild(
+    spark: Any, isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    """The stream arrives in three parts, each archived and folded by a run. Copies of
+    one receipt span days and folds: its first copy (2 March 23:59:50) comes in the
+    first part; a resend and a conflicting copy dated 3 March come in the last, after
+    2 March was final. The views must equal the ledger after every fold, and a rebuild
+    from every record must serve the very same rows."""
+    settings, cql = isolated
+    ledger = tmp_path / "ledger"
+    messages = _simulate(
+        ledger,
+        count=900,
+        seed=21,
+        faults=FaultConfig(
+            resend_rate=0.08, malformed_rate=0.02, late_rate=0.1, late_max_delay_s=3 * 86400.0
+        ),
+    )
+    first = datetime(2026, 3, 2, 23, 59, 50, tzinfo=UTC)
+    other = datetime(2026, 3, 3, 0, 0, 10, tzinfo=UTC)
+    key = device_key(9001, 1)
+    modes = []
+    for n, part in enumerate((messages[:300], messages[300:600], messages[600:])):
+        send(settings, part)
+        if n == 0:
+            produce_raw(settings, [receipt_json(9001, 1, 1, first)], [ms(first)], [key])
+        if n == 2:
+            produce_raw(
+                settings,
+                [
+                    receipt_json(9001, 1, 1, first),  # a resend, days later
+                    receipt_json(
+                        9001, 1, 1, other, [{"title": "Tea", "price": "2.50", "amount": 1}]
+                    ),
+                ],
+                [ms(other) + 86_400_000] * 2,
+                [key, key],
+            )
+        _archive(spark, settings)
+        modes.append(job.run(spark, settings, ALL_DAYS).mode)
+    assert modes == ["build", "fold", "fold"]
+
+    want = expected_aggregates(ledger)
+    want[(9001, datetime(2026, 3, 2, 23, 45))] = (1, 2, Decimal("3.80"), 0)
+    assert served_aggregates(cql) == want
+    expected_receipts = ledger_files.load_receipts(ledger)
+    assert set(served_receipts(cql)) == {*expected_receipts, (9001, 1, 1)}
+    folded_rows = _served_rows(cql)
+    resends = sum(int(r["copies"]) - 1 for r in expected_receipts.values())
+    assert sum(r[4] for r in folded_rows.values()) == resends + 2  # + 9001's two copies
+    assert folded_rows[(9001, datetime(2026, 3, 2, 23, 45))][4:6] == (2, 1)
+    folded_receipts = {
+        k: (r.item_quantity, Decimal(r.revenue), r.late, r.kafka_offset)
+        for k, r in served_receipts(cql).items()
+    }
+
+    rebuilt = job.run(spark, settings, ALL_DAYS, rebuild=True)
+    assert rebuilt.mode == "build"
+    assert _served_rows(cql) == folded_rows
+    assert {
+        k: (r.item_quantity, Decimal(r.revenue), r.late, r.kafka_offset)
+        for k, r in served_receipts(cql).items()
+    } == folded_receipts
