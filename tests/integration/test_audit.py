@@ -105,7 +105,7 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         assert sigterm(proc) == 0, log.read_text()
     finally:
         cleanup(proc)
-    assert run_sink(s, threading.Event(), until_caught_up=True) > 0
+    assert run_sink(s, threading.Event(), until_caught_up=True).written > 0
     cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
     session = cluster.connect(s.cassandra_keyspace)
     yield Seeded(s, ledger, session, tmp)
