@@ -33,8 +33,9 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
+from typing import TypeVar
 
-from schemas.contract import Receipt, parse_message
+from schemas.contract import LIMITS, Receipt, parse_message
 
 NaturalKey = tuple[int, int, int]
 Device = tuple[int, int]  # (operation_id, vendor_fiscal_module)
@@ -102,20 +103,95 @@ class Alert:
         return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, value: bytes) -> Alert:
-        """Parse a record of `pos.alerts`; ValueError/KeyError/TypeError when it is not one."""
-        doc = json.loads(value)
-        src = doc["source"]
-        return cls(
-            alert_id=str(doc["alert_id"]),
-            rule=str(doc["rule"]),
-            operation_id=int(doc["operation_id"]),
-            vendor_fiscal_module=int(doc["vendor_fiscal_module"]),
-            transaction_id=int(doc["transaction_id"]),
-            happened_at=datetime.fromisoformat(doc["happened_at"]).astimezone(UTC),
-            detail={str(k): str(v) for k, v in doc["detail"].items()},
-            source=Source(int(src["partition"]), int(src["offset"]), int(src["timestamp_ms"])),
-        )
+    def from_json(cls, value: bytes | None) -> Alert:
+        """Parse a record of `pos.alerts`; NotAnAlert (a ValueError) for anything else."""
+        try:
+            return _read_alert(value)
+        except NotAnAlert:
+            raise
+        # Whatever else a stranger's bytes make the standard library raise (deep nesting,
+        # an instant an offset pushes past year 1 or 9999, a null where a dict belongs):
+        # still a record we cannot read, never a crash of the reader.
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError,
+                RecursionError) as exc:  # fmt: skip
+            raise NotAnAlert(f"{type(exc).__name__}: {exc}") from exc
+
+
+class NotAnAlert(ValueError):
+    """A record of the alerts topic that the processor did not write (or not this way)."""
+
+
+_INT32, _INT64 = 2**31 - 1, 2**63 - 1
+_T = TypeVar("_T")
+
+
+def _read_alert(value: bytes | None) -> Alert:
+    # Checked field by field so that every accepted alert is a row Cassandra takes:
+    # UTF-8 text (the payload column), ids in their CQL ranges, a UTC instant.
+    if value is None:
+        raise NotAnAlert("no value (a tombstone)")
+    doc = json.loads(value.decode("utf-8"))
+    if not isinstance(doc, dict):
+        raise NotAnAlert(f"a JSON {type(doc).__name__}, not an object")
+    src = _field(doc, "source", dict)
+    detail = _field(doc, "detail", dict)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in detail.items()):
+        raise NotAnAlert("detail must map strings to strings")
+    for text in [*detail, *detail.values()]:
+        _utf8(text)
+    rule = _field(doc, "rule", str)
+    if rule not in RULES:
+        raise NotAnAlert(f"unknown rule {rule!r}")
+    aid = _field(doc, "alert_id", str)
+    if _canonical_uuid(aid) != aid:
+        raise NotAnAlert(f"alert_id {aid!r} is not a UUID")
+    happened_at = datetime.fromisoformat(_field(doc, "happened_at", str))
+    if happened_at.tzinfo is None:
+        raise NotAnAlert("happened_at has no offset")
+    return Alert(
+        alert_id=aid,
+        rule=rule,
+        operation_id=_int(doc, "operation_id", 1, LIMITS.max_store_or_device_id),
+        vendor_fiscal_module=_int(doc, "vendor_fiscal_module", 1, LIMITS.max_store_or_device_id),
+        transaction_id=_int(doc, "transaction_id", 1, LIMITS.max_transaction_id),
+        happened_at=happened_at.astimezone(UTC),  # OverflowError near year 1 or 9999
+        detail=detail,
+        source=Source(
+            _int(src, "partition", 0, _INT32),
+            _int(src, "offset", 0, _INT64),
+            _int(src, "timestamp_ms", -_INT64, _INT64),
+        ),
+    )
+
+
+def _field(doc: dict[str, object], name: str, kind: type[_T]) -> _T:
+    if name not in doc:
+        raise NotAnAlert(f"no {name}")
+    value = doc[name]
+    if not isinstance(value, kind):
+        raise NotAnAlert(f"{name} is a JSON {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
+def _int(doc: dict[str, object], name: str, low: int, high: int) -> int:
+    value = _field(doc, name, int)
+    if isinstance(value, bool) or not low <= value <= high:  # bool: JSON true is not an id
+        raise NotAnAlert(f"{name} {value!r} outside [{low}, {high}]")
+    return value
+
+
+def _utf8(text: str) -> None:
+    try:
+        text.encode("utf-8")  # a lone surrogate ("\\ud800") would fail at the driver
+    except UnicodeEncodeError as exc:
+        raise NotAnAlert(f"text {text!r} is not valid UTF-8") from exc
+
+
+def _canonical_uuid(text: str) -> str | None:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
 
 
 def alert_id(rule: str, key: NaturalKey, content_hash: str = "") -> str:

@@ -8,6 +8,11 @@ Reads only committed alerts (`isolation.level=read_committed`: an aborted transa
 alerts never reach the table), upserts each by its alert id, and commits the consumer's
 offsets only after the writes are acknowledged. A crash in between replays the batch,
 which rewrites the same rows: the table shows every alert once.
+
+Only the processor writes the topic, but anything can land there: a record the sink
+cannot read as an alert (not JSON, not an object, a field missing or of the wrong type,
+an instant out of range) is a *foreign* record: logged with its topic, partition and
+offset, counted, skipped and committed past, so it never stops the sink or comes back.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from alerts.rules import Alert
+from alerts.rules import Alert, NotAnAlert
 from infra.process import ServiceError
 from infra.settings import Settings
 from schemas import cql
@@ -40,6 +45,11 @@ COLUMNS = (
 _BATCH = 500
 
 
+class SinkResult(NamedTuple):
+    written: int  # alert rows upserted (a replay counts its rewrites again)
+    foreign: int  # records skipped: not alerts
+
+
 def row(alert: Alert, payload: bytes) -> tuple[Any, ...]:
     """The `alerts` row of one alert (COLUMNS order)."""
     return (
@@ -56,9 +66,11 @@ def row(alert: Alert, payload: bytes) -> tuple[Any, ...]:
     )
 
 
-def run_sink(settings: Settings, stop: threading.Event, until_caught_up: bool = False) -> int:
+def run_sink(
+    settings: Settings, stop: threading.Event, until_caught_up: bool = False
+) -> SinkResult:
     """Copy committed alerts into Cassandra until `stop` (or, with `until_caught_up`, until
-    every assigned partition is read to its last stable offset). Returns rows written."""
+    every assigned partition is read to its last stable offset)."""
     from cassandra.cluster import NoHostAvailable
     from cassandra.concurrent import execute_concurrent_with_args
 
@@ -86,11 +98,12 @@ def run_sink(settings: Settings, stop: threading.Event, until_caught_up: bool = 
         }
     )
     consumer.subscribe([settings.topic_alerts])
-    written, at_end = 0, set[int]()
+    written, foreign, at_end = 0, 0, set[int]()
     try:
         while not stop.is_set():
             msgs = consumer.consume(_BATCH, timeout=0.5)
-            rows = list(_rows(msgs, at_end))
+            rows, skipped = _rows(msgs, at_end)
+            foreign += skipped
             if rows:
                 execute_concurrent_with_args(session, insert, rows, concurrency=32)
                 written += len(rows)
@@ -102,11 +115,14 @@ def run_sink(settings: Settings, stop: threading.Event, until_caught_up: bool = 
     finally:
         consumer.close()
         cluster.shutdown()
-    log.info("wrote %d alert rows", written)
-    return written
+    log.info("wrote %d alert rows, skipped %d foreign records", written, foreign)
+    return SinkResult(written, foreign)
 
 
-def _rows(msgs: Iterable[Any], at_end: set[int]) -> Iterable[tuple[Any, ...]]:
+def _rows(msgs: Iterable[Any], at_end: set[int]) -> tuple[list[tuple[Any, ...]], int]:
+    """The rows of the alerts among `msgs` and how many records were foreign."""
+    rows: list[tuple[Any, ...]] = []
+    foreign = 0
     for msg in msgs:
         err = msg.error()
         if err is not None:
@@ -120,9 +136,11 @@ def _rows(msgs: Iterable[Any], at_end: set[int]) -> Iterable[tuple[Any, ...]]:
         at_end.discard(msg.partition())
         try:
             alert = Alert.from_json(msg.value())
-        except (ValueError, KeyError, TypeError) as exc:
+        except NotAnAlert as exc:
             # Only the processor writes this topic; a foreign record is reported, not fatal.
-            log.error("not an alert at %s[%d]@%d: %s", msg.topic(), msg.partition(),
-                      msg.offset(), exc)  # fmt: skip
+            log.error("foreign record (not an alert) at %s[%d]@%d: %s", msg.topic(),
+                      msg.partition(), msg.offset(), exc)  # fmt: skip
+            foreign += 1
             continue
-        yield row(alert, msg.value())
+        rows.append(row(alert, msg.value()))
+    return rows, foreign

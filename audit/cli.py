@@ -14,8 +14,10 @@ Keyspace, topics, thresholds and the speed bound come from the POS_* settings th
 pipeline ran with (`python -m infra.settings`); the input topic from the ledger.
 
 Exit codes: 0 every exact view equals the ledger; 1 a discrepancy in an exact view (or
-a view named with --views could not be checked); 2 the audit could not run (bad
-arguments, no ledger, Kafka or Cassandra unreachable: the message says what to fix).
+a view named with --views could not be checked); 2 could not audit (bad arguments, a
+piece of evidence missing: the ledger's files, a ledger without messages, the speed
+layer's checkpoint under POS_DATA_DIR, the ledger's topic; Kafka or Cassandra
+unreachable): the message says which, and never a verdict without it.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(cassandra_keyspace=args.keyspace)
         report = audit(settings, args.ledger, args.views, None if args.quiet else _progress)
     except (AuditError, ServiceError) as exc:
-        print(f"pos-audit: {exc}", file=sys.stderr)
+        print(f"pos-audit: could not audit: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

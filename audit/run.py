@@ -12,6 +12,13 @@ a batch run over the data's days, `pos-alerts run` and `pos-alerts sink` caught 
 Expectations come from the ledger only (audit.expectations); the views are read as
 users read them (audit.readers); audit.compare counts the differences. Which views are
 exact, and when, is said per view below and in the README's "Audit" section.
+
+It fails closed: without a piece of its evidence (the ledger's files, a ledger with
+messages, the speed layer's checkpoint for the views that need to know what the speed
+layer read, the input topic) it raises AuditError naming what is missing ("could not
+audit", exit 2), never a report that could read as clean. A view whose producer never
+ran (no committed batch version, no alerts processor or sink) is "skipped", never
+compared with nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from cassandra import DriverException, RequestExecutionException
 from audit import compare
 from audit import expectations as ex
 from audit.readers import (
+    SPEED_VIEWS_CHECKPOINT,
     AuditError,
     Sources,
     alerts_in_topic,
@@ -52,6 +60,8 @@ VIEWS = (
     "alerts_topic",
     "alerts_table",
 )
+# Views whose verdict depends on what the speed layer has read (its checkpoint).
+NEED_SPEED_CHECKPOINT = (*SPEED_VIEWS, "serving_windows", "serving_receipts")
 LEDGER_FILES = ("receipts.jsonl", "faults.jsonl", "summary.json")
 
 
@@ -72,6 +82,26 @@ def check_ledger(path: Path) -> None:
             f"{path} is not a ledger: {', '.join(missing)} missing (written by "
             "`pos-producer simulate --ledger DIR`)"
         )
+
+
+def missing_evidence(
+    settings: Settings, ledger_dir: Path, ledger: ex.Ledger, topic: str, views: list[str]
+) -> list[str]:
+    """What the audit of `views` needs and cannot find on disk (checked before any
+    service is asked): without it a lost row could not be told from a lagging layer."""
+    missing = []
+    if not ledger.receipts and not ledger.malformed:
+        missing.append(f"the ledger {ledger_dir} holds no messages: nothing to audit against")
+    needs_speed = [v for v in views if v in NEED_SPEED_CHECKPOINT]
+    if needs_speed and speed_processed(settings, topic) is None:
+        missing.append(
+            f"the speed layer's checkpoint for topic {topic}: no committed micro-batch of it "
+            f"under {settings.checkpoint_dir / SPEED_VIEWS_CHECKPOINT} (POS_DATA_DIR="
+            f"{settings.data_dir}), needed by {', '.join(needs_speed)}. Point POS_DATA_DIR at "
+            "the directory the speed layer ran with, run `pos-speed run --available-now`, "
+            "or leave those views out with --views"
+        )
+    return missing
 
 
 def alert_rules(settings: Settings) -> ex.AlertRules:
@@ -102,6 +132,9 @@ def audit(
     say = progress or (lambda _line: None)
     ledger = ex.load(ledger_dir)
     topic = str(ledger.summary.get("topic") or settings.topic_transactions)
+    missing = missing_evidence(settings, ledger_dir, ledger, topic, chosen)
+    if missing:
+        raise AuditError("evidence missing: " + "; ".join(missing))
     say(
         f"ledger {ledger_dir}: {len(ledger.receipts)} receipts, {len(ledger.malformed)} "
         f"malformed messages, topic {topic}; keyspace {settings.cassandra_keyspace}"
@@ -151,18 +184,18 @@ class _Context:
         if self._speed_note is None:
             ends = end_offsets(self.settings, self.topic)
             done = speed_processed(self.settings, self.topic)
+            # Fail closed: without both ends nothing tells a loss from a lag.
             if ends is None:
-                self._speed_note = f"topic {self.topic} does not exist"
-            elif done is None:
-                self._speed_note = (
-                    f"no speed-layer checkpoint for {self.topic} under "
-                    f"{self.settings.checkpoint_dir}: cannot tell what it processed"
+                raise AuditError(f"evidence missing: no topic {self.topic} in Kafka")
+            if done is None:
+                raise AuditError(
+                    f"evidence missing: the speed layer's checkpoint for {self.topic} under "
+                    f"{self.settings.checkpoint_dir / SPEED_VIEWS_CHECKPOINT} went away"
                 )
-            else:
-                behind = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
-                self._speed_note = (
-                    "" if behind == 0 else f"speed layer behind the topic's end by {behind} records"
-                )
+            behind = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
+            self._speed_note = (
+                "" if behind == 0 else f"speed layer behind the topic's end by {behind} records"
+            )
         return self._speed_note == "", self._speed_note
 
     def _speed_view(self, name: str, tally: compare.Tally, beyond: int | None) -> ViewResult:
@@ -210,18 +243,30 @@ class _Context:
         return [f for f in self.ledger.receipts.values() if p.covering(f.window_start)]
 
     def _batch_note(self) -> str:
-        p = self._pointer_or_empty()
-        if p.horizon is None:
-            return "no committed batch version: nothing to compare (run `make batch`)"
-        return f"exact up to the horizon {p.horizon.isoformat()} (committed versions only)"
+        horizon = self._pointer_or_empty().horizon
+        assert horizon is not None  # _no_batch skipped the view otherwise
+        return f"exact up to the horizon {horizon.isoformat()} (committed versions only)"
+
+    def _no_batch(self, name: str) -> ViewResult | None:
+        """Skipped, not "equal": with no committed version both sides would be empty."""
+        if self._pointer_or_empty().horizon is not None:
+            return None
+        return ViewResult(
+            name, exact=True, status="skipped",
+            note="no committed batch version over the ledger's days: run `make batch` to audit it",
+        )  # fmt: skip
 
     def receipts_batch(self) -> ViewResult:
+        if (skipped := self._no_batch("receipts_batch")) is not None:
+            return skipped
         expected = {f.key: f.row() for f in self._covered()}
         observed = self.src.batch_receipts(self.store_days, self._pointer_or_empty())
         tally = compare.keyed_rows(expected, observed)
         return ViewResult("receipts_batch", exact=True, tally=tally, note=self._batch_note())
 
     def agg_15m_batch(self) -> ViewResult:
+        if (skipped := self._no_batch("agg_15m_batch")) is not None:
+            return skipped
         batch, _ = self.src.aggregates(self.store_days, self._pointer_or_empty())
         tally = compare.aggregate_rows(ex.aggregates(self._covered()), batch)
         return ViewResult("agg_15m_batch", exact=True, tally=tally, note=self._batch_note())

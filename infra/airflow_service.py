@@ -89,6 +89,7 @@ class AirflowPaths:
             f"airflow {component}",
             self.root / f"{component}.pid",
             self.root / "logs" / f"{component}.log",
+            marker="airflow",  # `airflow <component>`, or its process title
         )
 
 

@@ -24,6 +24,7 @@ from infra.process import (
 from infra.settings import Settings
 
 READY_TIMEOUT_S = 240.0
+CASSANDRA_MAIN = "org.apache.cassandra.service.CassandraDaemon"
 MIN_FREE_DISK = 1024 * 2**20
 
 # From Cassandra 5.0's conf/jvm17-server.options: the JDK internals it reaches into.
@@ -83,7 +84,7 @@ def paths(settings: Settings) -> CassandraPaths:
 
 
 def process(settings: Settings) -> ManagedProcess:
-    return ManagedProcess.in_state_dir("cassandra", paths(settings).root)
+    return ManagedProcess.in_state_dir("cassandra", paths(settings).root, marker=CASSANDRA_MAIN)
 
 
 def render_cassandra_yaml(settings: Settings, root: Path) -> str:
@@ -221,7 +222,7 @@ def start(settings: Settings) -> float:
         *jvm_options(settings, cp.root, jamm),
         "-cp",
         classpath,
-        "org.apache.cassandra.service.CassandraDaemon",
+        CASSANDRA_MAIN,
     ]
     return launch_until_ready(proc, argv, lambda: is_ready(settings), READY_TIMEOUT_S)
 

@@ -57,7 +57,7 @@ def paths(settings: Settings) -> KafkaPaths:
 
 
 def process(settings: Settings) -> ManagedProcess:
-    return ManagedProcess.in_state_dir("kafka", paths(settings).root)
+    return ManagedProcess.in_state_dir("kafka", paths(settings).root, marker="kafka.Kafka")
 
 
 def render_server_properties(settings: Settings, data_dir: Path) -> str:

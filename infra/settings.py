@@ -370,6 +370,12 @@ class Settings(BaseSettings):
         description="Cassandra connect and request timeout of the serving layer; past it a "
         "request answers 503 with the reason instead of hanging.",
     )
+    serve_page_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="Secret that signs the receipts' page tokens (every serving instance "
+        "behind one address must share it); empty: a key generated once into "
+        "$POS_STATE_DIR/serve/page.key.",
+    )
     serve_dead_letter_scan_limit: int = Field(
         default=100_000,
         ge=1,

@@ -69,7 +69,10 @@ class SparkPaths:
 
     def process(self, daemon: str) -> ManagedProcess:
         return ManagedProcess(
-            f"spark {daemon}", self.root / f"{daemon}.pid", self.root / "logs" / f"{daemon}.log"
+            f"spark {daemon}",
+            self.root / f"{daemon}.pid",
+            self.root / "logs" / f"{daemon}.log",
+            marker={"master": MASTER_CLASS, "worker": WORKER_CLASS}.get(daemon),
         )
 
 

@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime
 
 from infra.settings import Settings
 from schemas import contract
-from serving import merge
+from serving import merge, paging
 from serving.errors import UnknownStore
 from serving.model import (
     DayTotal,
@@ -37,6 +37,7 @@ from serving.requests import (
     PHASES,
     PageToken,
     TimeRange,
+    check_day,
     check_limit,
     check_store,
     day_range,
@@ -62,6 +63,12 @@ class Serving:
         self.views = Views(settings)
         self._clock = clock
         self._known: set[int] = set()  # stores never disappear from the views
+        self._page_key: bytes | None = None  # read or made on the first paged request
+
+    def page_key(self) -> bytes:
+        if self._page_key is None:
+            self._page_key = paging.page_key(self.settings)
+        return self._page_key
 
     def close(self) -> None:
         self.views.close()
@@ -105,6 +112,7 @@ class Serving:
     def top_stores(self, day: date, limit: int = 10) -> TopStores:
         """The day's stores by merged revenue, best first."""
         check_limit(limit, "limit", MAX_TOP)
+        check_day(day)
         pointer = self.views.pointer(day, day)
         batch, speed = self.views.all_stores_day(day, pointer)
         return TopStores(day, pointer.horizon, merge.top_stores(day, pointer, batch, speed, limit))
@@ -119,14 +127,17 @@ class Serving:
         split at the same window boundary as the aggregates.
         """
         size = check_limit(page_size or self.settings.serve_page_size, "page_size", MAX_PAGE_SIZE)
-        token = decode_page(page) if page else None
+        check_day(day)
+        check_store(store)
+        token = decode_page(page, self.page_key(), store, day) if page else None
         self.require_store(store)
         if token is None:
             pointer = self.views.pointer(day, day)
             split = merge.batch_split(pointer, day)
             version = pointer.days[day].receipts_ref if day in pointer.days else None
             batch_first = version is not None and split > merge.day_bounds(day)[0]
-            token = PageToken(PHASES[0] if batch_first else "speed", None, split, version)
+            phase0 = PHASES[0] if batch_first else "speed"
+            token = PageToken(phase0, None, split, version, store, day)
         out: list[Receipt] = []
         phase: str | None = token.phase
         state = token.paging_state
@@ -138,7 +149,9 @@ class Serving:
             if state is None:  # this side is done: go on with the next one
                 phase = "speed" if phase == "batch" else None
         following = (
-            encode_page(PageToken(phase, state, token.split, token.version))
+            encode_page(
+                PageToken(phase, state, token.split, token.version, store, day), self.page_key()
+            )
             if phase is not None
             else None
         )
@@ -146,6 +159,7 @@ class Serving:
 
     def store_day(self, store: int, day: date) -> StoreDay:
         """Conflicting copies of the store-day's receipts and what the batch fixed."""
+        check_day(day)
         self.require_store(store)
         return StoreDay(store, day, self.views.conflicts(store, day), self.views.fixes(store, day))
 

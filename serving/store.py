@@ -21,7 +21,7 @@ from typing import Any
 
 from infra.settings import Settings
 from schemas import cql
-from serving.errors import Unavailable
+from serving.errors import QueryError, Unavailable
 from serving.model import (
     Aggregate,
     BatchRun,
@@ -160,6 +160,23 @@ class Views:
                 f"{self._settings.cassandra_keyspace!r} applied? `make schema`)"
             ) from None
 
+    @contextmanager
+    def _paging_refused(self, paging_state: bytes | None) -> Iterator[None]:
+        """Cassandra refusing a paging state is the caller's token, not an outage: page
+        tokens are signed (serving.paging), so this is one of ours gone stale (another
+        server version or schema): start the store-day again."""
+        from cassandra import InvalidRequest
+        from cassandra.protocol import ProtocolException
+
+        try:
+            yield
+        except (ProtocolException, InvalidRequest) as exc:
+            if paging_state is None:
+                raise
+            raise QueryError(
+                f"page is no longer valid ({exc}): ask again without page for the first one"
+            ) from None
+
     def _connected(self) -> Any:
         with self._lock:
             if self._session is not None:
@@ -287,7 +304,7 @@ class Views:
                 )
         else:
             session, bound = self._run("receipts_speed", store, day, split, fetch_size=fetch_size)
-        with self._errors():
+        with self._errors(), self._paging_refused(paging_state):
             result = session.execute(bound, paging_state=paging_state)
             rows = list(result.current_rows)
         source: Source = "batch" if phase == "batch" else "speed"

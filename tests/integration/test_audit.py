@@ -105,7 +105,7 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         assert sigterm(proc) == 0, log.read_text()
     finally:
         cleanup(proc)
-    assert run_sink(s, threading.Event(), until_caught_up=True) > 0
+    assert run_sink(s, threading.Event(), until_caught_up=True).written > 0
     cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
     session = cluster.connect(s.cassandra_keyspace)
     yield Seeded(s, ledger, session, tmp)
@@ -397,3 +397,23 @@ def test_while_the_speed_layer_is_behind_its_gaps_are_reported_not_failed(
         assert "behind the topic's end by 1 records" in raw.note
         assert report.clean and report.exit_code == 0
         assert "reported" in report.table()
+
+
+def test_without_the_speed_layers_checkpoint_the_audit_fails_closed(
+    isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    """A real ledgered stream in Kafka, a real keyspace, but POS_DATA_DIR where the speed
+    layer never ran: every speed row would look lost or lagging, so no verdict at all."""
+    s, _ = isolated
+    ledger = tmp_path / "ledger"
+    simulate(s, ledger, "--count", "50", "--seed", "3")
+    done = subprocess.run(
+        [str(VENV_BIN / "pos-audit"), "--ledger", str(ledger), "--quiet"],
+        env=env_for(s), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert "pos-audit: could not audit: evidence missing: the speed layer's checkpoint" in (
+        done.stderr
+    )
+    assert f"under {s.data_dir}/checkpoints/views" in done.stderr

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+import base64
+import re
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
@@ -70,11 +72,98 @@ def test_limits_and_stores() -> None:
         check_store(-1)
 
 
+KEY = bytes(range(32))
+DAY = date(2026, 3, 2)
+
+
 def test_page_tokens_round_trip_and_garbage_is_refused() -> None:
-    token = PageToken("batch", b"\x00\x01state", datetime(2026, 3, 2, 10, tzinfo=UTC), "v2")
-    assert decode_page(encode_page(token)) == token
-    speed = PageToken("speed", None, datetime(2026, 3, 2, tzinfo=UTC), None)
-    assert decode_page(encode_page(speed)) == speed
-    for garbage in ("abc", "", encode_page(token)[:-3] + "!!!"):
+    token = PageToken(
+        "batch", b"\x00\x01state", datetime(2026, 3, 2, 10, tzinfo=UTC), "v2", 101, DAY
+    )
+    assert decode_page(encode_page(token, KEY), KEY, 101, DAY) == token
+    speed = PageToken("speed", None, datetime(2026, 3, 2, tzinfo=UTC), None, 101, DAY)
+    assert decode_page(encode_page(speed, KEY), KEY, 101, DAY) == speed
+    for garbage in ("abc", "", encode_page(token, KEY)[:-3] + "!!!", "é.é", "a.b.c"):
         with pytest.raises(QueryError, match="pass next_page of the previous answer"):
-            decode_page(garbage)
+            decode_page(garbage, KEY, 101, DAY)
+
+
+def test_a_token_is_signed_payload_dot_mac() -> None:
+    token = PageToken("speed", None, datetime(2026, 3, 2, tzinfo=UTC), None, 101, DAY)
+    payload, mac = encode_page(token, KEY).split(".")
+    assert base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)) == (
+        b'{"p":"speed","s":null,"t":"2026-03-02T00:00:00+00:00","v":null,"o":101,"d":"2026-03-02"}'
+    )
+    assert len(base64.urlsafe_b64decode(mac + "==")) == 16
+
+
+def _unsigned(raw: bytes) -> str:
+    """What a client could forge: the old token format, base64 of JSON, no MAC."""
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        _unsigned(b"[" * 1100),  # made the old decoder recurse (RecursionError, a 500)
+        # well-formed, with a paging state Cassandra rejects (ProtocolException, a 500)
+        _unsigned(b'{"p":"speed","s":"deadbeef","t":"2026-03-02T00:00:00+00:00","v":null}'),
+        _unsigned(b"[" * 1100) + "." + "A" * 22,  # shaped like a signed one
+        "A" * 5000 + ".AAAA",  # too long to be one of ours
+    ],
+)
+def test_forged_tokens_are_refused_before_parsing(forged: str) -> None:
+    with pytest.raises(QueryError, match=r"^page is not a token this API returned"):
+        decode_page(forged, KEY, 101, DAY)
+
+
+def test_a_token_of_another_key_or_store_day_is_refused() -> None:
+    token = PageToken("speed", b"state", datetime(2026, 3, 2, tzinfo=UTC), None, 101, DAY)
+    with pytest.raises(QueryError, match=r"^page is not a token this API returned"):
+        decode_page(encode_page(token, KEY), bytes(32), 101, DAY)
+    mac = encode_page(token, KEY).split(".")[1]
+    tampered = _unsigned(
+        b'{"p":"speed","s":"00","t":"2026-03-02T00:00:00+00:00","v":null,"o":101,"d":"2026-03-02"}'
+    )
+    with pytest.raises(QueryError, match=r"^page is not a token this API returned"):
+        decode_page(f"{tampered}.{mac}", KEY, 101, DAY)
+    with pytest.raises(QueryError, match="issued for store 101 on 2026-03-02, not store 102"):
+        decode_page(encode_page(token, KEY), KEY, 102, DAY)
+    with pytest.raises(QueryError, match="not store 101 on 2026-03-03"):
+        decode_page(encode_page(token, KEY), KEY, 101, date(2026, 3, 3))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0001-01-01T00:00:00+01:00",
+         "start '0001-01-01T00:00:00+01:00' is outside the data's years"),
+        ("9999-12-31T23:00:00-05:00", "is outside the data's years"),
+        ("1999-12-31T23:59:59Z", "start 1999-12-31T23:59:59+00:00 is outside the data's years"),
+        ("2100-01-01T00:00:01Z", "is outside the data's years"),
+        ("0001-01-01",
+         "start 0001-01-01 is outside the data's years: a day is 2000-01-01..2099-12-31"),
+    ],
+)  # fmt: skip
+def test_instants_outside_the_contract_years_are_refused(text: str, message: str) -> None:
+    with pytest.raises(QueryError, match=re.escape(message)):
+        parse_instant(text, "start")
+
+
+def test_the_contract_years_bound_instants_and_days() -> None:
+    assert parse_instant("2000-01-01T01:00:00+01:00", "start") == datetime(2000, 1, 1, tzinfo=UTC)
+    assert parse_instant("2100-01-01T00:00:00Z", "end") == datetime(2100, 1, 1, tzinfo=UTC)
+    assert parse_day("2099-12-31") == date(2099, 12, 31)
+    assert parse_day("2000-01-01") == date(2000, 1, 1)
+    for day in ("9999-12-31", "0001-01-01", "1999-12-31", "2100-01-01"):
+        with pytest.raises(QueryError, match=f"day {day} is outside the data's years"):
+            parse_day(day)
+
+
+def test_a_range_of_python_datetimes_outside_the_years_is_refused() -> None:
+    # The library's own door (not only the parsers): Serving.windows takes datetimes.
+    far = datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))
+    with pytest.raises(QueryError, match="end 9999-12-31T23:00:00-05:00 is outside"):
+        TimeRange.checked(datetime(2026, 3, 2, tzinfo=UTC), far, 31)
+    with pytest.raises(QueryError, match="start 1970-01-01T00:00:00\\+00:00 is outside"):
+        TimeRange.checked(datetime(1970, 1, 1, tzinfo=UTC), datetime(1970, 1, 2, tzinfo=UTC), 31)
