@@ -109,6 +109,7 @@ bench: up ## every benchmark (side-by-side ratios), then the report in docs/benc
 	$(PY) bench/producer_clients.py  # confluent-kafka vs kafka-python, idempotent, same messages
 	$(PY) bench/speed_designs.py
 	$(PY) bench/batch_recompute.py --seconds 21600  # 6 h of 1 s micro-batch files (a whole day: --seconds 86400, ~4x longer)
+	$(PY) bench/batch_history.py  # one hourly run (10,000 new receipts) on 1M, 10M and 50M records of generated, folded history; rows written per new receipt (with/without late data); non-write time vs delta-rs + polars
 	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
 	$(PY) bench/speed_vs_plain.py  # speed layer (views query; both queries; one-shot cold and running warm after a 200k-message warm-up) vs a plain Python consumer, same topic (250k, faults), ledger-checked
 	$(PY) bench/speed_latency.py --vary POS_SPEED_DRIVERS=per-query,shared --warmup 210 --max-warmup 420  # produce-to-visible p50/p99 of `pos-speed run` (1 s trigger) at 10 and 1,000 events/s, a driver per query (shipped) vs both in one driver; micro-batch cost. at least 210 s of warm-up, and until the archiver has drained the cold start's backlog (at 1,000 events/s ~3-4 min), at most 420 s
