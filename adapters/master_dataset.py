@@ -59,6 +59,17 @@ def latest_version(spark: SparkSession, settings: Settings) -> int:
     return int(row["version"])
 
 
+def newest_version_on_disk(settings: Settings) -> int:
+    """The newest table version, from the names of the table's commit files (the Delta
+    protocol names each commit `<version>.json`, zero-padded, in `_delta_log`): for a
+    scheduler's task that starts no Spark session."""
+    log = settings.master_dataset_dir / "_delta_log"
+    versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()]
+    if not versions:
+        raise FileNotFoundError(f"no Delta table at {settings.master_dataset_dir}")
+    return max(versions)
+
+
 def table_id(spark: SparkSession, settings: Settings) -> str:
     row = spark.sql(f"DESCRIBE DETAIL {_table(settings)}").select("id").first()
     if row is None:  # pragma: no cover - DESCRIBE DETAIL always returns one row

@@ -4,6 +4,8 @@
     pos-batch run ... --delta-version 17     # reproduce a run: the same input, the same rows
                                              # (written for inspection; --take-over serves it)
     pos-batch quality --start ... --end ...  # batch vs speed per store-window -> batch_fixes
+    pos-batch rebuild [--chunks 8]           # recompute every day from every record
+                                             # (after a validator or winner-rule change)
     pos-batch master optimize | vacuum [--retain-hours H] | history | migrate --from DIR
     pos-batch gc [--grace-hours 3] [--dry-run]   # delete versions nothing points to
 
@@ -12,7 +14,8 @@ interval is [start, end), and it must have ended (an end more than two minutes a
 is refused: the run would make windows final before their receipts exist). Prints one
 JSON line with the run's bookkeeping. Exit codes: 0 done, 2 bad arguments (a future
 interval among them), 1 the run failed (recorded as `failed` in batch_runs), 3 another
-run committed the pointer while this one computed (recorded as `conflict`; rerun).
+run committed the pointer while this one computed (recorded as `conflict`; rerun), 4
+nothing to do yet (no master dataset: the archiver has not written its first records).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from batch_layer.interval import Interval, IntervalError, parse_instant
-from batch_layer.store import CommitConflict
+from batch_layer.store import CommitConflict, NothingToDo
 from infra.settings import Settings, load_settings
 
 log = logging.getLogger("pos.batch")
@@ -66,6 +69,30 @@ def _parser() -> argparse.ArgumentParser:
                 help="with --delta-version: serve this run's version for its days even over "
                 "versions read from newer table versions (a deliberate rollback)",
             )
+    r = sub.add_parser(
+        "rebuild",
+        help="recompute every day from every record, in chunks of natural keys, as a new "
+        "generation, then serve it (after a change of the validator or the winner rule)",
+        description="The full recompute (batch_layer/rebuild.py). Without --chunk or "
+        "--commit: every chunk in turn, then the commit. The DAG pos_batch_rebuild runs "
+        "one task per chunk, then the commit.",
+    )
+    r.add_argument("--chunks", type=int, default=8, help="chunks of natural keys (default 8)")
+    r.add_argument(
+        "--delta-version",
+        type=int,
+        default=None,
+        help="the master dataset's table version to read (default: the newest; every "
+        "chunk and the commit of one rebuild must name the same)",
+    )
+    step = r.add_mutually_exclusive_group()
+    step.add_argument("--chunk", type=int, default=None, help="run only this chunk (0-based)")
+    step.add_argument("--commit", action="store_true", help="only sum the chunks and serve")
+    r.add_argument(
+        "--end",
+        default=None,
+        help="how far the rebuilt days are final (default: the pointer's horizon)",
+    )
     gc = sub.add_parser(
         "gc",
         help="delete batch-view versions nothing points to (killed runs, replaced versions)",
@@ -101,6 +128,7 @@ def _emit(value: Any) -> None:
 
 
 EXIT_CONFLICT = 3
+EXIT_NOTHING_TO_DO = 4
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +148,18 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--take-over needs --delta-version (it serves a pinned rerun)")
     if args.command == "gc":
         return _gc(settings, args)
+    if args.command == "rebuild":
+        if args.chunks < 1:
+            parser.error("--chunks must be at least 1")
+        if args.chunk is not None and not 0 <= args.chunk < args.chunks:
+            parser.error(f"--chunk must be in 0..{args.chunks - 1}")
+        if (args.chunk is not None or args.commit) and args.delta_version is None:
+            parser.error("--chunk and --commit need --delta-version (all steps read one version)")
+        if args.end is not None:
+            try:
+                args.end = parse_instant(args.end)
+            except IntervalError as exc:
+                parser.error(str(exc))
     from infra.spark import build_session
 
     spark = build_session(settings, f"pos-batch-{args.command}")
@@ -130,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             assert interval is not None
             result = job.run(spark, settings, interval, args.delta_version, args.take_over)
             _emit(dataclasses.asdict(result))
+        elif args.command == "rebuild":
+            _rebuild(spark, settings, args)
         elif args.command == "quality":
             from batch_layer import quality
 
@@ -140,12 +182,36 @@ def main(argv: list[str] | None = None) -> int:
     except CommitConflict as exc:
         log.error("pos-batch %s: %s", args.command, exc)
         return EXIT_CONFLICT
+    except NothingToDo as exc:
+        log.warning("pos-batch %s: %s", args.command, exc)
+        _emit({"nothing_to_do": str(exc)})
+        return EXIT_NOTHING_TO_DO
     except Exception as exc:
         log.error("pos-batch %s failed: %s", args.command, exc)
         return 1
     finally:
         spark.stop()
     return 0
+
+
+def _rebuild(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
+    from adapters import master_dataset
+    from batch_layer import rebuild
+
+    if not args.commit and args.chunk is not None:
+        one = rebuild.run_chunk(spark, settings, args.delta_version, args.chunk, args.chunks)
+        _emit(dataclasses.asdict(one))
+        return
+    if not master_dataset.exists(spark, settings):
+        raise NothingToDo(f"no master dataset at {settings.master_dataset_dir} yet")
+    version = args.delta_version
+    if version is None:
+        version = master_dataset.latest_version(spark, settings)
+    if not args.commit:
+        for chunk in range(args.chunks):
+            one = rebuild.run_chunk(spark, settings, version, chunk, args.chunks)
+            _emit(dataclasses.asdict(one))
+    _emit(rebuild.commit(spark, settings, version, args.chunks, args.end))
 
 
 def _gc(settings: Settings, args: argparse.Namespace) -> int:

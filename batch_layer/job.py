@@ -53,6 +53,7 @@ from batch_layer.store import (
     CommitConflict,
     DayCommit,
     Folded,
+    NothingToDo,
     PointerState,
     advancing,
 )
@@ -67,10 +68,6 @@ log = logging.getLogger("pos.batch")
 RECEIPT_COLUMNS = folding.RECEIPT_COLUMNS
 AGGREGATE_COLUMNS = ("version", *BATCH_AGGREGATE_COLUMNS)
 LATE_THRESHOLD_US = int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000)
-
-
-class NothingToDo(Exception):
-    """No master dataset yet: the archiver creates it with its first micro-batch."""
 
 
 @dataclass(frozen=True)

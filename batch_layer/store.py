@@ -25,6 +25,10 @@ from schemas import cql
 VIEW_NAME = "batch"  # receipts_batch + agg_15m_batch, committed together
 
 
+class NothingToDo(Exception):
+    """No master dataset yet: the archiver creates it with its first micro-batch."""
+
+
 class CommitConflict(RuntimeError):
     """Another run committed the pointer after this run read it: this run's commit is
     refused (its rows stay unpointed until `pos-batch gc`)."""

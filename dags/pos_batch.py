@@ -15,6 +15,12 @@ without one silently submits to master `yarn`).
 - `pos_master_maintenance` (daily): OPTIMIZE then VACUUM of the master dataset, and
   `pos-batch gc`: delete batch-view versions nothing points to (same pool: never
   during a recompute).
+- `pos_batch_rebuild` (manual only, no schedule): the full recompute from every record
+  (batch_layer/rebuild.py), for when the validator or the winner rule changes: `plan`
+  pins the master dataset's newest table version, one mapped `chunk` task per chunk of
+  natural keys (params.chunks; the grid shows the progress), then `commit` serves the
+  new generation. Same pool: the hourly runs wait, and their next fold continues from
+  the rebuild's table version.
 
 Backfill: `airflow backfill create --dag-id pos_batch --from-date 2026-03-01
 --to-date 2026-03-03` (run by the scheduler, one run per hour, in order). A run's
@@ -25,8 +31,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.providers.standard.sensors.python import PythonSensor
 from airflow.sdk import DAG, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
@@ -53,6 +61,18 @@ def archived_before(end: str, pos_env: dict[str, str]) -> bool:
     return check(end, pos_env)
 
 
+REBUILD_COMMIT_ARGS = "{{ ti.xcom_pull(task_ids='plan')[0][:-2] + ['--commit'] }}"
+
+
+def rebuild_plan(chunks: int, pos_env: dict[str, str]) -> list[list[str]]:
+    """Every chunk's `pos-batch` arguments, at the master dataset's newest table version
+    (run time): the mapped tasks' input."""
+    from batch_layer.await_archive import settings_with
+    from batch_layer.rebuild import plan
+
+    return plan(settings_with(pos_env), int(chunks))["chunks"]
+
+
 def spark_jars() -> str:
     """The project's Spark jars, comma-separated (called at render time, not parse time)."""
     from infra.settings import load_settings
@@ -61,19 +81,22 @@ def spark_jars() -> str:
     return ",".join(str(j) for j in jars(load_settings()))
 
 
-def _submit(task_id: str, args: list[str], timeout: timedelta) -> SparkSubmitOperator:
-    return SparkSubmitOperator(
-        task_id=task_id,
-        conn_id=SPARK_CONN_ID,
-        application=BATCH_CLI,
-        application_args=args,
-        jars="{{ pos_spark_jars() }}",
-        name=f"pos-batch-{task_id}",
+def _submit_args(task_id: str, timeout: timedelta) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "conn_id": SPARK_CONN_ID,
+        "application": BATCH_CLI,
+        "jars": "{{ pos_spark_jars() }}",
+        "name": f"pos-batch-{task_id}",
         # A template, rendered to a dict (render_template_as_native_obj) at run time.
-        env_vars="{{ params.pos_env }}",  # type: ignore[arg-type]
-        pool=POOL,
-        execution_timeout=timeout,
-    )
+        "env_vars": "{{ params.pos_env }}",
+        "pool": POOL,
+        "execution_timeout": timeout,
+    }
+
+
+def _submit(task_id: str, args: Any, timeout: timedelta) -> SparkSubmitOperator:
+    return SparkSubmitOperator(application_args=args, **_submit_args(task_id, timeout))
 
 
 DEFAULTS = {
@@ -126,3 +149,30 @@ with DAG(
     vacuum = _submit("vacuum", ["master", "vacuum"], timedelta(hours=1))
     gc = _submit("gc", ["gc"], timedelta(minutes=30))
     optimize >> vacuum >> gc
+
+with DAG(
+    dag_id="pos_batch_rebuild",
+    description="Recompute every day from every record of the master dataset, in chunks "
+    "of natural keys, then serve the new generation (manual: after a validator or "
+    "winner-rule change)",
+    schedule=None,
+    **{  # type: ignore[arg-type]
+        **COMMON,
+        "params": {
+            **COMMON["params"],  # type: ignore[dict-item]
+            "chunks": Param(8, type="integer", minimum=1, description="chunks of natural keys"),
+        },
+    },
+) as rebuild_dag:
+    steps = PythonOperator(
+        task_id="plan",
+        python_callable=rebuild_plan,
+        op_kwargs={"chunks": "{{ params.chunks }}", "pos_env": "{{ params.pos_env }}"},
+    )
+    chunk = SparkSubmitOperator.partial(**_submit_args("chunk", timedelta(hours=2))).expand(
+        application_args=steps.output
+    )
+    # The commit's arguments: the plan's pinned ones (its first chunk's, less `--chunk
+    # N`), rendered to a list (render_template_as_native_obj).
+    commit = _submit("commit", REBUILD_COMMIT_ARGS, timedelta(hours=1))
+    steps >> chunk >> commit

@@ -160,7 +160,13 @@ def plus(committed: DataFrame, added: DataFrame) -> DataFrame:
     both = committed.select(*WINDOW_KEY, *BATCH_MEASURES).unionByName(
         added.select(*WINDOW_KEY, *BATCH_MEASURES)
     )
-    return both.groupBy(*WINDOW_KEY).agg(*_summed()).select(*BATCH_AGGREGATE_COLUMNS)
+    return summed(both)
+
+
+def summed(shares: DataFrame) -> DataFrame:
+    """BATCH_AGGREGATE_COLUMNS: the measures of rows of the same window added up (shares
+    of one window from disjoint sets of receipts, as a rebuild's chunks give)."""
+    return shares.groupBy(*WINDOW_KEY).agg(*_summed()).select(*BATCH_AGGREGATE_COLUMNS)
 
 
 def _summed() -> tuple[Column, ...]:

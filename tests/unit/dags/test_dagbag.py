@@ -22,7 +22,7 @@ def dagbag() -> Any:
 
 def test_no_import_errors(dagbag: Any) -> None:
     assert dagbag.import_errors == {}
-    assert set(dagbag.dags) == {"pos_batch", "pos_master_maintenance"}
+    assert set(dagbag.dags) == {"pos_batch", "pos_master_maintenance", "pos_batch_rebuild"}
 
 
 def test_batch_dag_is_hourly_over_data_intervals_and_never_overlaps(dagbag: Any) -> None:
@@ -69,3 +69,32 @@ def test_maintenance_dag_compacts_vacuums_then_drops_unreferenced_versions(dagba
         ["gc"],
     ]
     assert all(t.pool == "pos_batch" for t in dag.tasks)
+
+
+def test_rebuild_dag_is_manual_and_maps_one_task_per_chunk_before_its_commit(
+    dagbag: Any,
+) -> None:
+    dag = dagbag.dags["pos_batch_rebuild"]
+    from airflow.sdk.definitions.timetables.simple import NullTimetable
+
+    assert isinstance(dag.timetable, NullTimetable)  # manual trigger only
+    assert dag.params["chunks"] == 8
+    assert [t.task_id for t in dag.topological_sort()] == ["plan", "chunk", "commit"]
+    assert dag.get_task("chunk").pool == dag.get_task("commit").pool == "pos_batch"
+
+
+def test_the_rebuild_plan_pins_one_table_version_for_every_step(tmp_path: Path) -> None:
+    from batch_layer.rebuild import plan
+    from infra.settings import load_settings
+
+    settings = load_settings(data_dir=tmp_path)
+    log = settings.master_dataset_dir / "_delta_log"
+    log.mkdir(parents=True)
+    for version in (0, 1, 12):
+        (log / f"{version:020d}.json").write_text("{}")
+    (log / "00000000000000000010.checkpoint.parquet").write_text("")
+    pinned = ["rebuild", "--chunks", "3", "--delta-version", "12"]
+    assert plan(settings, 3) == {
+        "chunks": [[*pinned, "--chunk", "0"], [*pinned, "--chunk", "1"], [*pinned, "--chunk", "2"]],
+        "commit": [*pinned, "--commit"],
+    }
