@@ -33,9 +33,10 @@ natively, in this process; generation time reported apart):
   dataset (`records.MASTER_COLUMNS`, partitioned by event_day, the change data feed on
   as `infra.spark.build_session` makes it) 100 hours per table version, in time order.
 - Folded by the batch layer: the index `receipt_keys_batch` (one row per natural key,
-  the winning copy's `views.winners.INDEX_COLUMNS`, judged by the project's own
-  `views.records.check` + `receipt_rows`, so the content hash is the one the run
-  computes); `receipts_batch` rows of the receipts of H's UTC day only (partition
+  the winning copy's `views.winners.INDEX_COLUMNS`, by the project's own
+  `views.records.receipt_rows` over the typed receipts, so the content hash is the one
+  the run computes: the JSON parse of `views.records.check` is skipped, after checking
+  on the first history hours that both give the very same rows); `receipts_batch` rows of the receipts of H's UTC day only (partition
   version = the generation, `master_version` = the table version that archived the
   record): the receipts of older days are not generated, since an hourly run neither
   reads nor writes them; `agg_15m_batch` of H's day and the day before it
@@ -346,6 +347,79 @@ def _pick(values: Iterable[int], index: Any) -> Any:
 def master_rows(spark: Any, shape: Shape, lo: int, hi: int, resends: bool = True) -> Any:
     """Master-dataset rows (records.MASTER_COLUMNS) of hours [lo, hi): their receipts'
     first copies and (resends) the resends those hours carry, exactly as `Shape` says."""
+    return _records(copies(spark, shape, lo, hi, resends), shape)
+
+
+def receipt_rows(spark: Any, shape: Shape, lo: int, hi: int, settings: Any,
+                 resends: bool = True) -> Any:  # fmt: skip
+    """The same copies as receipt rows (records.RECEIPT_ROW_COLUMNS), by the project's
+    own `views.records.receipt_rows` (content hash, day, late and beyond-bound flags as a
+    batch run computes them) over the typed receipts the validator would have made of
+    their JSON: the check's parse is skipped, which would cost the generator of 50M
+    index rows most of its time (`same_as_judged` proves the two equal)."""
+    from pyspark.sql import functions as F
+
+    from views import records
+
+    rows = copies(spark, shape, lo, hi, resends)
+    schema = records.RECEIPT_SCHEMA
+    cents = F.col("g") % 400 + 100
+    quantity = F.col("g") % 3 + 1
+    price = cents.cast("decimal(12,2)") / 100
+    receipt = F.struct(
+        F.timestamp_micros("happened_us").alias("happened_at"),
+        (F.lit(FIRST_STORE) + (F.col("d") / shape.devices_per_store).cast("long"))
+        .alias("operation_id"),
+        F.col("tid").alias("transaction_id"),
+        (F.lit(1) + F.col("d") % shape.devices_per_store).alias("vendor_fiscal_module"),
+        F.array(F.struct(F.lit("Item").alias("title"), price.alias("price"),
+                         quantity.alias("amount"))).alias("line_items"),
+        quantity.alias("item_quantity"),
+        (price * quantity).alias("revenue"),
+    ).cast(schema)  # fmt: skip
+    checked = rows.select(
+        F.lit(TOPIC).alias("kafka_topic"),
+        F.col("p").cast("int").alias("kafka_partition"),
+        F.col("offset").cast("long").alias("kafka_offset"),
+        F.timestamp_micros("arrival_us").alias("kafka_timestamp"),
+        F.lit(None).cast("string").alias("reason"),
+        receipt.alias("receipt"),
+    )
+    return records.receipt_rows(checked, *thresholds(settings))
+
+
+def thresholds(settings: Any) -> tuple[int, int]:
+    return (LATE_THRESHOLD_S * 1_000_000,
+            int(settings.speed_max_lateness_hours * 3600 * 1_000_000))  # fmt: skip
+
+
+def judged_receipt_rows(master: Any, settings: Any) -> Any:
+    """Master rows judged as a batch run judges them: `check` (the contract's validator,
+    native path first) + `receipt_rows`."""
+    from views import records
+
+    checked = records.check(records.from_archive(master), native_first=True)
+    return records.receipt_rows(checked, *thresholds(settings))
+
+
+def same_as_judged(spark: Any, shape: Shape, settings: Any) -> list[str]:
+    """The typed receipt rows of the first history hour (and the hour after, with its
+    resends) against the same master rows judged from their JSON: every column of every
+    row must be equal."""
+    hi = min(2, shape.hours + 1)
+    typed = receipt_rows(spark, shape, 0, hi, settings)
+    judged = judged_receipt_rows(master_rows(spark, shape, 0, hi), settings)
+    extra, missing = typed.exceptAll(judged).count(), judged.exceptAll(typed).count()
+    total = judged.count()
+    if extra or missing or total != hi * shape.new + len(list(shape.resends(1))) * (hi - 1):
+        return [f"typed receipt rows differ from the judged ones: {extra} extra, {missing} "
+                f"missing of {total}"]  # fmt: skip
+    return []
+
+
+def copies(spark: Any, shape: Shape, lo: int, hi: int, resends: bool = True) -> Any:
+    """(g, d, tid, happened_us, arrival_us, p, offset) of every copy of hours [lo, hi):
+    g = the receipt (its content), d = its device."""
     from pyspark.sql import functions as F
 
     n, D, K, S = shape.new, shape.devices, shape.per_device, shape.spacing
@@ -368,9 +442,8 @@ def master_rows(spark: Any, shape: Shape, lo: int, hi: int, resends: bool = True
         (h * _pick(shape.per_hour, p) + k * _pick(shape.devices_in, p) + _pick(shape.rank, d))
         .alias("offset"),
     )  # fmt: skip
-    out = _records(firsts, shape)
     if not resends or hi <= max(lo, 1):
-        return out
+        return firsts
     m = len(shape.resenders)
     first = max(lo, 1)
     rs = spark.range(first * m, hi * m, 1, max(1, min(4, hi - first)))
@@ -378,7 +451,7 @@ def master_rows(spark: Any, shape: Shape, lo: int, hi: int, resends: bool = True
     rd = _pick(shape.resenders, F.col("id") % m)
     og = (rh - 1) * n + (K - 1) * D + rd  # the original: hour h-1, k = K-1, device rd
     rp = _pick(shape.partition_of, rd)
-    copies = rs.select(
+    again = rs.select(
         og.alias("g"),
         rd.alias("d"),
         ((rh - 1) * K + K).alias("tid"),
@@ -389,7 +462,7 @@ def master_rows(spark: Any, shape: Shape, lo: int, hi: int, resends: bool = True
         (rh * _pick(shape.per_hour, rp) + _pick(shape.devices_in, rp) * K
          + _pick(shape.resend_rank, rd)).alias("offset"),
     )  # fmt: skip
-    return out.unionByName(_records(copies, shape))
+    return firsts.unionByName(again)
 
 
 def _records(rows: Any, shape: Shape) -> Any:
@@ -430,19 +503,6 @@ def _records(rows: Any, shape: Shape) -> Any:
     )  # fmt: skip
 
 
-def receipt_rows(master: Any, settings: Any) -> Any:
-    """The project's own judgement of master rows: `check` + `receipt_rows` (content
-    hash, late and beyond-bound flags exactly as a batch run computes them)."""
-    from views import records
-
-    checked = records.check(records.from_archive(master), native_first=True)
-    return records.receipt_rows(
-        checked,
-        LATE_THRESHOLD_S * 1_000_000,
-        int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
-    )
-
-
 @dataclass
 class Generated:
     """What the generator wrote, and how long each part took."""
@@ -471,6 +531,10 @@ def generate(spark: Any, shape: Shape, settings: Any) -> Generated:
     chunks = [(lo, min(lo + CHUNK_HOURS, shape.hours)) for lo in range(0, shape.hours, CHUNK_HOURS)]
 
     t0 = time.perf_counter()
+    if problems := same_as_judged(spark, shape, settings):
+        raise SystemExit(f"the generator's receipt rows are not the batch job's: {problems}")
+    seconds["typed_check"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     for version, (lo, hi) in enumerate(chunks):
         append(master_rows(spark, shape, lo, hi), settings)
         got = master_dataset.latest_version(spark, settings)
@@ -489,7 +553,7 @@ def generate(spark: Any, shape: Shape, settings: Any) -> Generated:
     index_columns = ("generation", *INDEX_COLUMNS, "key_bucket")
     t0 = time.perf_counter()
     for lo, hi in chunks:
-        keys = receipt_rows(master_rows(spark, shape, lo, hi, resends=False), settings)
+        keys = receipt_rows(spark, shape, lo, hi, settings, resends=False)
         keys = keys.withColumns({
             "generation": F.lit(GENERATION),
             "key_bucket": F.floor(F.col("transaction_id") / cql.KEY_BUCKET_SIZE).cast("long"),
@@ -509,7 +573,7 @@ def generate(spark: Any, shape: Shape, settings: Any) -> Generated:
         a, b = max(lo, day_hours[0]), min(hi, day_hours[-1] + 1)
         if a >= b:
             continue
-        rows = receipt_rows(master_rows(spark, shape, a, b, resends=False), settings)
+        rows = receipt_rows(spark, shape, a, b, settings, resends=False)
         rows = rows.withColumns({"version": F.lit(GENERATION),
                                  "master_version": F.lit(version).cast("long")})  # fmt: skip
         cassandra.upsert(rows, ks, cql.RECEIPTS_BATCH_TABLE,
@@ -523,8 +587,7 @@ def generate(spark: Any, shape: Shape, settings: Any) -> Generated:
     if days:
         hours = sorted({h for day in days for h in shape.hours_of(day) if h < shape.hours})
         lo, hi = hours[0], min(hours[-1] + 2, shape.hours)
-        copies = receipt_rows(master_rows(spark, shape, lo, hi), settings)
-        resolution = resolve(copies)
+        resolution = resolve(receipt_rows(spark, shape, lo, hi, settings))
         winners = resolution.winners.where(F.col("day").isin(days))
         duplicates = resolution.duplicates.where(F.to_date("winner_happened_at").isin(days))
         aggregates = (
