@@ -36,10 +36,10 @@ natively, in this process; generation time reported apart):
   the winning copy's `views.winners.INDEX_COLUMNS`, by the project's own
   `views.records.receipt_rows` over the typed receipts, so the content hash is the one
   the run computes: the JSON parse of `views.records.check` is skipped, after checking
-  on the first history hours that both give the very same rows); `receipts_batch` rows of the receipts of H's UTC day only (partition
-  version = the generation, `master_version` = the table version that archived the
-  record): the receipts of older days are not generated, since an hourly run neither
-  reads nor writes them; `agg_15m_batch` of H's day and the day before it
+  on the first history hours that both give the very same rows); `receipts_batch` rows
+  of the receipts of H's UTC day only (partition version = the generation,
+  `master_version` = the table version that archived the record): the receipts of
+  older days are not generated, since an hourly run neither reads nor writes them; `agg_15m_batch` of H's day and the day before it
   (`views.batch.batch_aggregates` of their winners and duplicates, by
   `views.winners.resolve`), a version per day; the pointer `batch_views`: a row per
   history day (covered until the next midnight, or until H for H's own day, as the
@@ -1032,7 +1032,9 @@ def drop_keyspace(settings: Any, keyspace: str) -> None:
         cluster.shutdown()
 
 
-def measure(spark: Any, base: Any, shape: Shape, floor: bool, tmp: Path) -> dict[str, Any]:
+def measure(
+    spark: Any, base: Any, shape: Shape, floor: bool, tmp: Path, keep_events: Path | None = None
+) -> dict[str, Any]:
     """Generate the state of one shape, run the hour, check and count: one `runs` row."""
     from speed_constant_cost import compactions_idle  # bench/: awaits Cassandra's compactions
 
@@ -1094,6 +1096,11 @@ def measure(spark: Any, base: Any, shape: Shape, floor: bool, tmp: Path) -> dict
     finally:
         drop_keyspace(base, ks)
         shutil.rmtree(settings.data_dir, ignore_errors=True)
+        if keep_events is not None and (tmp / f"{ks}-events").exists():
+            keep_events.mkdir(parents=True, exist_ok=True)
+            for log in (tmp / f"{ks}-events").iterdir():
+                shutil.copy(log, keep_events / f"{shape.history}{'-late' if shape.late else ''}"
+                            f"-{log.name}")  # fmt: skip
         shutil.rmtree(tmp / f"{ks}-events", ignore_errors=True)
     return row
 
@@ -1151,6 +1158,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, 
     parser.add_argument("--new", type=int, default=10_000,
                         help="receipts of the new hour (and of every history hour)")  # fmt: skip
     parser.add_argument("--no-late", action="store_true", help="skip the late-data run")
+    parser.add_argument("--event-logs", type=Path, metavar="DIR",
+                        help="keep each run's Spark event log in DIR (its plans and "
+                        "timings: what a slow run spent its time on)")  # fmt: skip
     parser.add_argument("--floor-of", help=argparse.SUPPRESS)  # internal: the floor process
     parser.add_argument("--floor-out", type=Path, help=argparse.SUPPRESS)
     results.add_json_argument(parser, "batch_history")
@@ -1188,7 +1198,7 @@ def main(argv: list[str] | None = None) -> None:
     runs: list[dict[str, Any]] = []
     try:
         for i, shape in enumerate(plan):
-            runs.append(measure(spark, base, shape, floor=i == 0, tmp=tmp))
+            runs.append(measure(spark, base, shape, i == 0, tmp, args.event_logs))
             write(args, runs)  # after every size: a long run leaves what it measured
     finally:
         spark.stop()
