@@ -39,7 +39,8 @@ natively, in this process; generation time reported apart):
   on the first history hours that both give the very same rows); `receipts_batch` rows
   of the receipts of H's UTC day only (partition version = the generation,
   `master_version` = the table version that archived the record): the receipts of
-  older days are not generated, since an hourly run neither reads nor writes them; `agg_15m_batch` of H's day and the day before it
+  older days are not generated, since an hourly run neither reads nor writes them;
+  `agg_15m_batch` of H's day and the day before it
   (`views.batch.batch_aggregates` of their winners and duplicates, by
   `views.winners.resolve`), a version per day; the pointer `batch_views`: a row per
   history day (covered until the next midnight, or until H for H's own day, as the
