@@ -328,8 +328,9 @@ class Settings(BaseSettings):
     batch_lookback_hours: float = Field(
         default=48.0,
         ge=0,
-        description="A scheduled run recomputes whole UTC days back to its start minus this, "
-        "so receipts that arrive late (up to this) converge; keep it >= the speed bound.",
+        description="A pinned run (`--delta-version`) recomputes whole UTC days back to its "
+        "start minus this. Hourly runs fold every newly archived record into its own day, "
+        "however late, so this no longer bounds what converges.",
     )
     batch_vacuum_retain_hours: float = Field(
         default=168.0,

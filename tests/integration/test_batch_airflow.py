@@ -9,7 +9,7 @@ interval and awaited by polling the API. Real Spark (spark-submit) and Cassandra
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -81,11 +81,19 @@ def test_the_scheduler_runs_the_batch_dag_for_a_real_interval(
     assert wait_for(lambda: state() in ("success", "failed"), timeout=900, interval=2.0)
     assert state() == "success", api.tasks(DAG_ID, "test-interval")
 
-    # The DAG's interval reached the job: windows before 09:00, from two days back.
+    # The DAG's interval reached the job: every window before 09:00 is final and exact.
+    # (The scheduler, once unpaused, may also run today's latest hour first, which makes
+    # every archived day final up to today: then later windows are served too, and they
+    # must be exact as well.)
     end = datetime(2026, 3, 2, 9, 0)
-    want = {k: v for k, v in expected_aggregates(ledger).items() if k[1] < end}
+    ledger_windows = expected_aggregates(ledger)
+    want = {k: v for k, v in ledger_windows.items() if k[1] < end}
     assert want, "the simulation must put receipts in the interval"
-    assert served_aggregates(cql) == want
+    served = served_aggregates(cql)
+    assert {k: v for k, v in served.items() if k[1] < end} == want
+    assert {k: v for k, v in served.items() if k[1] >= end} == {
+        k: v for k, v in ledger_windows.items() if k in served and k[1] >= end
+    }
     # (Once unpaused, the scheduler may also start today's latest hour: not ours.)
     runs = cql.execute(f"SELECT * FROM {tables.BATCH_RUNS_TABLE}").all()
     assert [
@@ -109,4 +117,44 @@ def test_the_scheduler_runs_the_batch_dag_for_a_real_interval(
     assert [r for r, _ in api.runs_at(DAG_ID, stop)] == ["test-interval-again"]
     assert any("deleted the earlier run test-interval (success)" in line for line in said), said
     assert all(st == "success" for _, st, _ in again.tasks), again.tasks
+    assert {k: v for k, v in served_aggregates(cql).items() if k[1] < end} == want
+
+
+def test_the_rebuild_dag_maps_its_chunks_and_serves_what_the_hourly_runs_served(
+    spark: Any, airflow: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    """Two folds (a build, then the rest of the stream), then the manual rebuild DAG in
+    three chunks, through the real scheduler: every chunk task succeeds and the served
+    aggregates stay those of the ledger."""
+    from batch_layer import job
+    from tests.integration.test_batch_layer import ALL_DAYS
+
+    settings, cql = airflow
+    ledger = tmp_path / "ledger"
+    messages = _simulate(ledger, count=400, seed=8, faults=FaultConfig(resend_rate=0.1))
+    for part in (messages[:200], messages[200:]):
+        send(settings, part)
+        _archive(spark, settings)
+        job.run(spark, settings, ALL_DAYS)
+    want = expected_aggregates(ledger)
+    assert served_aggregates(cql) == want
+
+    api = AirflowApi(settings)
+    dag_id = "pos_batch_rebuild"
+    assert wait_for(lambda: api.dag_parsed(dag_id), timeout=120, interval=1.0)
+    at = datetime(2026, 3, 14, tzinfo=UTC)
+    api.trigger(dag_id, "test-rebuild", at, at, conf={"chunks": 3})
+    api.set_paused(dag_id, False)
+    assert wait_for(
+        lambda: api.run_state(dag_id, "test-rebuild") in ("success", "failed"),
+        timeout=900,
+        interval=2.0,
+    )
+    tasks = api.tasks(dag_id, "test-rebuild")
+    assert api.run_state(dag_id, "test-rebuild") == "success", tasks
+    assert sorted(t for t, _, _ in tasks) == ["chunk", "chunk", "chunk", "commit", "plan"]
+    generations = {
+        r.generation for r in cql.execute(f"SELECT generation FROM {tables.BATCH_POINTER_TABLE}")
+    }
+    assert len(generations) == 1 and next(iter(generations)).startswith("r")
     assert served_aggregates(cql) == want
