@@ -1066,7 +1066,10 @@ def measure(
         assert upto == gen.history_version + 1, (upto, gen.history_version)
         row["compactions_idle_before"] = compactions_idle(settings, timeout=900)
         before = count_rows(settings, shape, [GENERATION])
+        row["code"] = code_fingerprint()
         run = run_batch(settings, shape, tmp / f"{ks}-events")
+        if code_fingerprint() != row["code"]:
+            row["code"] += " (changed during the run)"
         row["problems"] = check_run(settings, shape, run)
         _, statics = pointer(settings)
         gens = {GENERATION, getattr(statics, "generation", None) or GENERATION}
@@ -1109,15 +1112,32 @@ def measure(
 # --- figures and the command line -----------------------------------------------------------
 
 
+CODE_DIRS = ("adapters", "batch_layer", "infra", "schemas", "views")
+
+
+def code_fingerprint() -> str:
+    """A hash of the pipeline's Python sources as they are now: the checkout is shared,
+    and a run compared with another must have run the same code."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for d in CODE_DIRS:
+        for path in sorted((results.PROJECT_ROOT / d).rglob("*.py")):
+            digest.update(str(path.relative_to(results.PROJECT_ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def figures(runs: list[dict[str, Any]]) -> list[results.Figure]:
-    """The report's figures from the runs (pure): the scaling first (the headline)."""
+    """The report's figures from the runs (pure): the scaling first (the headline).
+    Sizes are compared only between runs of the same code (`code`)."""
     plain = sorted((r for r in runs if not r["late"] and r.get("exact")),
                    key=lambda r: r["history"])  # fmt: skip
     late = [r for r in runs if r["late"] and r.get("exact")]
     out: list[results.Figure] = []
     if len(plain) > 1:
         lo = plain[0]
-        for hi in plain[1:][::-1]:
+        for hi in [r for r in plain[1:] if r.get("code") == lo.get("code")][::-1]:
             out.append(results.vs_peer(
                 f"hourly run, {hi['history']:,} records of history", hi["run_s"], "s",
                 f"the same hour, {lo['history']:,} records of history", lo["run_s"],
@@ -1200,6 +1220,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for i, shape in enumerate(plan):
             runs.append(measure(spark, base, shape, i == 0, tmp, args.event_logs))
+            if runs[-1].get("code") != runs[0].get("code"):
+                print(f"WARNING: the pipeline's code changed since the first run "
+                      f"({runs[0].get('code')} -> {runs[-1].get('code')}): sizes of "
+                      "different code are not compared", flush=True)  # fmt: skip
             write(args, runs)  # after every size: a long run leaves what it measured
     finally:
         spark.stop()
