@@ -36,14 +36,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from adapters import cassandra, master_dataset
-from adapters.driver_lookup import local_frame, spark_value
+from adapters.driver_lookup import DriverLookup, local_frame, spark_value
 from batch_layer.interval import Interval
 from batch_layer.store import BatchStore, DayCommit, Folded, PointerState
 from infra.settings import Settings
@@ -168,13 +168,12 @@ def _fold_checked(
         .withColumn(KEY_BUCKET, key_bucket())
         .withColumn(GENERATION, F.lit(generation))
     )
-    stored = cassandra.lookup(
-        spark,
-        keyspace,
-        cql.RECEIPT_KEYS_BATCH_TABLE,
-        incoming.select(*INDEX_KEY),
-        INDEX_TABLE_COLUMNS,
-    )
+    # Read by the driver, a partition's keys in one query: the connector's direct join
+    # does not apply here (the generation, a constant, becomes a filter, and the join a
+    # scan of the whole index: 48 s at 10M keys against 6 s at 1M, measured).
+    lookup = DriverLookup(spark, store.session, keyspace)
+    keys = [tuple(r) for r in incoming.select(*INDEX_KEY).distinct().collect()]
+    stored = lookup.rows(cql.RECEIPT_KEYS_BATCH_TABLE, INDEX_KEY, keys, INDEX_TABLE_COLUMNS)
     decision = decide_batch(incoming, stored).materialised()
     winners = decision.winners.persist()
     duplicates = decision.duplicates.persist()
@@ -197,7 +196,7 @@ def _fold_checked(
             cassandra.upsert(aggregates, keyspace, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
             conflicts = 0
             if int(tally["conflicts"]):
-                found = _with_winner_content(spark, keyspace, generation, decision.conflicts)
+                found = _with_winner_content(lookup, generation, decision.conflicts)
                 cassandra.upsert(found, keyspace, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
                 conflicts = int(tally["conflicts"])
             # Last: until the index knows them, a rerun finds these receipts new again.
@@ -276,13 +275,15 @@ def _committed_aggregates(
     return local_frame(spark, rows, schema)
 
 
-def _with_winner_content(
-    spark: SparkSession, keyspace: str, generation: str, conflicts: DataFrame
-) -> DataFrame:
-    """Conflicts with a stored winner's content, read from its receipt row (by full
-    primary key: one row each)."""
+def _with_winner_content(lookup: DriverLookup, generation: str, conflicts: DataFrame) -> DataFrame:
+    """Conflicts with a stored winner's content, read from its receipt row (by the driver:
+    each winner's partition and instant, then its exact key)."""
     wanted = winners_to_complete(conflicts).withColumn("version", F.lit(generation))
-    found = cassandra.lookup(
-        spark, keyspace, cql.RECEIPTS_BATCH_TABLE, wanted, records.RECEIPT_ROW_COLUMNS
-    )
+    at = ("operation_id", "day", "version", "happened_at")
+    # Spark hands instants back naive, in this process's zone: made explicit for the driver.
+    keys = [
+        tuple(v.astimezone(UTC) if isinstance(v, datetime) else v for v in r)
+        for r in wanted.select(*at).distinct().collect()
+    ]
+    found = lookup.rows(cql.RECEIPTS_BATCH_TABLE, at, keys, records.RECEIPT_ROW_COLUMNS)
     return with_winner_content(conflicts, found)
