@@ -274,6 +274,10 @@ def table_ddl(keyspace: str) -> list[str]:
         _aggregate_table(keyspace, AGG_SPEED_TABLE, "\n  applied_offsets map<int, bigint>,"),
         *_batch_tables(keyspace, receipt_cols),
         # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
+        # raw_value: the value's first bytes only (views/records.py
+        # DEAD_LETTER_PREFIX_BYTES); value_length and value_sha256 are the whole
+        # value's, which the master dataset keeps. Rows written before these two
+        # columns existed hold the whole value in raw_value and null in both.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{DEAD_LETTERS_TABLE} (
   kafka_topic text,
   kafka_partition int,
@@ -281,6 +285,8 @@ def table_ddl(keyspace: str) -> list[str]:
   kafka_timestamp timestamp,
   kafka_key blob,
   raw_value blob,
+  value_length int,
+  value_sha256 text,
   reason text,
   detail text,
   PRIMARY KEY ((kafka_topic, kafka_partition), kafka_offset)
