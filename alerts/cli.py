@@ -161,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_ID_IN_USE
         try:
+            if stop.is_set():  # asked to stop while waiting for the lease
+                return 0
             return Processor(settings, rules, lease=lease).run(stop)
         finally:
             lease.release()

@@ -88,7 +88,8 @@ def judge(mine: str, first: Holder | None, current: Holder, waited_s: float, ttl
         return "take_over"
     if first is not None and (current.owner, current.beats) != (first.owner, first.beats):
         return "refuse"
-    if waited_s > ttl_s + ttl_s / 3:
+    # Cassandra expires cells by the second: a margin of a beat, and at least 3 s.
+    if waited_s > ttl_s + max(ttl_s / 3, 3):
         return "refuse"
     return "wait"
 
@@ -156,6 +157,7 @@ class Lease:
             self._cluster.shutdown()
             raise
         os.environ[OWNER_ENV] = self.owner
+        self.lost = None  # a take-over that lost a race on the way is history now
         self._thread = threading.Thread(target=self._heartbeat, name="lease", daemon=True)
         self._thread.start()
 

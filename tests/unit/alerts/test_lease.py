@@ -35,3 +35,8 @@ def test_a_renewal_tells_held_vanished_and_lost_apart() -> None:
     assert renewal(True, None) == "held"
     assert renewal(False, None) == "vanished"
     assert renewal(False, "7:bbbb") == "lost"
+
+
+def test_a_short_ttl_still_waits_out_cassandras_second_granularity() -> None:
+    assert judge(MINE, OTHER, OTHER, 5.9, 3) == "wait"
+    assert judge(MINE, OTHER, OTHER, 6.1, 3) == "refuse"
