@@ -153,6 +153,12 @@ class Lease:
             raise ServiceError(
                 f"no lease table {self.table}: apply the schema (`make schema`) ({exc})"
             ) from exc
+        except IdInUse:
+            self._cluster.shutdown()
+            raise
+        except Exception as exc:  # a timeout, an unavailable replica: say so, exit 1
+            self._cluster.shutdown()
+            raise ServiceError(f"the lease on {self.name}: Cassandra: {exc}") from exc
         except BaseException:
             self._cluster.shutdown()
             raise
@@ -215,8 +221,12 @@ class Lease:
             (self.ttl_s, *self._values(), self.name, self.owner),
         ).one()
         outcome = renewal(bool(row.applied), None if row.applied else row.owner)
-        if outcome == "lost":
-            self.lost = _holder(row)
+        if outcome == "lost":  # the answer names the owner only: read who it is
+            current = self._session.execute(
+                f"SELECT owner, host, pid, beats FROM {self.table} WHERE transactional_id = %s",
+                (self.name,),
+            ).one()
+            self.lost = _holder(current) or Holder(row.owner, "?", 0, 0)
         return outcome
 
     def _heartbeat(self) -> None:
@@ -256,4 +266,5 @@ def _holder(row: Any) -> Holder | None:
     owner = getattr(row, "owner", None)
     if owner is None:
         return None
-    return Holder(owner, row.host or "?", row.pid or 0, row.beats or 0)
+    host, pid, beats = (getattr(row, c, None) for c in ("host", "pid", "beats"))
+    return Holder(owner, host or "?", pid or 0, beats or 0)
