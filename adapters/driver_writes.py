@@ -6,7 +6,8 @@ tasks: ~100 ms each whatever the number of rows (measured: docs/speed-performanc
 Here the rows are collected to the driver (the plan's own jobs, without the connector's)
 and written with a prepared INSERT per row, the rows of one partition sent together as
 an unlogged batch (as the connector groups them: one request and one mutation for
-Cassandra where there were many), many requests in flight at once. Backlogs keep
+Cassandra where there were many; bounded in rows and in bytes), many requests in flight
+at once. Backlogs keep
 the connector's writes (`adapters.cassandra.upsert`): their rows are too many to pass
 through the driver.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -35,17 +37,63 @@ CONCURRENT_WRITES = 64
 # mutation (Cassandra applies no batch size limit to it), kept well under the commit
 # log's mutation limit however many rows of one store-day a micro-batch brings.
 MAX_BATCH_ROWS = 100
+# ... and bytes of values at most (as `value_bytes` estimates them). A count alone does
+# not bound a request: 100 rows of 300 KB values would be one 30 MB CQL message, and
+# Cassandra refuses a message over native_transport_max_message_size (16 MiB) and a
+# mutation over half a commit log segment (16 MiB by default), failing the micro-batch on
+# every replay. 512 KiB leaves room for the protocol's own bytes; a single row larger
+# than this goes alone (every row is bounded: a receipt by the contract's message size,
+# a dead letter by its value prefix, views/records.py).
+MAX_BATCH_BYTES = 512 * 1024
+# What a value costs beyond its payload (its length prefix in the CQL frame), and a
+# fixed-size value's payload (an int, a bigint, a timestamp: at most 8 bytes).
+_VALUE_OVERHEAD = 4
+_FIXED_VALUE = 8
+
+
+def value_bytes(value: Any) -> int:
+    """An upper estimate of the bytes a bound value takes in a CQL request: payload
+    lengths of text and blobs, 8 per number (a decimal: its digits), recursively."""
+    if value is None:
+        return _VALUE_OVERHEAD
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _VALUE_OVERHEAD + len(value)
+    if isinstance(value, str):
+        return _VALUE_OVERHEAD + len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, Decimal):
+        return _VALUE_OVERHEAD + _FIXED_VALUE + len(value.as_tuple().digits)
+    if isinstance(value, dict):
+        return _VALUE_OVERHEAD + sum(value_bytes(k) + value_bytes(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return _VALUE_OVERHEAD + sum(value_bytes(v) for v in value)
+    return _VALUE_OVERHEAD + _FIXED_VALUE
 
 
 def partition_batches(
-    rows: Sequence[tuple[Any, ...]], key_at: Sequence[int], max_rows: int = MAX_BATCH_ROWS
+    rows: Sequence[tuple[Any, ...]],
+    key_at: Sequence[int],
+    max_rows: int = MAX_BATCH_ROWS,
+    max_bytes: int = MAX_BATCH_BYTES,
 ) -> list[list[tuple[Any, ...]]]:
     """`rows` grouped by their values at the positions `key_at` (the partition key), in
-    lists of at most `max_rows`, in order of first appearance."""
+    lists of at most `max_rows` rows and `max_bytes` bytes (`value_bytes`; a row larger
+    than that alone), in order of first appearance."""
     groups: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     for row in rows:
         groups.setdefault(tuple(row[i] for i in key_at), []).append(row)
-    return [g[i : i + max_rows] for g in groups.values() for i in range(0, len(g), max_rows)]
+    batches: list[list[tuple[Any, ...]]] = []
+    for group in groups.values():
+        batch: list[tuple[Any, ...]] = []
+        size = 0
+        for row in group:
+            row_size = sum(value_bytes(v) for v in row)
+            if batch and (len(batch) >= max_rows or size + row_size > max_bytes):
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append(row)
+            size += row_size
+        batches.append(batch)
+    return batches
 
 
 def _has_instant(kind: DataType) -> bool:

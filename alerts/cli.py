@@ -10,12 +10,16 @@
 transactions that also commit its input offsets (see alerts/processor.py); the rules
 and their thresholds are the POS_ALERTS_* settings (`python -m infra.settings`), flags
 override them. Keep each running instance's id unique and stable: a restarted instance
-with the same id fences its predecessor. SIGTERM/Ctrl-C commit (or abort) the open
-transaction and exit.
+with the same id fences its predecessor, and an instance refuses to start while another
+live one holds its id (a lease in Cassandra, alerts/lease.py; after a crash the restart
+waits at most POS_ALERTS_LEASE_TTL_S for the dead holder's lease). SIGTERM/Ctrl-C commit
+(or abort) the open transaction and exit.
 
 Exit codes: 0 stopped on request, 1 Kafka/Cassandra unreachable or a topic missing,
 2 bad arguments or settings, 3 a fatal Kafka error, 4 fenced by a newer instance with
-the same id (both stop without writing anything more).
+the same id (both stop without writing anything more), 5 another live instance holds
+this id (not started), 6 a Kafka call hung again after POS_ALERTS_MAX_RESTARTS_IN_PLACE
+in-place restarts in a row.
 """
 
 from __future__ import annotations
@@ -141,13 +145,27 @@ def main(argv: list[str] | None = None) -> int:
             )
             run_sink(settings, stop, until_caught_up=args.until_caught_up)
             return 0
-        from alerts.processor import Processor
+        from alerts.lease import IdInUse, Lease
+        from alerts.processor import EXIT_ID_IN_USE, Processor, transactional_id
 
         for topic in (settings.topic_transactions, settings.topic_alerts):
             kafka_admin.require_topic(
                 settings.bootstrap_servers, topic, security=settings.kafka_security_config
             )
-        return Processor(settings, rules).run(stop)
+        # Before the processor touches Kafka: its init_transactions would fence a live
+        # instance with this id (alerts/lease.py).
+        lease = Lease(settings, transactional_id(settings))
+        try:
+            lease.acquire()
+        except IdInUse as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_ID_IN_USE
+        try:
+            if stop.is_set():  # asked to stop while waiting for the lease
+                return 0
+            return Processor(settings, rules, lease=lease).run(stop)
+        finally:
+            lease.release()
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

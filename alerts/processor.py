@@ -33,6 +33,12 @@ the committed offsets and rebuild the state from there; fatal errors, fencing am
 them, stop the instance at once: it closes its consumer without committing and writes
 nothing more. `transactional.id` is `pos-alerts-<POS_ALERTS_INSTANCE_ID>`: a restarted
 instance fences its predecessor (a zombie's open transaction is aborted) and takes over.
+Two *live* instances with one id would fence each other in turn forever: an instance
+first takes a lease on its id in Cassandra (alerts/lease.py) and refuses to start
+(EXIT_ID_IN_USE) while another one holds it. A Kafka call that hangs past its timeout
+restarts the instance in place (alerts/watchdog.py), at most
+`POS_ALERTS_MAX_RESTARTS_IN_PLACE` times in a row without a commit; the restarts are
+counted in the progress the instance logs.
 SIGTERM/SIGINT commit the open transaction (or abort it, if it cannot commit) and exit.
 
 **At least once** (`POS_ALERTS_MODE=at_least_once`, for comparison only): no
@@ -49,6 +55,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from confluent_kafka import (
@@ -60,7 +67,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from alerts import restore
+from alerts import restore, watchdog
+from alerts.lease import Lease
 from alerts.rules import Alert, PartitionState, Rules, Source
 from alerts.watchdog import Watchdog, restart_in_place
 from infra.settings import Settings
@@ -70,6 +78,9 @@ T = TypeVar("T")
 
 EXIT_FATAL = 3  # a fatal Kafka error: the instance stopped and wrote nothing more
 EXIT_FENCED = 4  # another instance with the same transactional.id took over
+EXIT_ID_IN_USE = 5  # another live instance holds this id (its lease): not started
+# A call hung again after the last allowed in-place restart (alerts/watchdog.py).
+EXIT_RESTARTS_EXHAUSTED = watchdog.EXIT_RESTARTS_EXHAUSTED
 _FENCED_CODES = {
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
@@ -107,6 +118,11 @@ def classify(err: KafkaError) -> str:
     return "retry" if err.retriable() else "fail"
 
 
+class LeaseTaken(Exception):
+    """Another instance took this instance's lease (it was frozen past the lease's TTL):
+    the newer one has fenced it, or is about to."""
+
+
 class Abortable(Exception):
     """The open transaction failed: abort it, rewind to the committed offsets."""
 
@@ -132,10 +148,16 @@ class Processor:
         self,
         settings: Settings,
         rules: Rules,
-        restart: Callable[[str], None] = restart_in_place,
+        restart: Callable[[str], None] | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self.settings, self.rules = settings, rules
-        self.restart = restart  # what a hung client call leads to (alerts/watchdog.py)
+        # What a hung client call leads to (alerts/watchdog.py): an in-place restart,
+        # at most alerts_max_restarts_in_place in a row.
+        self.restart = restart or partial(
+            restart_in_place, limit=settings.alerts_max_restarts_in_place
+        )
+        self.lease = lease  # held for this instance's id (alerts/lease.py), or None
         self.stop: threading.Event | None = None
         self.exactly_once = settings.alerts_mode == "exactly_once"
         self.topic = settings.topic_transactions
@@ -147,7 +169,11 @@ class Processor:
         self.batch_records = 0
         self.batch_alerts = 0
         self.alert_batches = 0  # batches that produced alerts (for the crash point)
-        self.totals = {"records": 0, "alerts": 0, "commits": 0, "aborts": 0}
+        total_restarts, in_a_row = watchdog.restarts()
+        self.totals = {
+            "records": 0, "alerts": 0, "commits": 0, "aborts": 0,
+            "restarts_in_place": total_restarts, "restarts_in_a_row": in_a_row,
+        }  # fmt: skip
         self.failed_deliveries = 0
         self.background_fatal: KafkaError | None = None
         self.callback_error: BaseException | None = None
@@ -229,6 +255,10 @@ class Processor:
             what = "fenced by a newer instance" if exc.fenced else "fatal Kafka error"
             log.error("%s (%s): stopping, writing nothing more", what, exc)
             return EXIT_FENCED if exc.fenced else EXIT_FATAL
+        except LeaseTaken as exc:
+            self.dead = True
+            log.error("fenced by a newer instance (%s): stopping, writing nothing more", exc)
+            return EXIT_FENCED
         finally:
             self._close()
             self.watchdog.close()
@@ -333,6 +363,8 @@ class Processor:
         self.totals["records"] += self.batch_records
         self.totals["alerts"] += self.batch_alerts
         self.totals["commits"] += 1
+        watchdog.committed()  # progress: the next hang starts a new row of restarts
+        self.totals["restarts_in_a_row"] = 0
 
     def _flush_deliveries(self) -> None:
         self.failed_deliveries = 0
@@ -496,6 +528,8 @@ class Processor:
         self.restart(why)
 
     def _raise_pending(self) -> None:
+        if self.lease is not None and self.lease.lost is not None:
+            raise LeaseTaken(f"its lease is now held by {self.lease.lost.describe()}")
         if self.background_fatal is not None:
             raise Fatal(self.background_fatal)
         if self.callback_error is not None:

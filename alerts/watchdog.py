@@ -11,7 +11,9 @@ interrupted, and the producer's transaction state machine is unusable from then 
 What: `Watchdog.guard(what, seconds)` arms a deadline around one call; a daemon
 thread calls `on_expire(what)` if the call is still running when it passes. The
 processor's `on_expire` is `restart_in_place`: `os.execv` of the same command line, so
-the instance starts over under the same pid and `transactional.id`. That is exactly the
+the instance starts over under the same pid and `transactional.id`, at most
+`POS_ALERTS_MAX_RESTARTS_IN_PLACE` times in a row without a committed transaction (then
+it exits EXIT_RESTARTS_EXHAUSTED). That is exactly the
 fault the exactly-once design already survives: the new producer's
 `init_transactions` fences the old epoch and aborts its open transaction, the state is
 rebuilt from the committed offsets, and (static membership) the consumer takes its
@@ -33,6 +35,11 @@ log = logging.getLogger("pos.alerts")
 
 # Counts in-place restarts across execs (logged; not a POS_* setting, which must be known).
 RESTARTS_ENV = "ALERTS_RESTARTED_IN_PLACE"
+# ... and those since the last committed transaction: a hang that comes back after every
+# restart (a coordinator that never answers) must not restart the instance forever.
+IN_A_ROW_ENV = "ALERTS_RESTARTS_IN_A_ROW"
+DEFAULT_MAX_IN_A_ROW = 5  # Settings.alerts_max_restarts_in_place
+EXIT_RESTARTS_EXHAUSTED = 6  # hung again after the last allowed in-place restart
 
 
 class Watchdog:
@@ -82,14 +89,43 @@ class Watchdog:
         self._on_expire(what)  # outside the lock; usually does not return
 
 
-def restart_in_place(why: str) -> None:
-    """Replace this process by a fresh run of the same command line (same pid)."""
-    restarts = int(os.environ.get(RESTARTS_ENV, "0")) + 1
-    os.environ[RESTARTS_ENV] = str(restarts)
-    log.error("restarting in place (restart %d): %s", restarts, why)
-    logging.shutdown()  # flush the handlers
-    sys.stdout.flush()
-    sys.stderr.flush()
+def may_restart(in_a_row: int, limit: int) -> bool:
+    """Whether a hang after `in_a_row` in-place restarts with no commit between them may
+    restart the instance again (at most `limit` in a row)."""
+    return in_a_row < limit
+
+
+def restarts() -> tuple[int, int]:
+    """(in-place restarts of this process in all, those since its last commit)."""
+    return int(os.environ.get(RESTARTS_ENV, "0")), int(os.environ.get(IN_A_ROW_ENV, "0"))
+
+
+def committed() -> None:
+    """A transaction committed: the instance makes progress, the next hang starts a new row."""
+    if os.environ.get(IN_A_ROW_ENV, "0") != "0":
+        os.environ[IN_A_ROW_ENV] = "0"
+
+
+def restart_in_place(why: str, limit: int = DEFAULT_MAX_IN_A_ROW) -> None:
+    """Replace this process by a fresh run of the same command line (same pid), unless it
+    already restarted `limit` times in a row without a commit: then exit
+    EXIT_RESTARTS_EXHAUSTED (a supervisor, or an operator, takes it from there)."""
+    total, in_a_row = restarts()
+    if not may_restart(in_a_row, limit):
+        log.error(
+            "%s; not restarting: %d in-place restarts in a row without a commit "
+            "(POS_ALERTS_MAX_RESTARTS_IN_PLACE=%d; %d in all): exiting %d",
+            why, in_a_row, limit, total, EXIT_RESTARTS_EXHAUSTED,
+        )  # fmt: skip
+        _flush()
+        os._exit(EXIT_RESTARTS_EXHAUSTED)
+    os.environ[RESTARTS_ENV] = str(total + 1)
+    os.environ[IN_A_ROW_ENV] = str(in_a_row + 1)
+    log.error(
+        "restarting in place (restart %d, %d of %d in a row): %s",
+        total + 1, in_a_row + 1, limit, why,
+    )  # fmt: skip
+    _flush()
     # librdkafka's sockets are close-on-exec, its internal pipes not all: keep only
     # stdin/stdout/stderr across the exec.
     for fd in _open_fds():
@@ -97,6 +133,12 @@ def restart_in_place(why: str) -> None:
             with contextlib.suppress(OSError):  # closed meanwhile
                 os.set_inheritable(fd, False)
     os.execv(sys.executable, sys.orig_argv)
+
+
+def _flush() -> None:
+    logging.shutdown()  # flush the handlers
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 def _open_fds() -> list[int]:

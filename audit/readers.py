@@ -198,7 +198,7 @@ class Sources:
             f"SELECT DISTINCT kafka_topic, kafka_partition FROM {cql.DEAD_LETTERS_TABLE}"
         )
         stmt = session.prepare(
-            f"SELECT raw_value, reason FROM {cql.DEAD_LETTERS_TABLE} "
+            f"SELECT raw_value, value_sha256, reason FROM {cql.DEAD_LETTERS_TABLE} "
             "WHERE kafka_topic = ? AND kafka_partition = ?"
         )
         out = []
@@ -206,8 +206,7 @@ class Sources:
             if p.kafka_topic != topic:
                 continue
             for r in session.execute(stmt, (topic, p.kafka_partition)):
-                sha = hashlib.sha256(bytes(r.raw_value or b"")).hexdigest()
-                out.append((sha, r.reason or ""))
+                out.append((dead_letter_sha256(r.value_sha256, r.raw_value), r.reason or ""))
         return out
 
     def alerts_table(self) -> list[AlertIdentity]:
@@ -217,6 +216,15 @@ class Sources:
             f"FROM {cql.ALERTS_TABLE}"
         )
         return [(r.rule, r.operation_id, r.vendor_fiscal_module, r.transaction_id) for r in rows]
+
+
+def dead_letter_sha256(value_sha256: str | None, raw_value: bytes | None) -> str:
+    """The SHA-256 of a dead letter's whole value: the stored one (raw_value holds only a
+    prefix since dead letters are bounded), else, for a row written before, the hash of
+    raw_value, which then holds the whole value (empty for a record without one)."""
+    if value_sha256 is not None:
+        return value_sha256
+    return hashlib.sha256(bytes(raw_value or b"")).hexdigest()
 
 
 def _instant(value: datetime) -> datetime:

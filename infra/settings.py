@@ -448,6 +448,22 @@ class Settings(BaseSettings):
         default=time(21, 0),
         description="Store hours (UTC): closing, after the opening on the same day.",
     )
+    alerts_lease_ttl_s: int = Field(
+        default=15,
+        ge=3,
+        le=3600,
+        description="An instance holds a lease on its id in Cassandra (alerts_leases), "
+        "renewed every third of this: a second instance with the same id refuses to start "
+        "(exit 5) while the holder renews; after a crash, the restarted instance waits at "
+        "most this long for the dead holder's lease to expire.",
+    )
+    alerts_max_restarts_in_place: int = Field(
+        default=5,
+        ge=0,
+        description="The watchdog restarts an instance whose Kafka call hung "
+        "(librdkafka#5456) at most this many times in a row without a committed "
+        "transaction in between; then it exits 6 for a supervisor to act (0: never).",
+    )
     alerts_sink_group_id: str = Field(
         default="pos-alerts-sink", description="Consumer group of `pos-alerts sink`."
     )

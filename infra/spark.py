@@ -83,7 +83,11 @@ def spark_conf(
         "spark.cassandra.connection.host": ",".join(settings.cassandra_contact_points),
         "spark.cassandra.connection.port": str(settings.cassandra_port),
         # The connector's defaults (5 concurrent writes, 1 KiB batches) leave Cassandra
-        # idle on a backlog; batches stay under Cassandra's 5 KiB batch warning.
+        # idle on a backlog; batches stay under Cassandra's 5 KiB batch warning. The
+        # limit holds whatever the input: the connector closes a batch before a row
+        # would take it past the limit, and a row larger than it goes alone (its Batch
+        # adds a statement to an empty batch by force), so a request is at most 4 KiB
+        # or one row, and every row is bounded (a dead letter keeps a value prefix).
         "spark.cassandra.output.concurrent.writes": str(settings.cassandra_concurrent_writes),
         "spark.cassandra.output.batch.size.bytes": "4096",
         # Settings, not code: with RF 3 the speed layer's read-back of the previous

@@ -24,6 +24,8 @@ BATCH_RUNS_TABLE = "batch_runs"
 BATCH_FIXES_TABLE = "batch_fixes"
 DEAD_LETTERS_TABLE = "dead_letters"
 ALERTS_TABLE = "alerts"
+# One row per alerts processor id while an instance runs (alerts/lease.py).
+ALERTS_LEASES_TABLE = "alerts_leases"
 SPEED_PROGRESS_TABLE = "speed_progress"
 # One row per natural key: the winning copy, wherever its happened_at puts it. The
 # speed layer looks incoming copies up here (a direct join on the partition key),
@@ -274,6 +276,10 @@ def table_ddl(keyspace: str) -> list[str]:
         _aggregate_table(keyspace, AGG_SPEED_TABLE, "\n  applied_offsets map<int, bigint>,"),
         *_batch_tables(keyspace, receipt_cols),
         # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
+        # raw_value: the value's first bytes only (views/records.py
+        # DEAD_LETTER_PREFIX_BYTES); value_length and value_sha256 are the whole
+        # value's, which the master dataset keeps. Rows written before these two
+        # columns existed hold the whole value in raw_value and null in both.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{DEAD_LETTERS_TABLE} (
   kafka_topic text,
   kafka_partition int,
@@ -281,6 +287,8 @@ def table_ddl(keyspace: str) -> list[str]:
   kafka_timestamp timestamp,
   kafka_key blob,
   raw_value blob,
+  value_length int,
+  value_sha256 text,
   reason text,
   detail text,
   PRIMARY KEY ((kafka_topic, kafka_partition), kafka_offset)
@@ -297,6 +305,16 @@ def table_ddl(keyspace: str) -> list[str]:
   source_partition int,
   source_offset bigint,
   payload text
+)""",
+        # Who runs each alerts processor id now (alerts/lease.py): written with a TTL and
+        # renewed by the holder's heartbeat, so a dead holder's row expires.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{ALERTS_LEASES_TABLE} (
+  transactional_id text PRIMARY KEY,
+  owner text,
+  host text,
+  pid int,
+  beats bigint,
+  renewed_at timestamp
 )""",
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{SPEED_PROGRESS_TABLE} (
   query_name text,

@@ -9,7 +9,8 @@ Pure DataFrame -> DataFrame functions (no session, no I/O, no clock):
   It never raises: a record the validator accepts but Spark could not store (it cannot
   happen: a test derives the worst case from the limits) or a validator bug becomes a
   dead letter too.
-- `dead_letters`: invalid records by Kafka coordinates.
+- `dead_letters`: invalid records by Kafka coordinates, with a bounded prefix of the
+  value, its length and SHA-256 (the master dataset keeps the whole value).
 - `archive_rows`, `from_archive`: every Kafka record as received, to master-dataset
   rows (MASTER_COLUMNS: no verdict) and back.
 - `receipt_rows`: valid receipts flattened, with the `late` rule, the lateness bound
@@ -59,6 +60,21 @@ KAFKA_COLUMNS = {
 RECEIPT_SCHEMA = contract.spark_receipt_schema()
 RECEIPT_FIELDS = tuple(f.name for f in RECEIPT_SCHEMA.fields)
 COORDINATES = ("kafka_partition", "kafka_offset")
+# A dead letter keeps at most this many bytes of its value (`raw_value`), with the whole
+# value's length (`value_length`) and SHA-256 (`value_sha256`). Kafka accepts records up
+# to the broker's message.max.bytes (1 MB by default), far more than a receipt can be:
+# 60 junk values of 300 KB in one partition made one 18 MB CQL request, over Cassandra's
+# 16 MiB message limit, and the query failed on every replay. Bounded, a dead-letter row
+# is small whatever the input; the master dataset keeps every value whole (the archiver
+# stores each record as received), and the hash names it there.
+DEAD_LETTER_PREFIX_BYTES = 4096
+DEAD_LETTER_COLUMNS = (
+    *KAFKA_COLUMNS.values(),
+    "value_length",
+    "value_sha256",
+    "reason",
+    "detail",
+)
 # The master dataset's columns: the record as received, when it was archived, its day.
 MASTER_COLUMNS = (*KAFKA_COLUMNS.values(), "ingested_at", "event_day")
 
@@ -192,7 +208,9 @@ def is_valid() -> Column:
 
 
 def dead_letters(checked: DataFrame) -> DataFrame:
-    """Invalid records, keyed by their Kafka coordinates, with the reason."""
+    """Invalid records (DEAD_LETTER_COLUMNS), keyed by their Kafka coordinates, with the
+    reason; `raw_value` is the value's first DEAD_LETTER_PREFIX_BYTES bytes, with the
+    whole value's length and SHA-256 (hex), all null for a record without a value."""
     return checked.where(_invalid()).select(*_dead_letter_columns())
 
 
@@ -204,7 +222,15 @@ def _invalid() -> Column:
 
 @cache
 def _dead_letter_columns() -> tuple[Column, ...]:
-    return tuple(F.col(c) for c in (*KAFKA_COLUMNS.values(), "reason", "detail"))
+    # Spark's own expressions on the binary value (substring and length count bytes):
+    # no Python worker, and the whole value never leaves the executor that read it.
+    value = F.col("raw_value")
+    derived = {
+        "raw_value": F.substring(value, 1, DEAD_LETTER_PREFIX_BYTES),
+        "value_length": F.length(value),
+        "value_sha256": F.sha2(value, 256),
+    }
+    return tuple(derived.get(c, F.col(c)).alias(c) for c in DEAD_LETTER_COLUMNS)
 
 
 def archive_rows(kafka_records: DataFrame, ingested_at: Column) -> DataFrame:

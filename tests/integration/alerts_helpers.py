@@ -30,6 +30,8 @@ def alerts_settings(settings: Settings, new_topic: Callable[..., str], **updates
             "alerts_group_id": f"pos-alerts-test-{tag}",
             "alerts_sink_group_id": f"pos-alerts-sink-test-{tag}",
             "alerts_instance_id": f"test-{tag}",
+            # A restart after a kill waits at most this for the dead holder's lease.
+            "alerts_lease_ttl_s": 6,
             **updates,
         }
     )

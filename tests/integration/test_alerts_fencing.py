@@ -8,6 +8,9 @@ processes the whole input. When the zombie wakes up, it is told it is fenced, ex
 with the fenced exit code and writes nothing more: the alert topic's end offsets do
 not move. A read_committed reader sees every expected alert once; a read_uncommitted
 reader also sees the zombie's aborted ones.
+
+Two *live* instances with one id: the second refuses to start (its id's lease is held
+and renewed) before it touches Kafka, and the first goes on committing every alert once.
 """
 
 from __future__ import annotations
@@ -20,16 +23,19 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from alerts.processor import EXIT_FENCED
+from alerts.processor import EXIT_FENCED, EXIT_ID_IN_USE, transactional_id
 from infra.process import wait_for
 from infra.settings import Settings
 from producer.kafka_sink import produce
 from producer.simulation import OutgoingMessage
+from schemas import cql as tables
 from tests.integration.alerts_helpers import (
     alerts_settings,
+    await_progress,
     caught_up,
     cleanup,
     end_offsets,
@@ -112,3 +118,51 @@ def test_a_zombie_is_fenced_by_its_successor_and_writes_nothing_more(
     aborted = len(uncommitted) - len(committed)
     assert aborted > 0, "the zombie's open transaction left no aborted alerts"
     assert {r.key for r in uncommitted} == {r.key for r in committed}
+
+
+def test_a_second_live_instance_with_the_same_id_refuses_and_the_first_goes_on(
+    settings: Settings, new_topic: Callable[..., str], tmp_path: Path, cql: Any
+) -> None:
+    s = alerts_settings(
+        settings,
+        new_topic,
+        alerts_high_value_threshold=Decimal("10.00"),
+        alerts_transaction_max_messages=20,
+    )
+    messages, expected = _input()
+    produce(messages[:200], s.bootstrap_servers, s.topic_transactions, quiet=True)
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    first = start_processor(s, first_log)
+    second = None
+    try:
+        await_progress(s, 0, first)
+        second = start_processor(s, second_log)  # the same instance id, default settings
+        # Refused within a heartbeat or two (every 2 s with the 6 s TTL), before Kafka.
+        assert second.wait(timeout=60) == EXIT_ID_IN_USE, second_log.read_text()[-3000:]
+        refusal = second_log.read_text()
+        assert f"holds transactional.id {transactional_id(s)}" in refusal, refusal[-3000:]
+        assert "another live instance (pid " in refusal and "POS_ALERTS_INSTANCE_ID" in refusal
+
+        produce(messages[200:], s.bootstrap_servers, s.topic_transactions, quiet=True)
+
+        def first_done() -> bool:
+            assert first.poll() is None, first_log.read_text()[-3000:]
+            return caught_up(s)
+
+        assert wait_for(first_done, timeout=240, interval=0.5), first_log.read_text()[-3000:]
+        assert sigterm(first) == 0, first_log.read_text()[-3000:]
+    finally:
+        cleanup(first, *([second] if second else []))
+    assert "fenced" not in first_log.read_text()
+    lease = cql.execute(
+        f"SELECT owner FROM {tables.ALERTS_LEASES_TABLE} WHERE transactional_id = %s",
+        (transactional_id(s),),
+    ).one()
+    assert lease is None  # released by the clean stop: a restart needs no wait
+
+    committed = read_all(s.bootstrap_servers, s.topic_alerts, "read_committed")
+    alerts = [r.alert for r in committed]
+    assert Counter((a["rule"], a["vendor_fiscal_module"], a["transaction_id"]) for a in alerts) \
+        == Counter(expected)  # fmt: skip
+    # Nothing was aborted: the refused instance never fenced the first one.
+    assert len(read_all(s.bootstrap_servers, s.topic_alerts, "read_uncommitted")) == len(committed)

@@ -8,7 +8,9 @@ winner; conflicting copies vanished without a count.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -238,6 +240,47 @@ def test_copies_in_one_micro_batch_resolve_like_copies_across_batches(
     last = _last_views_batch(settings)
     assert (last["valid_rows"], last["resends_absorbed"], last["conflicts"]) == (4, 1, 1)
     assert _counts(cql, tables.RECEIPT_KEYS_TABLE) == 2
+
+
+@pytest.mark.parametrize(
+    "writes",
+    [{"speed_driver_writes_below": 10**9}, {"speed_driver_writes_below": 0}],
+    ids=["driver_writes", "connector_writes"],
+)
+def test_oversized_junk_becomes_bounded_dead_letters_and_the_stream_goes_on(
+    isolated: tuple[Settings, Any], writes: dict[str, int], spark: Any
+) -> None:
+    """60 junk values of 300 KB in one partition (valid Kafka records under its 1 MB
+    default) made the driver's dead-letter batch one 18 MB CQL message, over Cassandra's
+    16 MiB limit: the micro-batch failed on every replay and no dead letter was written."""
+    settings, cql = isolated
+    settings = settings.model_copy(update=writes)
+    junk = [random.Random(n).randbytes(300_000) for n in range(60)]
+    after = receipt_json(3, 1, 1, AT)
+    key = device_key(3, 1)  # one key: every record in one partition, the receipt last
+    produce_raw(settings, [*junk, after], [ms(AT + timedelta(seconds=5))] * 61, [key] * 61)
+
+    run_available_now(spark, settings)  # asserts that neither query failed
+
+    assert set(raw_rows(cql)) == {(3, 1, 1)}
+    assert speed_aggregates(cql) == {(3, datetime(2026, 3, 2, 9, 0)): (1, 2, Decimal("3.80"), 0)}
+    dead = cql.execute(
+        "SELECT kafka_partition, kafka_offset, raw_value, value_length, value_sha256, reason "
+        f"FROM {tables.DEAD_LETTERS_TABLE}"
+    ).all()
+    [partition] = {d.kafka_partition for d in dead}
+    assert sorted(
+        (d.kafka_offset, bytes(d.raw_value), d.value_length, d.value_sha256, d.reason) for d in dead
+    ) == [
+        (n, value[:4096], 300_000, hashlib.sha256(value).hexdigest(), "too_large")
+        for n, value in enumerate(junk)
+    ]
+    archived = {
+        r.kafka_offset: bytes(r.raw_value)
+        for r in master_rows(spark, settings)
+        if r.kafka_partition == partition
+    }
+    assert archived == {**dict(enumerate(junk)), 60: after}
 
 
 def test_a_missing_input_topic_is_named_with_the_command_that_creates_it(

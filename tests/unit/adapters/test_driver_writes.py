@@ -18,7 +18,13 @@ from cassandra.cqltypes import (
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
-from adapters.driver_writes import _has_instant, cql_value, partition_batches
+from adapters.driver_writes import (
+    MAX_BATCH_BYTES,
+    _has_instant,
+    cql_value,
+    partition_batches,
+    value_bytes,
+)
 
 LINE_ITEM = UserType.make_udt_class(
     "pos", "line_item", ["title", "price", "amount"], [UTF8Type, DecimalType, Int32Type]
@@ -79,3 +85,32 @@ def test_a_partitions_rows_are_split_into_batches_of_at_most_max_rows() -> None:
         [(8, 0)],
     ]
     assert partition_batches([], key_at=[0]) == []
+
+
+def test_a_partitions_rows_are_batched_by_count_in_order_of_first_appearance() -> None:
+    rows = [("a", n) for n in range(250)] + [("b", 0), ("a", 250)]
+    batches = partition_batches(rows, [0])
+    assert [(b[0], len(b)) for b in batches] == [
+        (("a", 0), 100), (("a", 100), 100), (("a", 200), 51), (("b", 0), 1),
+    ]  # fmt: skip
+
+
+def test_large_values_are_batched_by_bytes_however_few_the_rows() -> None:
+    # 60 dead letters of 300 KB in one partition were one 18 MB request before.
+    assert MAX_BATCH_BYTES == 524_288
+    huge = [("t", 0, n, b"j" * 300_000) for n in range(60)]
+    assert [len(b) for b in partition_batches(huge, [0, 1])] == [1] * 60
+    big = [("t", 0, n, b"j" * 200_000) for n in range(5)]
+    assert [len(b) for b in partition_batches(big, [0, 1])] == [2, 2, 1]
+    # A row over the limit on its own still goes (alone): rows are bounded upstream.
+    assert [len(b) for b in partition_batches([("t", b"j" * 600_000), ("t", b"")], [0])] == [1, 1]
+
+
+def test_value_bytes_counts_payloads_and_a_fixed_size_per_number() -> None:
+    assert value_bytes(b"abc") == 7
+    assert value_bytes("é") == 6  # two UTF-8 bytes
+    assert value_bytes(None) == 4
+    assert value_bytes(2**62) == 12
+    assert value_bytes(Decimal("123.45")) == 17
+    assert value_bytes({1: "ab"}) == 4 + 12 + 6
+    assert value_bytes([("tea", Decimal("1.5"), 2)]) == 4 + (4 + 7 + 14 + 12)

@@ -13,7 +13,14 @@ import pytest
 
 from alerts import processor as processor_module
 from alerts.processor import Processor, rules_from
-from alerts.watchdog import RESTARTS_ENV, Watchdog
+from alerts.watchdog import (
+    EXIT_RESTARTS_EXHAUSTED,
+    IN_A_ROW_ENV,
+    RESTARTS_ENV,
+    Watchdog,
+    committed,
+    may_restart,
+)
 from infra.settings import load_settings
 
 
@@ -106,7 +113,7 @@ def test_restart_in_place_execs_the_same_command_under_the_same_pid(tmp_path: Pa
             """
         )
     )
-    env = {k: v for k, v in os.environ.items() if k != RESTARTS_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (RESTARTS_ENV, IN_A_ROW_ENV)}
     out = subprocess.run(
         [sys.executable, str(script), "--flag"], capture_output=True, text=True, timeout=60,
         env=env,
@@ -115,4 +122,58 @@ def test_restart_in_place_execs_the_same_command_under_the_same_pid(tmp_path: Pa
     first, second = out.stdout.split()[:4], out.stdout.split()[4:]
     assert first[0] == "run" and first[2:] == ["0", "--flag"], out.stdout
     assert second == ["run", first[1], "1", "--flag", "fd-closed"], out.stdout
-    assert "restarting in place (restart 1): a hung call" in out.stderr
+    assert "restarting in place (restart 1, 1 of 5 in a row): a hung call" in out.stderr
+
+
+def test_restarts_are_allowed_up_to_the_limit_in_a_row() -> None:
+    assert [may_restart(n, 5) for n in range(7)] == [True] * 5 + [False] * 2
+    assert may_restart(0, 0) is False  # 0: never restart in place
+
+
+def test_a_commit_starts_a_new_row_of_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(IN_A_ROW_ENV, "3")
+    monkeypatch.setenv(RESTARTS_ENV, "7")
+    committed()
+    assert (os.environ[IN_A_ROW_ENV], os.environ[RESTARTS_ENV]) == ("0", "7")
+
+
+def test_the_processor_reports_its_restarts_and_restarts_with_the_settings_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(RESTARTS_ENV, "7")
+    monkeypatch.setenv(IN_A_ROW_ENV, "2")
+    s = load_settings(kafka_bootstrap_servers="127.0.0.1:1", alerts_max_restarts_in_place=3)
+    proc = Processor(s, rules_from(s))
+    try:
+        assert (proc.totals["restarts_in_place"], proc.totals["restarts_in_a_row"]) == (7, 2)
+        assert proc.restart.keywords == {"limit": 3}  # type: ignore[attr-defined]
+    finally:
+        proc.watchdog.close()
+        proc.consumer.close()
+
+
+def test_a_hang_after_the_last_allowed_restart_exits_6_saying_why(tmp_path: Path) -> None:
+    """A real process, as the processor's watchdog runs it: no exec, an exit."""
+    script = tmp_path / "hangs_again.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import logging, sys, threading
+            sys.path.insert(0, {str(Path.cwd())!r})
+            from alerts.watchdog import Watchdog, restart_in_place
+            logging.basicConfig(level=logging.INFO, format="%(message)s")
+            watchdog = Watchdog(lambda why: restart_in_place(why, limit=2))
+            with watchdog.guard("a hung call", 0.2):
+                threading.Event().wait()
+            """
+        )
+    )
+    env = {**os.environ, RESTARTS_ENV: "4", IN_A_ROW_ENV: "2"}
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == EXIT_RESTARTS_EXHAUSTED == 6, out.stderr
+    assert (
+        "a hung call; not restarting: 2 in-place restarts in a row without a commit "
+        "(POS_ALERTS_MAX_RESTARTS_IN_PLACE=2; 4 in all): exiting 6"
+    ) in out.stderr

@@ -54,3 +54,20 @@ def test_a_changed_primary_key_is_refused_with_what_to_do() -> None:
     assert shape is not None
     with pytest.raises(ServiceError, match=r"DROP TABLE pos\.speed_progress"):
         migrations(shape, {"query_name": "partition_key", "rows": "regular"})
+
+
+def test_dead_letters_from_before_value_prefixes_gain_length_and_hash_columns() -> None:
+    [shape] = [
+        s
+        for s in map(table_shape, cql.ddl("pos"))
+        if s is not None and s.name == cql.DEAD_LETTERS_TABLE
+    ]
+    old = {
+        "kafka_topic": "partition_key", "kafka_partition": "partition_key",
+        "kafka_offset": "clustering", "kafka_timestamp": "regular", "kafka_key": "regular",
+        "raw_value": "regular", "reason": "regular", "detail": "regular",
+    }  # fmt: skip
+    assert migrations(shape, old) == [
+        "ALTER TABLE pos.dead_letters ADD value_length int",
+        "ALTER TABLE pos.dead_letters ADD value_sha256 text",
+    ]

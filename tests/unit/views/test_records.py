@@ -7,6 +7,7 @@ beyond every bound go through `records.check`, the very transform the stream run
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -121,6 +122,27 @@ def test_check_splits_records_into_receipts_and_dead_letters(local_spark: Any) -
             "kafka_offset bigint, reason string, happened_at timestamp, revenue decimal(19,2)",
         ),
     )
+
+
+def test_a_dead_letter_keeps_a_bounded_prefix_with_the_whole_values_length_and_hash(
+    local_spark: Any,
+) -> None:
+    big = b"\xff" + b"j" * 300_000 + b"END"  # over the contract's 64 KiB: too_large
+    short = b"nope"
+    checked = records.check(_kafka(local_spark, [big, short, None]))
+    dead = records.dead_letters(checked)
+    assert tuple(dead.columns) == records.DEAD_LETTER_COLUMNS
+    got = [
+        (r.kafka_offset, bytes(r.raw_value) if r.raw_value is not None else None,
+         r.value_length, r.value_sha256, r.reason)
+        for r in dead.orderBy("kafka_offset").collect()
+    ]  # fmt: skip
+    assert records.DEAD_LETTER_PREFIX_BYTES == 4096
+    assert got == [
+        (0, b"\xff" + b"j" * 4095, 300_004, hashlib.sha256(big).hexdigest(), "too_large"),
+        (1, b"nope", 4, hashlib.sha256(short).hexdigest(), "invalid_json"),
+        (2, None, None, None, "empty_value"),
+    ]
 
 
 def test_late_uses_full_precision(local_spark: Any) -> None:
