@@ -7,8 +7,9 @@ Three ways to run, one set of views:
 - **fold** (every scheduled run, `batch_layer/fold.py`): the records archived since
   the last commit, looked up in the batch layer's natural-key index, folded into their
   days. Its cost follows those records, not the history.
-- **build** (the first run, `pos-batch rebuild`, `--take-over`): every record of the
-  table at one version judged again (`views.records.check`, the speed layer's
+- **build** (the first run, and `--take-over`; `pos-batch rebuild` does the same in
+  chunks of natural keys: batch_layer/rebuild.py): every record of the table at one
+  version judged again (`views.records.check`, the speed layer's
   validator), every natural key resolved over all its copies (`views.winners.resolve`:
   a copy from another day can win or conflict), every day's views written as a new
   *generation* (receipts, aggregates and index rows), then served by one commit. This
@@ -102,7 +103,6 @@ def run(
     interval: Interval,
     delta_version: int | None = None,
     take_over: bool = False,
-    rebuild: bool = False,
 ) -> RunResult:
     """One batch run over `interval`; `delta_version` pins the input (default: newest).
 
@@ -134,7 +134,7 @@ def run(
             # Read first: the commit is conditional on the pointer staying as read here.
             read = store.state()
             result = _dispatch(
-                spark, settings, interval, delta_version, take_over, rebuild, run_id, store, read
+                spark, settings, interval, delta_version, take_over, run_id, store, read
             )
         except CommitConflict as exc:
             store.record_run(
@@ -156,7 +156,6 @@ def _dispatch(
     interval: Interval,
     delta_version: int | None,
     take_over: bool,
-    rebuild: bool,
     run_id: uuid.UUID,
     store: BatchStore,
     read: PointerState,
@@ -164,7 +163,7 @@ def _dispatch(
     table_id = master_dataset.table_id(spark, settings)
     if delta_version is not None and not take_over:
         return _recompute(spark, settings, interval, delta_version, "pinned", run_id, store, read)
-    if delta_version is None and not rebuild:
+    if delta_version is None:
         reason = _why_build(spark, settings, read, table_id)
         if reason is None:
             return _fold(spark, settings, interval, run_id, store, read, table_id)
