@@ -5,7 +5,7 @@
 #   docker build -t pos-lambda .        (compose.yaml builds it for you)
 # Installed the way `make setup` does it: pip with -c constraints.txt and the pinned
 # pyproject.toml; the Spark jars are fetched here, at build time, by the project's own
-# jar fetching (infra/jars.py + infra/jars/spark/pom.xml), never at container start.
+# jar fetching (src/pos_lambda/runtime/jars.py + infra/jars/spark/pom.xml), never at container start.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
@@ -19,11 +19,15 @@ WORKDIR /opt/pos/app
 # The dependency files first, so a code change does not refetch the jars.
 COPY pyproject.toml constraints.txt README.md ./
 COPY infra/ infra/
+# Only the modules the jar fetching imports, so a change elsewhere keeps this layer.
+COPY src/pos_lambda/__init__.py src/pos_lambda/settings.py src/pos_lambda/
+COPY src/pos_lambda/adapters/__init__.py src/pos_lambda/adapters/service.py src/pos_lambda/adapters/
+COPY src/pos_lambda/runtime/__init__.py src/pos_lambda/runtime/jars.py src/pos_lambda/runtime/
 RUN python -m venv /opt/pos/venv \
  && /opt/pos/venv/bin/pip install --no-cache-dir --upgrade pip \
  && /opt/pos/venv/bin/pip install --no-cache-dir -c constraints.txt pydantic-settings
-RUN POS_JARS_DIR=/opt/pos/jars /opt/pos/venv/bin/python -c \
-      "from infra import jars; from infra.settings import load_settings; \
+RUN POS_JARS_DIR=/opt/pos/jars PYTHONPATH=src /opt/pos/venv/bin/python -c \
+      "from pos_lambda.runtime import jars; from pos_lambda.settings import load_settings; \
        print(jars.fetch(load_settings(), ('spark',)))"
 COPY . .
 # Same command as the Makefile's setup step. Extras: airflow (the DAGs run in this image

@@ -43,10 +43,10 @@ from pathlib import Path
 import results as bench_results  # bench/, beside this script
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from infra import schema_apply
-from infra.settings import Settings, load_settings
-from producer.kafka_sink import produce, producer_config
-from producer.simulation import OutgoingMessage, SimulationConfig, simulate
+from pos_lambda.adapters import schema_apply
+from pos_lambda.producer.kafka_sink import produce, producer_config
+from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate
+from pos_lambda.settings import Settings, load_settings
 
 INTERVALS_MS = (10, 100, 1000)
 MODES = ("exactly_once", "at_least_once")
@@ -232,7 +232,7 @@ def main() -> None:
             r.rounds.append(throughput)
             r.duplicates += duplicates
             print(f"round {n + 1}: {r.mode:<14} {r.interval_ms:>5} ms: {throughput:>8,.0f} "
-                  f"alerts/s", flush=True)  # fmt: skip
+                  f"src/pos_lambda/alerts/s", flush=True)  # fmt: skip
     for r in results:
         r.throughput = statistics.median(r.rounds)
         s = _config(base, r.mode, r.interval_ms, _topic(base, "in"))
@@ -266,7 +266,7 @@ def _write(args: argparse.Namespace, results: list[Result], count: int) -> None:
         at = f"{interval} ms"
         figures += [
             bench_results.vs_peer(
-                f"EOS throughput, {at}", eos.throughput, "alerts/s",
+                f"EOS throughput, {at}", eos.throughput, "src/pos_lambda/alerts/s",
                 f"ALO throughput, {at}", alo.throughput, anchor if interval == 100 else None,
             ),
             bench_results.baseline(f"ALO throughput, {at}", alo.throughput, "alerts/s"),

@@ -32,18 +32,18 @@ natively, in this process; generation time reported apart):
   also carries a resend (an identical second copy, a higher offset) of 0.5 % of the
   previous hour's receipts, so copies cross hours and days. Appended to a Delta master
   dataset (`records.MASTER_COLUMNS`, partitioned by event_day, the change data feed on
-  as `infra.spark.build_session` makes it) 100 hours per table version, in time order.
+  as `adapters.spark_session.build_session` makes it) 100 hours per table version, in time order.
 - Folded by the batch layer: the index `receipt_keys_batch` (one row per natural key,
-  the winning copy's `views.winners.INDEX_COLUMNS`, by the project's own
-  `views.records.receipt_rows` over the typed receipts, so the content hash is the one
-  the run computes: the JSON parse of `views.records.check` is skipped, after checking
+  the winning copy's `pos_lambda.views.winners.INDEX_COLUMNS`, by the project's own
+  `pos_lambda.views.records.receipt_rows` over the typed receipts, so the content hash is the one
+  the run computes: the JSON parse of `pos_lambda.views.records.check` is skipped, after checking
   on the first history hours that both give the very same rows); `receipts_batch` rows
   of the receipts of H's UTC day only (partition version = the generation,
   `master_version` = the table version that archived the record): the receipts of
   older days are not generated, since an hourly run neither reads nor writes them;
   `agg_15m_batch` of H's day and the day before it
-  (`views.batch.batch_aggregates` of their winners and duplicates, by
-  `views.winners.resolve`), a version per day; the pointer `batch_views`: a row per
+  (`pos_lambda.views.batch.batch_aggregates` of their winners and duplicates, by
+  `pos_lambda.views.winners.resolve`), a version per day; the pointer `batch_views`: a row per
   history day (covered until the next midnight, or until H for H's own day, as the
   previous hourly run leaves it), the horizon H, the generation, and the folded table
   version and id.
@@ -356,13 +356,13 @@ def master_rows(spark: Any, shape: Shape, lo: int, hi: int, resends: bool = True
 def receipt_rows(spark: Any, shape: Shape, lo: int, hi: int, settings: Any,
                  resends: bool = True) -> Any:  # fmt: skip
     """The same copies as receipt rows (records.RECEIPT_ROW_COLUMNS), by the project's
-    own `views.records.receipt_rows` (content hash, day, late and beyond-bound flags as a
+    own `pos_lambda.views.records.receipt_rows` (content hash, day, late and beyond-bound flags as a
     batch run computes them) over the typed receipts the validator would have made of
     their JSON: the check's parse is skipped, which would cost the generator of 50M
     index rows most of its time (`same_as_judged` proves the two equal)."""
     from pyspark.sql import functions as F
 
-    from views import records
+    from pos_lambda.views import records
 
     rows = copies(spark, shape, lo, hi, resends)
     schema = records.RECEIPT_SCHEMA
@@ -399,7 +399,7 @@ def thresholds(settings: Any) -> tuple[int, int]:
 def judged_receipt_rows(master: Any, settings: Any) -> Any:
     """Master rows judged as a batch run judges them: `check` (the contract's validator,
     native path first) + `receipt_rows`."""
-    from views import records
+    from pos_lambda.views import records
 
     checked = records.check(records.from_archive(master), native_first=True)
     return records.receipt_rows(checked, *thresholds(settings))
@@ -473,7 +473,7 @@ def _records(rows: Any, shape: Shape) -> Any:
     canonical JSON (the contract's field order, as the archiver stores it)."""
     from pyspark.sql import functions as F
 
-    from schemas import contract
+    from pos_lambda.schemas import contract
 
     happened = F.timestamp_micros("happened_us")
     store = F.lit(FIRST_STORE) + (F.col("d") / shape.devices_per_store).cast("long")
@@ -523,11 +523,11 @@ def generate(spark: Any, shape: Shape, settings: Any) -> Generated:
     from batch_recompute import append  # bench/: the master dataset's append, reused
     from pyspark.sql import functions as F
 
-    from adapters import cassandra, master_dataset
-    from schemas import cql
-    from views import records
-    from views.batch import batch_aggregates
-    from views.winners import INDEX_COLUMNS, resolve
+    from pos_lambda.adapters import cassandra, master_dataset
+    from pos_lambda.schemas import cql
+    from pos_lambda.views import records
+    from pos_lambda.views.batch import batch_aggregates
+    from pos_lambda.views.winners import INDEX_COLUMNS, resolve
 
     ks = settings.cassandra_keyspace
     seconds: dict[str, float] = {}
@@ -625,8 +625,8 @@ def write_pointer(
     """The committed state: a pointer row per history day, and the statics."""
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from infra import cassandra_client
-    from schemas import cql
+    from pos_lambda.adapters import cassandra_client
+    from pos_lambda.schemas import cql
 
     cluster = cassandra_client.cluster(settings, writes=True)
     try:
@@ -670,7 +670,7 @@ def run_batch(settings: Any, shape: Shape, event_dir: Path) -> dict[str, Any]:
         "PYSPARK_SUBMIT_ARGS": f"--conf spark.eventLog.enabled=true --conf "
         f"spark.eventLog.dir=file://{event_dir} pyspark-shell",
     }
-    cmd = [sys.executable, "-m", "batch_layer.cli", "run",
+    cmd = [sys.executable, "-m", "pos_lambda.batch_layer.cli", "run",
            "--start", start.isoformat(), "--end", end.isoformat()]  # fmt: skip
     began = time.time()
     t0 = time.perf_counter()
@@ -752,7 +752,7 @@ def _union_ms(spans: list[tuple[float, float]]) -> float:
 
 
 def _session(settings: Any) -> tuple[Any, Any]:
-    from infra import cassandra_client
+    from pos_lambda.adapters import cassandra_client
 
     cluster = cassandra_client.cluster(settings, timeout=300)
     return cluster, cluster.connect(settings.cassandra_keyspace)
@@ -763,7 +763,7 @@ def count_rows(settings: Any, shape: Shape, generations: Iterable[str]) -> dict[
     partitions of the new hour's receipts (the history's other keys are not touched)."""
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from schemas import cql
+    from pos_lambda.schemas import cql
 
     cluster, session = _session(settings)
     try:
@@ -799,7 +799,7 @@ def reported_vs_counted(result: dict[str, Any] | None, counted: dict[str, int]) 
 
 def pointer(settings: Any) -> tuple[dict[date, Any], Any]:
     """The batch pointer: its rows by day, and its static columns (first row)."""
-    from schemas import cql
+    from pos_lambda.schemas import cql
 
     cluster, session = _session(settings)
     try:
@@ -817,7 +817,7 @@ def served(settings: Any, shape: Shape, days: list[date]) -> dict[Window, Measur
     """The batch aggregates the pointer serves for `days` (what readers follow)."""
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from schemas import cql
+    from pos_lambda.schemas import cql
 
     by_day, _ = pointer(settings)
     cluster, session = _session(settings)
@@ -848,7 +848,7 @@ def served_new_receipts(settings: Any, shape: Shape) -> int:
     generation whose master_version the day's delta_version covers."""
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from schemas import cql
+    from pos_lambda.schemas import cql
 
     by_day, statics = pointer(settings)
     generation = statics.generation if statics is not None else GENERATION
@@ -924,7 +924,7 @@ def floor_work(table: str, after: int, upto: int) -> dict[Window, Measures]:
     import polars as pl
     from deltalake import DeltaTable
 
-    from schemas import contract
+    from pos_lambda.schemas import contract
 
     cdf = DeltaTable(table).load_cdf(starting_version=after + 1, ending_version=upto,
                                      columns=["kafka_partition", "kafka_offset",
@@ -1026,7 +1026,7 @@ def floor_differences(shape: Shape, rows: list[list[Any]]) -> list[str]:
 
 
 def drop_keyspace(settings: Any, keyspace: str) -> None:
-    from infra import cassandra_client
+    from pos_lambda.adapters import cassandra_client
 
     cluster = cassandra_client.cluster(settings, timeout=120)
     try:
@@ -1041,8 +1041,7 @@ def measure(
     """Generate the state of one shape, run the hour, check and count: one `runs` row."""
     from speed_constant_cost import compactions_idle  # bench/: awaits Cassandra's compactions
 
-    from adapters import master_dataset
-    from infra import schema_apply
+    from pos_lambda.adapters import master_dataset, schema_apply
 
     label = f"{shape.history:,} history" + (", late data" if shape.late else "")
     ks = f"bench_hist_{uuid.uuid4().hex[:8]}"
@@ -1214,8 +1213,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.floor_of:
         floor_main(args.floor_of, args.floor_out)
         return
-    from infra.settings import load_settings
-    from infra.spark import build_session
+    from pos_lambda.adapters.spark_session import build_session
+    from pos_lambda.settings import load_settings
 
     base = load_settings()
     # The generator writes tens of millions of index rows: more writes in flight.

@@ -47,14 +47,13 @@ import results as bench_results  # bench/, beside this script
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from adapters import master_dataset
-from batch_layer import job
-from batch_layer.interval import Interval
-from infra import schema_apply
-from infra.settings import Settings, load_settings
-from infra.spark import build_session
-from schemas import contract
-from views.aggregation import window_start
+from pos_lambda.adapters import master_dataset, schema_apply
+from pos_lambda.adapters.spark_session import build_session
+from pos_lambda.batch_layer import job
+from pos_lambda.batch_layer.interval import Interval
+from pos_lambda.schemas import contract
+from pos_lambda.settings import Settings, load_settings
+from pos_lambda.views.aggregation import window_start
 
 DAY = datetime(2026, 3, 2, tzinfo=UTC)
 RESEND_RATE = 0.006

@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from infra import schema_apply
-from infra.settings import Settings
-from producer.kafka_sink import produce
-from producer.simulation import FaultConfig, SimulationConfig, SimulationResult, simulate
+from pos_lambda.adapters import schema_apply
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, SimulationResult, simulate
+from pos_lambda.settings import Settings
 
 FAULTS = FaultConfig(
     resend_rate=0.006, malformed_rate=0.005, late_rate=0.02, late_max_delay_s=7200,

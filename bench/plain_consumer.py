@@ -8,7 +8,7 @@ the obvious alternative to the speed layer's views query:
     -> cassandra-driver `execute_concurrent` upserts of the raw rows, the dead
        letters and the touched windows' absolute 15-minute aggregates
 
-into the same tables as the speed views (schemas/cql.py), in its own keyspace. What
+into the same tables as the speed views (src/pos_lambda/schemas/cql.py), in its own keyspace. What
 it gives up for its speed: its dedup state lives in memory, so a restart forgets
 which receipts it has seen (a replay after a crash double-counts), and nothing beyond
 one process scales it. It records no conflicts and no `receipt_keys`.
@@ -31,11 +31,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from infra import cassandra_client, schema_apply
-from infra.settings import Settings, load_settings
-from producer.ledger import expected_aggregates, load_receipts
-from schemas import contract, cql
-from schemas.contract import Invalid, parse_message
+from pos_lambda.adapters import cassandra_client, schema_apply
+from pos_lambda.producer.ledger import expected_aggregates, load_receipts
+from pos_lambda.schemas import contract, cql
+from pos_lambda.schemas.contract import Invalid, parse_message
+from pos_lambda.settings import Settings, load_settings
 
 WINDOW_S = int(contract.WINDOW.total_seconds())
 LATE_US = int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000)

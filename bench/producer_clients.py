@@ -3,10 +3,10 @@ mission named), idempotent, on the same messages, alternated in one run.
 
     python bench/producer_clients.py [--count 200000] [--rounds 3] [--no-json]
 
-The simulator's receipts are encoded once (producer/simulation.py: keys, JSON values,
+The simulator's receipts are encoded once (src/pos_lambda/producer/simulation.py: keys, JSON values,
 record timestamps); each run sends all of them into a fresh topic of its own. Both clients
 are idempotent with acks=all, linger 5 ms and lz4, as the project's producer
-(producer/kafka_sink.py: confluent-kafka through the project's own `produce`), and
+(src/pos_lambda/producer/kafka_sink.py: confluent-kafka through the project's own `produce`), and
 kafka-python gets librdkafka's default batch size (1 MB) and its C crc32c and lz4, so it is
 measured at its best. Before the clock starts each client delivers one warm-up message
 (connection, metadata, producer id); events/s = messages / (first send -> every delivery
@@ -33,10 +33,10 @@ import results  # bench/, beside this script
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from infra import schema_apply
-from infra.settings import Settings, load_settings
-from producer.kafka_sink import produce, producer_config
-from producer.simulation import OutgoingMessage, SimulationConfig, simulate
+from pos_lambda.adapters import schema_apply
+from pos_lambda.producer.kafka_sink import produce, producer_config
+from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate
+from pos_lambda.settings import Settings, load_settings
 
 CLIENTS = ("confluent-kafka", "kafka-python")
 # (settings, topic, messages) -> (seconds first send -> all acked, ms created -> warm-up acked)

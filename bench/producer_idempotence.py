@@ -25,10 +25,10 @@ from typing import Any
 import results  # bench/, beside this script
 from confluent_kafka import Producer
 
-from infra import schema_apply
-from infra.settings import Settings, load_settings
-from producer.kafka_sink import DeliveryStats, produce, producer_config
-from producer.simulation import SimulationConfig, simulate
+from pos_lambda.adapters import schema_apply
+from pos_lambda.producer.kafka_sink import DeliveryStats, produce, producer_config
+from pos_lambda.producer.simulation import SimulationConfig, simulate
+from pos_lambda.settings import Settings, load_settings
 
 
 def main() -> None:

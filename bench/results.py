@@ -211,7 +211,7 @@ def code_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment that runs `tree`'s modules (ahead of this checkout's editable
     install) with this checkout's jars and service state. Run a script of the tree, or
     `python -m` in the tree's directory: -m puts the working directory first."""
-    from infra.settings import load_settings
+    from pos_lambda.settings import load_settings
 
     here = load_settings()
     return {**(env or os.environ), "PYTHONPATH": str(tree), "POS_JARS_DIR": str(here.jars_dir),
@@ -299,8 +299,8 @@ def _os_name() -> str:
 
 def _java_version() -> str | None:
     try:
-        from infra.java import find_java17
-        from infra.settings import load_settings
+        from pos_lambda.adapters.java import find_java17
+        from pos_lambda.settings import load_settings
 
         java = find_java17(load_settings().java_home)
         out = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=30)

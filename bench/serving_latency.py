@@ -38,11 +38,11 @@ from typing import Any
 
 import results  # bench/, beside this script
 
-from infra import schema_apply
-from infra.process import wait_for
-from infra.settings import Settings, load_settings
-from schemas import cql
-from serving import Serving
+from pos_lambda.adapters import schema_apply
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.schemas import cql
+from pos_lambda.serving import Serving
+from pos_lambda.settings import Settings, load_settings
 
 DAY = date(2026, 3, 2)
 MIDNIGHT = datetime(2026, 3, 2, tzinfo=UTC)

@@ -27,7 +27,7 @@ import results as bench_results  # bench/, beside this script
 from faulted_topic import produce_faulted_topic
 from speed_latency import QUERY_OF_JOB
 
-from infra.settings import PROJECT_ROOT, Settings, load_settings
+from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
 
 
 def _env(settings: Settings, code: Path, keyspace: str, data: Path) -> dict[str, str]:
@@ -49,10 +49,10 @@ def run_views(settings: Settings, code: Path, tag: str) -> float:
     data = Path(tempfile.mkdtemp(prefix=f"bench-backlog-{tag}-"))
     env = _env(settings, code, keyspace, data)
     py = sys.executable
-    subprocess.run([py, "-m", "infra.cli", "schema"], env=env, cwd=code, check=True,
+    subprocess.run([py, "-m", "pos_lambda.runtime.cli", "schema"], env=env, cwd=code, check=True,
                    capture_output=True)  # fmt: skip
     done = subprocess.run(
-        [py, "-m", "speed_layer.cli", "run", "--available-now", "--jobs", "views"],
+        [py, "-m", "pos_lambda.speed_layer.cli", "run", "--available-now", "--jobs", "views"],
         env=env, cwd=code, capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:

@@ -5,7 +5,7 @@
 Reads topic T (e.g. the one bench/speed_vs_plain.py filled; see --help of that
 script, or produce one with `pos-producer simulate`) as one batch, the same columns
 the streaming source gives `foreachBatch`, and runs the views job's own micro-batch
-(`speed_layer.views_job.ViewsBatch.process`) into a fresh keyspace with every stage
+(`pos_lambda.speed_layer.views_job.ViewsBatch.process`) into a fresh keyspace with every stage
 forced and timed on its own: Kafka read, validation (the contract's validator in an
 Arrow-optimised Python UDF; with --native-first, Spark's own expressions first, as
 the views query validates a backlog), the counts, each write, the stored-row reads
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from infra import cassandra_client, schema_apply
-from infra.settings import Settings, load_settings
+from pos_lambda.adapters import cassandra_client, schema_apply
+from pos_lambda.settings import Settings, load_settings
 
 Timings = dict[str, float]
 
@@ -45,10 +45,10 @@ def one_round(
     """One micro-batch of the whole topic into `keyspace`, every stage timed."""
     from pyspark.sql import DataFrame
 
-    from adapters import cassandra
-    from schemas import contract, cql
-    from speed_layer import views_job
-    from views import records
+    from pos_lambda.adapters import cassandra
+    from pos_lambda.schemas import contract, cql
+    from pos_lambda.speed_layer import views_job
+    from pos_lambda.views import records
 
     t: Timings = {}
 
@@ -128,7 +128,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from infra.spark import build_session
+    from pos_lambda.adapters.spark_session import build_session
 
     settings = load_settings().model_copy(update={"topic_transactions": args.topic})
     spark = build_session(settings, "pos-speed-breakdown")

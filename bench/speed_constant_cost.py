@@ -7,7 +7,7 @@
 2. Preloaded keyspaces: `--preload` receipts written straight into the tables the
    speed views read back (receipts_by_store_day, receipt_keys, agg_15m_speed), with
    Spark in this process: rows generated natively (no Python per row), content hashes
-   by `views.records.content_hash` and the window rows by `views.aggregation.
+   by `pos_lambda.views.records.content_hash` and the window rows by `pos_lambda.views.aggregation.
    aggregate_15m` (the functions the layers share), written with the project's
    Cassandra adapter. Loading 1M receipts through Kafka and the speed layer would take
    longer than the whole benchmark on 2 cores. The preloaded receipts all fall on the
@@ -56,13 +56,13 @@ from typing import Any
 import results  # bench/, beside this script
 from speed_latency import QUERY_OF_JOB, drop  # bench/, beside this script
 
-from infra import cassandra_client, schema_apply
-from infra.process import wait_for
-from infra.settings import PROJECT_ROOT, Settings, load_settings
-from producer import ledger as ledger_files
-from producer.kafka_sink import produce
-from producer.simulation import FaultConfig, SimulationConfig, SimulationResult, simulate
-from schemas import contract, cql
+from pos_lambda.adapters import cassandra_client, schema_apply
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.producer import ledger as ledger_files
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, SimulationResult, simulate
+from pos_lambda.schemas import contract, cql
+from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
 
 GOAL_RATIO = 1.2
 WINDOW_S = int(contract.WINDOW.total_seconds())
@@ -167,7 +167,7 @@ class Preload:
         from pyspark.sql import functions as F
         from pyspark.sql.types import DecimalType
 
-        from views import records
+        from pos_lambda.views import records
 
         n_dev = len(self.devices)
 
@@ -227,8 +227,8 @@ def preload(spark: Any, keyspace: str, plan: Preload) -> float:
     """Write the preloaded receipts into `keyspace`; seconds taken."""
     from pyspark.sql import functions as F
 
-    from adapters import cassandra
-    from views.aggregation import aggregate_15m
+    from pos_lambda.adapters import cassandra
+    from pos_lambda.views.aggregation import aggregate_15m
 
     started = time.perf_counter()
     tables = [cql.RAW_TABLE, cql.RECEIPT_KEYS_TABLE, cql.AGG_SPEED_TABLE]
@@ -285,7 +285,8 @@ def run_speed(settings: Settings, topic: str, keyspace: str) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "speed_layer.cli", "run", "--available-now", "--jobs", "views"],
+            [sys.executable, "-m", "pos_lambda.speed_layer.cli", "run", "--available-now",
+             "--jobs", "views"],
             env=env, cwd=PROJECT_ROOT, capture_output=True, text=True,
         )  # fmt: skip
     finally:
@@ -416,7 +417,7 @@ def main() -> None:
 
         # Preload every preloaded keyspace first, then stop Spark: the timed rounds
         # run without this process's JVM beside them.
-        from infra.spark import build_session
+        from pos_lambda.adapters.spark_session import build_session
 
         spark = build_session(base, "bench-constant-cost-preload")
         loads: list[tuple[str, float]] = []

@@ -5,7 +5,7 @@
 (a) watermark + dropDuplicatesWithinWatermark + windowed aggregation on the RocksDB
     state store, append mode (Spark 3.5 requires it for chained stateful operators);
 (b) the pipeline's foreachBatch design: upsert raw receipts, recompute the touched
-    windows' absolute aggregates from the raw table (speed_layer/views_job.py).
+    windows' absolute aggregates from the raw table (src/pos_lambda/speed_layer/views_job.py).
 
 For each: backlog throughput (events/s from Kafka into Cassandra, available-now),
 and how many 15-minute windows equal the producer's ledger afterwards. For (b)
@@ -32,20 +32,20 @@ from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from adapters import cassandra as cassandra_io
-from adapters.kafka import read_transactions
-from infra import schema_apply
-from infra.process import wait_for
-from infra.settings import Settings, load_settings
-from infra.spark import build_session
-from producer import ledger
-from producer.kafka_sink import produce
-from producer.simulation import FaultConfig, SimulationConfig, encode, simulate
-from schemas import contract
-from schemas import cql as tables
-from speed_layer import views_job
-from speed_layer.progress import ProgressRecorder
-from views import records as transforms
+from pos_lambda.adapters import cassandra as cassandra_io
+from pos_lambda.adapters import schema_apply
+from pos_lambda.adapters.kafka import read_transactions
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.adapters.spark_session import build_session
+from pos_lambda.producer import ledger
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, encode, simulate
+from pos_lambda.schemas import contract
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings, load_settings
+from pos_lambda.speed_layer import views_job
+from pos_lambda.speed_layer.progress import ProgressRecorder
+from pos_lambda.views import records as transforms
 
 LATENCY_SAMPLES = 5  # receipts produced one at a time per design
 

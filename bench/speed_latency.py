@@ -24,8 +24,8 @@ its own, the whole speed layer as `make speed` runs it:
    of a fresh driver (class loading, JIT, the connector's session, the Delta log),
    reported on its own;
 3. steady load: receipts produced at `rate` per second with the project's producer
-   (`producer.kafka_sink.produce`, idempotent, paced), bodies from the simulator
-   (`producer.simulation`), `happened_at` = the instant the producer's pacing sends it
+   (`pos_lambda.producer.kafka_sink.produce`, idempotent, paced), bodies from the simulator
+   (`pos_lambda.producer.simulation`), `happened_at` = the instant the producer's pacing sends it
    (now). First the warm-up (reported apart): at least `--warmup` s, until the views
    query has finished `--warmup-batches` micro-batches started under this load (the
    first ones in a fresh JVM take many times longer) and until the archiver has drained
@@ -87,13 +87,13 @@ import results  # bench/, beside this script
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from infra import cassandra_client, schema_apply
-from infra.process import wait_for
-from infra.settings import PROJECT_ROOT, Settings, load_settings
-from producer.kafka_sink import produce, producer_config
-from producer.simulation import OutgoingMessage, SimulationConfig, simulate, window_start
-from schemas import cql
-from speed_layer import archiver_job, views_job
+from pos_lambda.adapters import cassandra_client, schema_apply
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.producer.kafka_sink import produce, producer_config
+from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate, window_start
+from pos_lambda.schemas import cql
+from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
+from pos_lambda.speed_layer import archiver_job, views_job
 
 # `pos-speed run --jobs` names -> their streaming queries' names (views first).
 QUERY_OF_JOB = {"views": views_job.QUERY_NAME, "archiver": archiver_job.QUERY_NAME}
@@ -133,7 +133,7 @@ class SpeedLayer:
         self.start = log.stat().st_size if log.exists() else 0
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "speed_layer.cli", "run", *args],
+                [sys.executable, "-m", "pos_lambda.speed_layer.cli", "run", *args],
                 env=results.code_env(tree, env) if tree else env, cwd=tree or PROJECT_ROOT,
                 stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own group: the driver child is stopped with it

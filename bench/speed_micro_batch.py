@@ -16,11 +16,11 @@ write-ahead log, commit) and the whole micro-batch (`triggerExecution`). The fir
 `--warmup` micro-batches (JIT, caches) are left out. Variants
 alternate, `--rounds` times, in separate drivers:
 
-  - the project's Spark configuration (infra/spark.py);
+  - the project's Spark configuration (src/pos_lambda/adapters/spark_session.py);
   - the same with PySpark's own worker daemon (`pyspark.daemon`), whose workers
     re-read Spark's zip archives before every task on Python 3.11 and run a full
     garbage collection after it: the peer the project's daemon
-    (infra/spark_python_daemon.py) is measured against;
+    (src/pos_lambda/adapters/spark_python_daemon.py) is measured against;
   - or, with `--variant NAME:key=value;...` (repeatable), the settings to try before
     making them the project's (with `--no-json`, not to overwrite the report): Spark
     settings, and the project's own POS_ settings (`POS_SPEED_DRIVER_WRITES_BELOW=2500`),
@@ -56,8 +56,8 @@ from typing import Any
 
 import results  # bench/, beside this script
 
-from infra import cassandra_client, schema_apply
-from infra.settings import Settings, load_settings
+from pos_lambda.adapters import cassandra_client, schema_apply
+from pos_lambda.settings import Settings, load_settings
 
 PROJECT = "project configuration"
 OUTSIDE = "outside foreachBatch (offsets, planning, WAL, commit)"
@@ -89,11 +89,11 @@ VISIBLE = "aggregates written (from foreachBatch's start)"
 def child(args: argparse.Namespace) -> None:
     from pyspark.sql import DataFrame
 
-    import infra.spark as spark_setup
-    from adapters import cassandra, driver_lookup, driver_writes
-    from speed_layer import views_job
-    from speed_layer.progress import BatchCounts, ProgressRecorder
-    from views import winners
+    import pos_lambda.adapters.spark_session as spark_setup
+    from pos_lambda.adapters import cassandra, driver_lookup, driver_writes
+    from pos_lambda.speed_layer import views_job
+    from pos_lambda.speed_layer.progress import BatchCounts, ProgressRecorder
+    from pos_lambda.views import winners
 
     conf_over: dict[str, str] = json.loads(args.conf)
     project_conf = spark_setup.spark_conf

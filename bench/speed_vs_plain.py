@@ -55,12 +55,13 @@ from faulted_topic import produce_faulted_topic
 from plain_consumer import check_ledger
 from speed_latency import QUERY_OF_JOB, ProgressReader, SpeedLayer, drop
 
-from infra import cassandra_service, kafka_service, schema_apply
-from infra.process import wait_for
-from infra.settings import PROJECT_ROOT, Settings, load_settings
-from producer import ledger as ledger_files
-from producer.kafka_sink import produce
-from producer.simulation import OutgoingMessage
+from pos_lambda.adapters import schema_apply
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.producer import ledger as ledger_files
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import OutgoingMessage
+from pos_lambda.runtime import cassandra_service, kafka_service
+from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
 
 # The running contenders' warm-up (see run_speed_warm): the stream's first messages,
 # taken in micro-batches of WARMUP_STEP before the measured rest. A JVM gets faster over
@@ -139,7 +140,8 @@ def run_speed(
         # In the tree's directory: `python -m` puts the working directory first on
         # sys.path, ahead of PYTHONPATH (from here it would run this checkout's code).
         done = subprocess.run(
-            [sys.executable, "-m", "speed_layer.cli", "run", "--available-now", "--jobs", jobs],
+            [sys.executable, "-m", "pos_lambda.speed_layer.cli", "run", "--available-now",
+             "--jobs", jobs],
             env=env, cwd=tree or PROJECT_ROOT, capture_output=True, text=True,
         )  # fmt: skip
         if done.returncode != 0:

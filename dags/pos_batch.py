@@ -8,7 +8,7 @@ without one silently submits to master `yarn`).
 
 - `pos_batch` (hourly, `CronDataIntervalTimetable`): `await_archive` (until the
   archiver's committed Kafka offsets show every record Kafka received before the
-  hour's end in the master dataset: batch_layer/await_archive.py), then `pos-batch
+  hour's end in the master dataset: src/pos_lambda/batch_layer/await_archive.py), then `pos-batch
   run` over [data_interval_start, data_interval_end) (never `logical_date`: it is null
   for manual and asset-triggered runs), then `pos-batch quality` over the same interval.
   max_active_runs=1 and the one-slot pool `pos_batch` keep runs from overlapping.
@@ -16,7 +16,7 @@ without one silently submits to master `yarn`).
   `pos-batch gc`: delete batch-view versions nothing points to (same pool: never
   during a recompute).
 - `pos_batch_rebuild` (manual only, no schedule): the full recompute from every record
-  (batch_layer/rebuild.py), for when the validator or the winner rule changes: `plan`
+  (src/pos_lambda/batch_layer/rebuild.py), for when the validator or the winner rule changes: `plan`
   pins the master dataset's newest table version, one mapped `chunk` task per chunk of
   natural keys (params.chunks; the grid shows the progress), then `commit` serves the
   new generation. Same pool: the hourly runs wait, and their next fold continues from
@@ -40,7 +40,7 @@ from airflow.sdk import DAG, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-BATCH_CLI = str(PROJECT_ROOT / "batch_layer" / "cli.py")
+BATCH_CLI = str(PROJECT_ROOT / "src" / "pos_lambda" / "batch_layer" / "cli.py")
 SPARK_CONN_ID = "spark_pos"
 POOL = "pos_batch"  # one slot, created by `pos-infra airflow up`
 # A run fails (and the next hour's run recomputes the day) if the archiver has not
@@ -56,7 +56,7 @@ INTERVAL_ARGS = [
 
 def archived_before(end: str, pos_env: dict[str, str]) -> bool:
     """await_archive's check (imported at run time, not parse time)."""
-    from batch_layer.await_archive import archived_before as check
+    from pos_lambda.batch_layer.await_archive import archived_before as check
 
     return check(end, pos_env)
 
@@ -67,16 +67,16 @@ REBUILD_COMMIT_ARGS = "{{ ti.xcom_pull(task_ids='plan')[0][:-2] + ['--commit'] }
 def rebuild_plan(chunks: int, pos_env: dict[str, str]) -> list[list[str]]:
     """Every chunk's `pos-batch` arguments, at the master dataset's newest table version
     (run time): the mapped tasks' input."""
-    from batch_layer.await_archive import settings_with
-    from batch_layer.rebuild import plan
+    from pos_lambda.batch_layer.await_archive import settings_with
+    from pos_lambda.batch_layer.rebuild import plan
 
     return plan(settings_with(pos_env), int(chunks))["chunks"]
 
 
 def spark_jars() -> str:
     """The project's Spark jars, comma-separated (called at render time, not parse time)."""
-    from infra.settings import load_settings
-    from infra.spark import spark_jars as jars
+    from pos_lambda.adapters.spark_session import spark_jars as jars
+    from pos_lambda.settings import load_settings
 
     return ",".join(str(j) for j in jars(load_settings()))
 

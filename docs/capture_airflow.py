@@ -20,8 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from infra import airflow_service
-from infra.settings import load_settings
+from pos_lambda.runtime import airflow_service
+from pos_lambda.settings import load_settings
 
 DAG_ID = "pos_batch"
 CHROMIUM = "/usr/bin/chromium"

@@ -36,8 +36,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from infra.process import wait_for
-from infra.settings import Settings, load_settings
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.settings import Settings, load_settings
 
 CHROMIUM = "/usr/bin/chromium"
 BIN = Path(sys.executable).parent
@@ -66,7 +66,7 @@ def seed(base: Settings) -> Settings:
     from cassandra.cluster import Cluster
     from confluent_kafka.admin import AdminClient
 
-    from infra import kafka_admin, schema_apply
+    from pos_lambda.adapters import kafka_admin, schema_apply
 
     settings = base.model_copy(
         update={

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from infra.process import wait_for
-from infra.settings import Settings
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import VENV_BIN, env_for
 
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from infra import cassandra_service, jars, kafka_service, schema_apply
-from infra.settings import Settings, load_settings
+from pos_lambda.adapters import schema_apply
+from pos_lambda.runtime import cassandra_service, jars, kafka_service
+from pos_lambda.settings import Settings, load_settings
 
 
 def _unique(prefix: str) -> str:
@@ -82,7 +83,7 @@ def cql(settings: Settings) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def spark(settings: Settings) -> Iterator[Any]:
     """One local SparkSession for the whole test session (JVM start-up is slow)."""
-    from infra.spark import build_session
+    from pos_lambda.adapters.spark_session import build_session
 
     session = build_session(settings, "pos-tests")
     yield session

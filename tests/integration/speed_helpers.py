@@ -13,10 +13,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from infra.settings import Settings
-from producer.ledger import expected_aggregates as ledger_expected_aggregates
-from producer.ledger import load_receipts
-from schemas import cql as tables
+from pos_lambda.producer.ledger import expected_aggregates as ledger_expected_aggregates
+from pos_lambda.producer.ledger import load_receipts
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -47,8 +47,8 @@ def simulate(settings: Settings, ledger: Path, *flags: str) -> dict[str, Any]:
 
 def run_available_now(spark: Any, settings: Settings) -> None:
     """Both speed jobs over everything in the topic now, in this process's session."""
-    from speed_layer import archiver_job, views_job
-    from speed_layer.progress import ProgressRecorder
+    from pos_lambda.speed_layer import archiver_job, views_job
+    from pos_lambda.speed_layer.progress import ProgressRecorder
 
     recorder = ProgressRecorder(settings.speed_status_file)
     queries = [
@@ -183,9 +183,9 @@ def plan(ledger: Path, count: int, seed: int, stores: int = 5) -> list[Any]:
     to send, so that a test can send them in parts around a fault."""
     from datetime import UTC
 
-    from producer import ledger as ledger_files
-    from producer.simulation import FaultConfig, SimulationConfig
-    from producer.simulation import simulate as run_simulation
+    from pos_lambda.producer import ledger as ledger_files
+    from pos_lambda.producer.simulation import FaultConfig, SimulationConfig
+    from pos_lambda.producer.simulation import simulate as run_simulation
 
     result = run_simulation(
         SimulationConfig(
@@ -202,6 +202,6 @@ def plan(ledger: Path, count: int, seed: int, stores: int = 5) -> list[Any]:
 
 
 def send(settings: Settings, messages: list[Any]) -> None:
-    from producer.kafka_sink import produce
+    from pos_lambda.producer.kafka_sink import produce
 
     produce(messages, settings.bootstrap_servers, settings.topic_transactions, quiet=True)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from infra import airflow_service
-from infra.settings import Settings
+from pos_lambda.runtime import airflow_service
+from pos_lambda.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -32,12 +32,12 @@ from typing import Any
 
 import pytest
 
-from infra import kafka_service
-from infra.process import wait_for
-from infra.settings import Settings
-from producer import ledger as ledger_files
-from producer.kafka_sink import produce
-from producer.simulation import FaultConfig, OutgoingMessage, SimulationConfig, simulate
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.producer import ledger as ledger_files
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import FaultConfig, OutgoingMessage, SimulationConfig, simulate
+from pos_lambda.runtime import kafka_service
+from pos_lambda.settings import Settings
 from tests.integration.alerts_helpers import (
     alerts_settings,
     await_progress,

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from alerts.processor import EXIT_FENCED, EXIT_ID_IN_USE, transactional_id
-from infra.process import wait_for
-from infra.settings import Settings
-from producer.kafka_sink import produce
-from producer.simulation import OutgoingMessage
-from schemas import cql as tables
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.alerts.processor import EXIT_FENCED, EXIT_ID_IN_USE, transactional_id
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import OutgoingMessage
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.alerts_helpers import (
     alerts_settings,
     await_progress,

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from alerts.sink import SinkResult, run_sink
-from infra.process import wait_for
-from infra.settings import Settings
-from producer.kafka_sink import produce
-from producer.simulation import OutgoingMessage
-from schemas import cql as tables
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.alerts.sink import SinkResult, run_sink
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import OutgoingMessage
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.alerts_helpers import (
     alerts_settings,
     caught_up,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from batch_layer.await_archive import archived_before
-from infra.archive_offsets import archived_until
-from infra.process import wait_for
-from infra.settings import Settings
+from pos_lambda.adapters.archive_offsets import archived_until
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.batch_layer.await_archive import archived_before
+from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import (
     device_key,
     master_rows,

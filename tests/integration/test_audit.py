@@ -27,13 +27,13 @@ from typing import Any
 
 import pytest
 
-from alerts.sink import run_sink
-from audit import audit
-from infra import schema_apply
-from infra.process import wait_for
-from infra.settings import Settings
-from producer import ledger as ledger_files
-from schemas import cql as tables
+from pos_lambda.adapters import schema_apply
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.alerts.sink import run_sink
+from pos_lambda.audit import audit
+from pos_lambda.producer import ledger as ledger_files
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.alerts_helpers import (
     caught_up,
     cleanup,

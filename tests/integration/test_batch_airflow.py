@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from demo import batch_dag
-from demo.airflow_api import AirflowApi
-from infra import airflow_service
-from infra.process import wait_for
-from infra.settings import Settings
-from producer.simulation import FaultConfig
-from schemas import cql as tables
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.demo import batch_dag
+from pos_lambda.demo.airflow_api import AirflowApi
+from pos_lambda.producer.simulation import FaultConfig
+from pos_lambda.runtime import airflow_service
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import expected_aggregates, send
 from tests.integration.test_batch_layer import _archive, _simulate, served_aggregates
 
@@ -126,7 +126,7 @@ def test_the_rebuild_dag_maps_its_chunks_and_serves_what_the_hourly_runs_served(
     """Two folds (a build, then the rest of the stream), then the manual rebuild DAG in
     three chunks, through the real scheduler: every chunk task succeeds and the served
     aggregates stay those of the ledger."""
-    from batch_layer import job
+    from pos_lambda.batch_layer import job
     from tests.integration.test_batch_layer import ALL_DAYS
 
     settings, cql = airflow

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from batch_layer import job
-from batch_layer.interval import Interval
-from infra.settings import Settings
-from producer import ledger as ledger_files
-from producer.simulation import FaultConfig, SimulationConfig
-from producer.simulation import simulate as run_simulation
-from schemas import cql as tables
+from pos_lambda.batch_layer import job
+from pos_lambda.batch_layer.interval import Interval
+from pos_lambda.producer import ledger as ledger_files
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig
+from pos_lambda.producer.simulation import simulate as run_simulation
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import (
     VENV_BIN,
     device_key,
@@ -54,7 +54,7 @@ def _simulate(ledger: Path, count: int, seed: int, faults: FaultConfig) -> list[
 
 def _archive(spark: Any, settings: Settings) -> None:
     """The archiver over everything in the topic now: Kafka -> Delta master dataset."""
-    from speed_layer import archiver_job
+    from pos_lambda.speed_layer import archiver_job
 
     q = archiver_job.start(spark, settings, available_now=True)
     q.awaitTermination()
@@ -312,7 +312,7 @@ def test_a_master_dataset_with_an_old_archivers_verdicts_is_judged_again(
     every record again: a receipt an old validator wrongly refused counts now."""
     from pyspark.sql import functions as F
 
-    from views import records
+    from pos_lambda.views import records
 
     settings, cql = isolated
     at = datetime(2026, 3, 2, 9, tzinfo=UTC)
@@ -376,8 +376,8 @@ def test_no_command_makes_final_wrong_future_interval_pinned_rerun_take_over(
     """A future interval is refused before anything is written; a rerun pinned to an
     older table version writes its version but never rolls a served day back, unless
     asked with take_over."""
-    from batch_layer.interval import IntervalError
-    from batch_layer.store import BatchStore
+    from pos_lambda.batch_layer.interval import IntervalError
+    from pos_lambda.batch_layer.store import BatchStore
 
     settings, cql = isolated
     ledger = tmp_path / "ledger"
@@ -431,7 +431,7 @@ def test_two_racing_commits_exactly_one_wins_and_the_served_rows_stay_exact(
     a newer table version, commits meanwhile. B's commit must be refused (without the
     conditional write it would serve its older version over A's): exit 3, status
     `conflict`, A's rows served, exact."""
-    from infra.process import wait_for
+    from pos_lambda.adapters.service import wait_for
 
     settings, cql = isolated
     ledger = tmp_path / "ledger"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from adapters import master_dataset
-from infra.settings import Settings
+from pos_lambda.adapters import master_dataset
+from pos_lambda.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -58,7 +58,7 @@ def test_the_records_added_between_two_table_versions_and_only_those(
     each with the version that added it; compaction adds none."""
     from datetime import UTC, datetime
 
-    from speed_layer import archiver_job
+    from pos_lambda.speed_layer import archiver_job
     from tests.integration.speed_helpers import ms, produce_raw
 
     settings, _ = isolated

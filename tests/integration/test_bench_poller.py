@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from infra.process import wait_for
-from infra.settings import Settings
-from schemas import cql as tables
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH) not in sys.path:  # bench/ holds scripts that import each other by name

@@ -1,5 +1,5 @@
 """A real Spark driver writes its class archive at its first run's exit, and the next
-run of the same application starts from it (infra/class_archive.py)."""
+run of the same application starts from it (src/pos_lambda/adapters/spark_class_archive.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from infra.settings import PROJECT_ROOT, Settings
+from pos_lambda.settings import PROJECT_ROOT, Settings
 
 pytestmark = pytest.mark.integration
 
 APP = "pos-test-class-archive"
 # A driver as the jobs build it: the project's session, one Spark job, stopped.
 DRIVER = f"""
-from infra.settings import load_settings
-from infra.spark import build_session
+from pos_lambda.settings import load_settings
+from pos_lambda.adapters.spark_session import build_session
 spark = build_session(load_settings(), {APP!r})
 print("sum", spark.range(1000).selectExpr("sum(id)").first()[0])
 spark.stop()

@@ -1,4 +1,4 @@
-"""The driver's reads of stored rows (adapters.driver_lookup) against real Cassandra and
+"""The driver's reads of stored rows (pos_lambda.adapters.driver_lookup) against real Cassandra and
 Spark: every value as the connector would read it, as a local relation (no Spark job)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from adapters.driver_lookup import DriverLookup
-from infra.settings import Settings
-from speed_layer.views_job import RECEIPT_KEY, STORE_DAY
-from views.increments import SPEED_AGGREGATE_COLUMNS
+from pos_lambda.adapters.driver_lookup import DriverLookup
+from pos_lambda.settings import Settings
+from pos_lambda.speed_layer.views_job import RECEIPT_KEY, STORE_DAY
+from pos_lambda.views.increments import SPEED_AGGREGATE_COLUMNS
 
 BIG = 2**62 + 7  # a bigint that a float64 would round (to 2**62 + 8)
 

@@ -13,12 +13,12 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from adapters import cassandra
-from adapters.cassandra import Target
-from adapters.driver_writes import MAX_BATCH_ROWS, DriverWriter
-from infra.settings import Settings
-from speed_layer.views_job import KEY_COLUMNS, RAW_COLUMNS
-from views.increments import SPEED_AGGREGATE_COLUMNS
+from pos_lambda.adapters import cassandra
+from pos_lambda.adapters.cassandra import Target
+from pos_lambda.adapters.driver_writes import MAX_BATCH_ROWS, DriverWriter
+from pos_lambda.settings import Settings
+from pos_lambda.speed_layer.views_job import KEY_COLUMNS, RAW_COLUMNS
+from pos_lambda.views.increments import SPEED_AGGREGATE_COLUMNS
 
 BIG = 2**62 + 7  # a bigint that a float64 would round
 # 2026-10-25 01:30 UTC is 02:30 CEST, an hour before 02:30 CET: a local time that

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from producer import ledger
-from producer.cli import main
-from schemas.contract import Receipt, parse_message
+from pos_lambda.producer import ledger
+from pos_lambda.producer.cli import main
+from pos_lambda.schemas.contract import Receipt, parse_message
 from tests.integration.kafka_helpers import read_committed
 
 pytestmark = pytest.mark.integration

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.process import wait_for
-from infra.settings import Settings
-from speed_layer.listening import ProgressListener
-from speed_layer.progress import batch_progress
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.settings import Settings
+from pos_lambda.speed_layer.listening import ProgressListener
+from pos_lambda.speed_layer.progress import batch_progress
 from tests.integration.speed_helpers import produce_raw
 
 
@@ -29,7 +29,7 @@ def mine(listener: Collect, query: Any) -> list[dict[str, Any]]:
 def test_each_micro_batch_reaches_the_listener_with_its_offsets_and_lag(
     spark: Any, isolated: tuple[Settings, Any], tmp_path: Any
 ) -> None:
-    from adapters import kafka
+    from pos_lambda.adapters import kafka
 
     settings, _ = isolated
     settings = settings.model_copy(update={"speed_max_offsets_per_trigger": 20})

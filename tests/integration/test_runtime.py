@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from infra import cassandra_service, kafka_service
-from infra.java import find_java17
-from infra.settings import Settings
+from pos_lambda.adapters.java import find_java17
+from pos_lambda.runtime import cassandra_service, kafka_service
+from pos_lambda.settings import Settings
 from tests.integration.kafka_helpers import read_committed
 
 pytestmark = pytest.mark.integration
@@ -120,7 +120,7 @@ def test_spark_reads_kafka_and_round_trips_cassandra(
         "(k text PRIMARY KEY, total bigint, at timestamp)"
     )
     # A long-lived session learns of new tables through debounced schema events.
-    from adapters.cassandra import await_tables
+    from pos_lambda.adapters.cassandra import await_tables
 
     await_tables(spark, settings.cassandra_keyspace, ["spark_roundtrip"])
     out = (
@@ -153,7 +153,10 @@ def test_spark_python_workers_run_through_the_projects_daemon(spark: Any) -> Non
     generations after it (infra/spark_python_daemon)."""
     from pyspark.sql import functions as F
 
-    from infra.spark_python_daemon import collects_young_generations, keeps_archive_directories
+    from pos_lambda.adapters.spark_python_daemon import (
+        collects_young_generations,
+        keeps_archive_directories,
+    )
 
     kept = F.udf(lambda _: keeps_archive_directories(), "boolean")
     young = F.udf(lambda _: collects_young_generations(), "boolean")

@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from batch_layer import job, quality
-from batch_layer.interval import Interval
-from infra.settings import Settings
-from producer import ledger as ledger_files
-from producer.simulation import FaultConfig, SimulationConfig
-from producer.simulation import simulate as run_simulation
-from schemas import contract
-from serving import Serving, cookbook
-from serving.http import create_app
+from pos_lambda.batch_layer import job, quality
+from pos_lambda.batch_layer.interval import Interval
+from pos_lambda.producer import ledger as ledger_files
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig
+from pos_lambda.producer.simulation import simulate as run_simulation
+from pos_lambda.schemas import contract
+from pos_lambda.serving import Serving, cookbook
+from pos_lambda.serving.http import create_app
+from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import (
     VENV_BIN,
     device_key,
@@ -61,9 +61,9 @@ class Pipeline:
 def _speed(spark: Any, settings: Settings) -> None:
     """Both speed jobs over everything in the topic now, recording progress in
     speed_progress as `pos-speed run` does (the health panel reads it)."""
-    from speed_layer import archiver_job, views_job
-    from speed_layer.cli import _progress_writer
-    from speed_layer.progress import ProgressRecorder
+    from pos_lambda.speed_layer import archiver_job, views_job
+    from pos_lambda.speed_layer.cli import _progress_writer
+    from pos_lambda.speed_layer.progress import ProgressRecorder
 
     writer, cluster = _progress_writer(settings)
     try:
@@ -94,7 +94,7 @@ def pipeline(
 ) -> Iterator[Pipeline]:
     from cassandra.cluster import Cluster
 
-    from infra import schema_apply
+    from pos_lambda.adapters import schema_apply
     from tests.integration.conftest import _unique
 
     tmp = tmp_path_factory.mktemp("serving")

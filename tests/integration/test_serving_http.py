@@ -17,9 +17,9 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from infra.settings import Settings
-from serving.http import create_app
-from serving.requests import PageToken, encode_page
+from pos_lambda.serving.http import create_app
+from pos_lambda.serving.requests import PageToken, encode_page
+from pos_lambda.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -24,10 +24,10 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from infra import schema_apply
-from infra.settings import Settings, load_settings
-from serving import Serving
-from serving.http import create_app
+from pos_lambda.adapters import schema_apply
+from pos_lambda.serving import Serving
+from pos_lambda.serving.http import create_app
+from pos_lambda.settings import Settings, load_settings
 
 pytestmark = pytest.mark.integration
 

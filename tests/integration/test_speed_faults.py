@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from infra import cassandra_service, kafka_service
-from infra.process import wait_for
-from infra.settings import Settings
-from schemas import cql as tables
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.runtime import cassandra_service, kafka_service
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import (
     VENV_BIN,
     assert_views_match_ledger,

@@ -1,6 +1,6 @@
 """The speed layer under hostile but realistic input (real Kafka, Spark, Cassandra).
 
-Each test here failed on the speed layer before the shared core moved to `views/`:
+Each test here failed on the speed layer before the shared core moved to `src/pos_lambda/views/`:
 a receipt at the contract's limits stopped both queries for good; a resend whose
 happened_at differs was stored and counted twice; the producer's clock chose the
 winner; conflicting copies vanished without a count.
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from infra.settings import Settings
-from schemas import cql as tables
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import (
     device_key,
     master_rows,
@@ -192,7 +192,7 @@ def test_a_conflict_with_a_winner_beyond_the_bound_is_kept_without_its_winner_co
 ) -> None:
     """The index keeps no content and a receipt beyond the speed bound has no raw row:
     the conflict is recorded with what is known of its winner, and served."""
-    from serving import Serving
+    from pos_lambda.serving import Serving
 
     settings, cql = isolated
     tea = [{"title": "Tea", "price": "2.00", "amount": 1}]

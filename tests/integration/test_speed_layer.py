@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from infra.process import wait_for
-from infra.settings import Settings
-from schemas import contract
-from schemas import cql as tables
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.schemas import contract
+from pos_lambda.schemas import cql as tables
+from pos_lambda.settings import Settings
 from tests.integration.kafka_helpers import read_committed
 from tests.integration.speed_helpers import (
     VENV_BIN,
@@ -251,7 +251,7 @@ def test_sigterm_stops_the_stream_gracefully(
 
 def _drivers(supervisor: int) -> dict[str, int]:
     """The supervisor's driver processes by the jobs they run (from /proc)."""
-    from demo.steps import children, driver_jobs
+    from pos_lambda.demo.steps import children, driver_jobs
 
     return {jobs: pid for pid in children(supervisor) if (jobs := driver_jobs(pid))}
 
@@ -317,7 +317,7 @@ def test_stored_rows_are_read_per_partition_key_not_by_scanning(
 ) -> None:
     from datetime import date
 
-    from adapters.cassandra import await_tables, lookup
+    from pos_lambda.adapters.cassandra import await_tables, lookup
 
     settings, _ = isolated
     ks = settings.cassandra_keyspace

@@ -15,7 +15,7 @@ import pytest
 def local_spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
-    from infra.java import find_java17
+    from pos_lambda.adapters.java import find_java17
 
     os.environ["JAVA_HOME"] = str(find_java17(None).parent.parent)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from cassandra.util import Date, OrderedMap, SortedSet
 
-from adapters.driver_lookup import spark_value
+from pos_lambda.adapters.driver_lookup import spark_value
 
 
 def test_a_naive_utc_timestamp_becomes_an_instant() -> None:
@@ -33,7 +33,7 @@ def test_other_values_pass_unchanged() -> None:
 
 
 def test_keys_are_grouped_by_partition_each_value_once_in_bounded_lists() -> None:
-    from adapters.driver_lookup import by_partition
+    from pos_lambda.adapters.driver_lookup import by_partition
 
     keys = [(1, 2, 7, 10), (1, 2, 7, 11), (1, 3, 7, 10), (1, 2, 7, 10), (1, 2, 7, 12)]
     assert by_partition(keys) == [(1, 2, 7, [10, 11, 12]), (1, 3, 7, [10])]

@@ -18,7 +18,7 @@ from cassandra.cqltypes import (
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
-from adapters.driver_writes import (
+from pos_lambda.adapters.driver_writes import (
     MAX_BATCH_BYTES,
     _has_instant,
     cql_value,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from alerts.rules import Alert, NotAnAlert, Source
-from alerts.sink import _rows
+from pos_lambda.alerts.rules import Alert, NotAnAlert, Source
+from pos_lambda.alerts.sink import _rows
 
 GOOD = {
     "alert_id": "a5416906-9c12-524e-8972-2037f9abdf7f",

@@ -8,10 +8,10 @@ from decimal import Decimal
 import pytest
 from confluent_kafka import KafkaError
 
-from alerts import cli
-from alerts.processor import Fatal, classify, rules_from, transactional_id
-from alerts.rules import Rules
-from infra.settings import load_settings
+from pos_lambda.alerts import cli
+from pos_lambda.alerts.processor import Fatal, classify, rules_from, transactional_id
+from pos_lambda.alerts.rules import Rules
+from pos_lambda.settings import load_settings
 
 
 def test_defaults_and_transactional_id() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from alerts.rules import (
+from pos_lambda.alerts.rules import (
     Alert,
     PartitionState,
     Rules,
@@ -20,7 +20,7 @@ from alerts.rules import (
     content_hash,
     store_time_between,
 )
-from schemas.contract import Receipt, parse_message
+from pos_lambda.schemas.contract import Receipt, parse_message
 
 RULES = Rules(
     high_value=Decimal("50.00"),

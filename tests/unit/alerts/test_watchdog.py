@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from alerts import processor as processor_module
-from alerts.processor import Processor, rules_from
-from alerts.watchdog import (
+from pos_lambda.alerts import processor as processor_module
+from pos_lambda.alerts.processor import Processor, rules_from
+from pos_lambda.alerts.watchdog import (
     EXIT_RESTARTS_EXHAUSTED,
     IN_A_ROW_ENV,
     RESTARTS_ENV,
@@ -21,7 +21,7 @@ from alerts.watchdog import (
     committed,
     may_restart,
 )
-from infra.settings import load_settings
+from pos_lambda.settings import load_settings
 
 
 def test_a_call_that_returns_in_time_is_left_alone() -> None:
@@ -91,7 +91,7 @@ def test_restart_in_place_execs_the_same_command_under_the_same_pid(tmp_path: Pa
             f"""
             import logging, os, sys, threading
             sys.path.insert(0, {str(Path.cwd())!r})
-            from alerts.watchdog import Watchdog, restart_in_place
+            from pos_lambda.alerts.watchdog import Watchdog, restart_in_place
             logging.basicConfig(level=logging.INFO, format="%(message)s")
             restarts = os.environ.get({RESTARTS_ENV!r}, "0")
             if restarts != "0":
@@ -160,7 +160,7 @@ def test_a_hang_after_the_last_allowed_restart_exits_6_saying_why(tmp_path: Path
             f"""
             import logging, sys, threading
             sys.path.insert(0, {str(Path.cwd())!r})
-            from alerts.watchdog import Watchdog, restart_in_place
+            from pos_lambda.alerts.watchdog import Watchdog, restart_in_place
             logging.basicConfig(level=logging.INFO, format="%(message)s")
             watchdog = Watchdog(lambda why: restart_in_place(why, limit=2))
             with watchdog.guard("a hung call", 0.2):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from audit.readers import speed_processed
-from infra.settings import load_settings
+from pos_lambda.audit.readers import speed_processed
+from pos_lambda.settings import load_settings
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1795416261149,"conf":{}}'
 

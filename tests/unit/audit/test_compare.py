@@ -6,8 +6,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from audit import compare
-from audit.expectations import Aggregate, MalformedFact
+from pos_lambda.audit import compare
+from pos_lambda.audit.expectations import Aggregate, MalformedFact
 
 W = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 

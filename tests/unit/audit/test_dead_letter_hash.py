@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from audit.readers import dead_letter_sha256
+from pos_lambda.audit.readers import dead_letter_sha256
 
 
 def test_the_stored_hash_of_the_whole_value_is_used_when_the_row_holds_a_prefix() -> None:

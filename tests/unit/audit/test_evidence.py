@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from audit import cli
-from audit import expectations as ex
-from audit.run import missing_evidence
-from infra.settings import load_settings
+from pos_lambda.audit import cli
+from pos_lambda.audit import expectations as ex
+from pos_lambda.audit.run import missing_evidence
+from pos_lambda.settings import load_settings
 
 RECEIPT = {
     "operation_id": 101, "vendor_fiscal_module": 1001, "transaction_id": 1,

@@ -11,10 +11,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from audit import expectations as ex
-from producer import malformed
-from producer.simulation import FaultConfig, SimulationConfig, simulate
-from schemas.contract import Invalid, LineItem, Receipt, parse_message
+from pos_lambda.audit import expectations as ex
+from pos_lambda.producer import malformed
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, simulate
+from pos_lambda.schemas.contract import Invalid, LineItem, Receipt, parse_message
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 

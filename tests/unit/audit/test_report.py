@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from audit import cli
-from audit.compare import Tally
-from audit.report import AuditReport, ViewResult
+from pos_lambda.audit import cli
+from pos_lambda.audit.compare import Tally
+from pos_lambda.audit.report import AuditReport, ViewResult
 
 
 def report(*views: ViewResult) -> AuditReport:

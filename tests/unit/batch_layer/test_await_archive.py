@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from batch_layer.await_archive import IN_FLIGHT, archived_before, settings_with
+from pos_lambda.batch_layer.await_archive import IN_FLIGHT, archived_before, settings_with
 
 
 def test_a_runs_pos_env_overrides_the_settings_by_their_env_names() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
-from batch_layer.cleanup import Partition, doomed
+from pos_lambda.batch_layer.cleanup import Partition, doomed
 
 NOW = datetime(2026, 3, 3, 12, 0, tzinfo=UTC)
 GRACE = timedelta(hours=3)

@@ -4,8 +4,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from batch_layer.cli import main
-from batch_layer.interval import Interval, IntervalError, parse_instant
+from pos_lambda.batch_layer.cli import main
+from pos_lambda.batch_layer.interval import Interval, IntervalError, parse_instant
 
 
 def at(h: int, m: int = 0, d: int = 2) -> datetime:

@@ -95,8 +95,8 @@ def test_pom_versions_from_properties_and_dependencies(tmp_path: Path) -> None:
 
 def test_modified_paths_keep_their_first_letter() -> None:
     # A leading space is part of the status ("XY"), not padding to strip.
-    assert results.modified_paths(" M audit/run.py\nM  README.md\n") == [
-        "audit/run.py",
+    assert results.modified_paths(" M src/pos_lambda/audit/run.py\nM  README.md\n") == [
+        "src/pos_lambda/audit/run.py",
         "README.md",
     ]
     assert results.modified_paths("") == []

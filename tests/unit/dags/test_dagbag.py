@@ -84,8 +84,8 @@ def test_rebuild_dag_is_manual_and_maps_one_task_per_chunk_before_its_commit(
 
 
 def test_the_rebuild_plan_pins_one_table_version_for_every_step(tmp_path: Path) -> None:
-    from batch_layer.rebuild import plan
-    from infra.settings import load_settings
+    from pos_lambda.batch_layer.rebuild import plan
+    from pos_lambda.settings import load_settings
 
     settings = load_settings(data_dir=tmp_path)
     log = settings.master_dataset_dir / "_delta_log"

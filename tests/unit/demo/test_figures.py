@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from demo import figures
-from demo.story import Audited, ViewAudit
+from pos_lambda.demo import figures
+from pos_lambda.demo.story import Audited, ViewAudit
 
 
 def test_the_plan_is_seeded_spread_out_and_inside_the_stream() -> None:

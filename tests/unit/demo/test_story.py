@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from demo import story
+from pos_lambda.demo import story
 
 AUDIT_DOC = {
     "clean": True,

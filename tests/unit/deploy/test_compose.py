@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.settings import PROJECT_ROOT
+from pos_lambda.settings import PROJECT_ROOT
 
 COMPOSE_FILE = PROJECT_ROOT / "compose.yaml"
 ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
@@ -218,7 +218,7 @@ def test_compose_refuses_to_start_without_the_secrets(tmp_path: Path) -> None:
 def test_pipeline_clients_are_secured_and_serving_may_bind_the_network(
     services: dict[str, Any],
 ) -> None:
-    from infra.settings import Settings
+    from pos_lambda.settings import Settings
 
     for name in ("speed", "alerts", "alerts-sink", "serve", "kafka-init", "airflow-scheduler"):
         env = services[name]["environment"]
@@ -278,7 +278,7 @@ def test_dockerfile_installs_from_the_projects_dependency_files() -> None:
     assert "pip install --no-cache-dir -c constraints.txt -e '.[airflow,deploy]'" in text
     assert re.search(r"^COPY pyproject.toml constraints.txt", text, re.M)
     # Jars at build time through the project's own fetching (never at start).
-    assert "from infra import jars" in text and "jars.fetch(" in text
+    assert "from pos_lambda.runtime import jars" in text and "jars.fetch(" in text
     assert "openjdk-17-jre-headless" in text
     users = re.findall(r"^USER (\S+)", text, re.M)
     assert users and users[-1] not in ("root", "0")

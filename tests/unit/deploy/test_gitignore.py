@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from infra.settings import PROJECT_ROOT
+from pos_lambda.settings import PROJECT_ROOT
 
 pytestmark = pytest.mark.skipif(
     shutil.which("git") is None or not (PROJECT_ROOT / ".git").exists(),

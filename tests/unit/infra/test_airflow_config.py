@@ -6,8 +6,8 @@ import json
 import socket
 from pathlib import Path
 
-from infra import airflow_service
-from infra.settings import Settings
+from pos_lambda.runtime import airflow_service
+from pos_lambda.settings import Settings
 
 BIN = Path("/venv/bin")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.archive_offsets import ArchiveLag, end_offsets, lag
+from pos_lambda.adapters.archive_offsets import ArchiveLag, end_offsets, lag
 
 
 def test_a_kafka_sources_end_offset_is_read_for_its_topic_only() -> None:

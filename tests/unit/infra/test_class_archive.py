@@ -1,4 +1,4 @@
-"""Which archive a driver's JVM maps or writes, and what is cleared (infra/class_archive.py).
+"""Which archive a driver's JVM maps or writes, and what is cleared (spark_class_archive.py).
 
 The JVM's side (that it writes and maps the archive) is tested against a real Spark
 driver in tests/integration/test_class_archive.py.
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra import class_archive
+from pos_lambda.adapters import spark_class_archive as class_archive
 
 
 def _jars(tmp_path: Path) -> list[Path]:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from infra import cassandra_client
-from infra.settings import Settings, is_loopback
-from infra.spark import spark_conf
+from pos_lambda.adapters import cassandra_client
+from pos_lambda.adapters.spark_session import spark_conf
+from pos_lambda.settings import Settings, is_loopback
 
 SECURED = {
     "cassandra_username": "pos",
@@ -189,7 +189,7 @@ def test_driver_sessions_get_login_levels_and_timeout() -> None:
 def test_local_runtime_refuses_a_non_loopback_bind_host(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from infra import cli
+    from pos_lambda.runtime import cli
 
     for key, value in SECURED.items():
         monkeypatch.setenv(f"POS_{key.upper()}", value)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from infra import cassandra_service, kafka_service
-from infra.settings import Settings, load_settings
-from infra.spark import spark_conf
+from pos_lambda.adapters.spark_session import spark_conf
+from pos_lambda.runtime import cassandra_service, kafka_service
+from pos_lambda.settings import Settings, load_settings
 
 
 def _props(text: str) -> dict[str, str]:
@@ -110,7 +110,7 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     wide = spark_conf(Settings(jars_dir=jars, spark_delta_snapshot_partitions=64), "job")
     assert wide["spark.databricks.delta.snapshotPartitions"] == "64"
     # Python workers started by the project's daemon (run by Spark as `python -m`).
-    assert conf["spark.python.daemon.module"] == "infra.spark_python_daemon"
+    assert conf["spark.python.daemon.module"] == "pos_lambda.adapters.spark_python_daemon"
     pyspark_own = spark_conf(
         Settings(jars_dir=jars, spark_python_daemon_module="pyspark.daemon"), "j"
     )
@@ -125,7 +125,7 @@ def test_spark_conf_local_mode(tmp_path: Path) -> None:
     assert options[1:] == ["-XX:+UseParallelGC"]
     bare = spark_conf(Settings(jars_dir=jars, spark_driver_java_options=""), "j")
     assert bare["spark.driver.extraJavaOptions"] == options[0]
-    # The class archive's options (infra/class_archive.py) come last.
+    # The class archive's options (src/pos_lambda/adapters/spark_class_archive.py) come last.
     archived = spark_conf(Settings(jars_dir=jars), "j", ("-XX:SharedArchiveFile=/a.jsa",))
     assert archived["spark.driver.extraJavaOptions"].split(" ")[1:] == [
         "-XX:+UseParallelGC",
@@ -151,7 +151,7 @@ def test_spark_conf_without_jars_says_run_make_jars(tmp_path: Path) -> None:
 def test_the_speed_queries_run_in_fair_pools_of_their_own(tmp_path: Path) -> None:
     import xml.etree.ElementTree as ET
 
-    from speed_layer import archiver_job, views_job
+    from pos_lambda.speed_layer import archiver_job, views_job
 
     conf = spark_conf(Settings(jars_dir=_fake_jar_cache(tmp_path)), "job")
     assert conf["spark.scheduler.mode"] == "FAIR"
@@ -159,7 +159,7 @@ def test_the_speed_queries_run_in_fair_pools_of_their_own(tmp_path: Path) -> Non
         p.get("name"): {c.tag: c.text for c in p}
         for p in ET.parse(conf["spark.scheduler.allocation.file"]).getroot()
     }
-    # Each query starts in the pool named after it (speed_layer/triggers.py).
+    # Each query starts in the pool named after it (src/pos_lambda/speed_layer/triggers.py).
     assert set(pools) == {views_job.QUERY_NAME, archiver_job.QUERY_NAME}
     # The views query, which users wait on, gets its cores first.
     views, archiver = pools[views_job.QUERY_NAME], pools[archiver_job.QUERY_NAME]

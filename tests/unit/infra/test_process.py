@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import cassandra_service, kafka_service
-from infra.process import (
+from pos_lambda.runtime import cassandra_service, kafka_service
+from pos_lambda.runtime.process import (
     ManagedProcess,
     Observed,
     PidRecord,
@@ -23,7 +23,7 @@ from infra.process import (
     require_free_disk,
     wait_for,
 )
-from infra.settings import Settings
+from pos_lambda.settings import Settings
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_judge(
 
 
 def _start_ticks(pid: int) -> int:
-    """Field 22 of /proc/<pid>/stat, read here independently of infra.process."""
+    """Field 22 of /proc/<pid>/stat, read here independently of pos_lambda.runtime.process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[22 - 3])
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.process import ServiceError
-from infra.schema_apply import TableShape, migrations, table_shape
-from schemas import cql
+from pos_lambda.adapters.schema_apply import TableShape, migrations, table_shape
+from pos_lambda.adapters.service import ServiceError
+from pos_lambda.schemas import cql
 
 PROGRESS = """CREATE TABLE IF NOT EXISTS pos.speed_progress (
   query_name text,

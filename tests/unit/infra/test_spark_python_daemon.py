@@ -10,7 +10,7 @@ from pathlib import Path
 # Run in a child process: the change is to the interpreter's zip importer class.
 _CHILD = """
 import sys, zipfile, zipimport
-from infra import spark_python_daemon
+from pos_lambda.adapters import spark_python_daemon
 archive = sys.argv[1]
 importer = zipimport.zipimporter(archive)
 if sys.argv[2] == "daemon":
@@ -47,7 +47,7 @@ def test_the_collection_after_each_task_is_of_the_young_generations() -> None:
     import gc
     import types
 
-    from infra.spark_python_daemon import collect_young_generations
+    from pos_lambda.adapters.spark_python_daemon import collect_young_generations
 
     daemon = types.ModuleType("stand_in_daemon")  # PySpark's daemon calls `gc.collect()`
     daemon.gc = gc  # type: ignore[attr-defined]

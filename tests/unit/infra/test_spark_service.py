@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from infra import spark_service
-from infra.process import ServiceError
-from infra.settings import Settings
-from infra.spark import on_this_machine, spark_conf
+from pos_lambda.adapters.service import ServiceError
+from pos_lambda.adapters.spark_session import on_this_machine, spark_conf
+from pos_lambda.runtime import spark_service
+from pos_lambda.settings import Settings
 
 HOME = Path("/opt/pyspark")
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from producer import ledger
-from producer.cli import _replay_messages, build_parser, main
-from producer.kafka_sink import ProducerError, check_topic
+from pos_lambda.producer import ledger
+from pos_lambda.producer.cli import _replay_messages, build_parser, main
+from pos_lambda.producer.kafka_sink import ProducerError, check_topic
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from producer import ledger
-from producer.cli import main
-from schemas.contract import Receipt, parse_message
+from pos_lambda.producer import ledger
+from pos_lambda.producer.cli import main
+from pos_lambda.schemas.contract import Receipt, parse_message
 
 
 def test_expected_aggregates_of_a_hand_made_example(tmp_path: Path) -> None:

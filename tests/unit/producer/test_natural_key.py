@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from producer.simulation import FaultConfig, SimulationConfig, simulate
-from schemas.contract import NATURAL_KEY, Receipt, parse_message
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, simulate
+from pos_lambda.schemas.contract import NATURAL_KEY, Receipt, parse_message
 
 
 def test_the_fields_original_key_loses_same_second_receipts() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from producer.kafka_sink import MIN_WAIT_S, produce
-from producer.simulation import OutgoingMessage
+from pos_lambda.producer.kafka_sink import MIN_WAIT_S, produce
+from pos_lambda.producer.simulation import OutgoingMessage
 
 
 class RecordingProducer:

@@ -9,8 +9,21 @@ from typing import Any
 
 import pytest
 
-from producer.simulation import FaultConfig, SimulationConfig, encode, simulate, window_start
-from schemas.contract import REASONS, Invalid, LineItem, Receipt, parse_message, reason_code
+from pos_lambda.producer.simulation import (
+    FaultConfig,
+    SimulationConfig,
+    encode,
+    simulate,
+    window_start,
+)
+from pos_lambda.schemas.contract import (
+    REASONS,
+    Invalid,
+    LineItem,
+    Receipt,
+    parse_message,
+    reason_code,
+)
 
 START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 

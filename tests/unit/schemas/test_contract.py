@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from schemas import contract
-from schemas.contract import Invalid, Receipt, parse_message
+from pos_lambda.schemas import contract
+from pos_lambda.schemas.contract import Invalid, Receipt, parse_message
 
 GOOD: dict[str, Any] = {
     "happened_at": "2017-09-19T22:48:03+02:00",

@@ -13,8 +13,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import contract
-from schemas.contract import LIMITS, Invalid, Receipt, parse_message
+from pos_lambda.schemas import contract
+from pos_lambda.schemas.contract import LIMITS, Invalid, Receipt, parse_message
 
 GOOD: dict[str, Any] = {
     "happened_at": "2026-03-02T08:00:00+00:00",
@@ -138,7 +138,7 @@ def _judge(doc: dict[str, Any]) -> None:
 def test_validators_agree_on_a_faulty_simulated_stream() -> None:
     from datetime import UTC, datetime
 
-    from producer.simulation import FaultConfig, SimulationConfig, simulate
+    from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, simulate
 
     config = SimulationConfig(
         count=2000, seed=3, start=datetime(2026, 3, 2, tzinfo=UTC),

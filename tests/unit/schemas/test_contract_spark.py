@@ -9,8 +9,8 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from schemas import contract
-from schemas.contract import Receipt, parse_message
+from pos_lambda.schemas import contract
+from pos_lambda.schemas.contract import Receipt, parse_message
 
 MESSAGE = (
     b'{"happened_at": "2017-09-19T22:48:03+00:00", "operation_id": 1, "transaction_id": 42,'

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.settings import PROJECT_ROOT
-from serving import cli, cookbook
+from pos_lambda.serving import cli, cookbook
+from pos_lambda.settings import PROJECT_ROOT
 
 
 def test_readme_shows_the_cookbook_verbatim() -> None:

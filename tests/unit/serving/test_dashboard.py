@@ -7,9 +7,9 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from serving import dashboard
-from serving.merge import merge_windows, totals
-from serving.model import (
+from pos_lambda.serving import dashboard
+from pos_lambda.serving.merge import merge_windows, totals
+from pos_lambda.serving.model import (
     Aggregate,
     BatchRun,
     DayTotal,

@@ -6,8 +6,8 @@ from collections import Counter
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-from serving.merge import batch_split, daily_totals, merge_windows, top_stores, totals
-from serving.model import Aggregate, DayVersion, Pointer
+from pos_lambda.serving.merge import batch_split, daily_totals, merge_windows, top_stores, totals
+from pos_lambda.serving.model import Aggregate, DayVersion, Pointer
 
 D = date(2026, 3, 2)
 

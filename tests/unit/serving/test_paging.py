@@ -6,8 +6,8 @@ import hashlib
 import stat
 from pathlib import Path
 
-from infra.settings import Settings
-from serving import paging
+from pos_lambda.serving import paging
+from pos_lambda.settings import Settings
 
 
 def test_a_configured_key_is_used_and_nothing_is_written(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from serving.errors import QueryError
-from serving.requests import (
+from pos_lambda.serving.errors import QueryError
+from pos_lambda.serving.requests import (
     PageToken,
     TimeRange,
     check_limit,

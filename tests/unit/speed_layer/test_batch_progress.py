@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speed_layer.progress import BatchCounts, batch_progress
+from pos_lambda.speed_layer.progress import BatchCounts, batch_progress
 
 # The shape of StreamingQueryProgress.json() for a Kafka source (fields trimmed).
 PROGRESS = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from speed_layer.dead_letters import DeadLetter, export, to_fetch
+from pos_lambda.speed_layer.dead_letters import DeadLetter, export, to_fetch
 
 BIG = b'{"happened_at": "' + b"x" * 5000 + b'"}'
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from speed_layer.progress import BatchCounts, ProgressRecorder
+from pos_lambda.speed_layer.progress import BatchCounts, ProgressRecorder
 
 
 def test_two_drivers_recording_into_one_status_file_keep_both_queries(tmp_path: Path) -> None:

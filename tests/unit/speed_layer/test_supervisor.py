@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.settings import load_settings
-from speed_layer.supervisor import Driver, drivers_for
+from pos_lambda.settings import load_settings
+from pos_lambda.speed_layer.supervisor import Driver, drivers_for
 
 BOTH = ("archiver", "views")
 

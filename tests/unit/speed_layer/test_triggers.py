@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from infra.settings import load_settings
-from speed_layer.triggers import with_trigger
+from pos_lambda.settings import load_settings
+from pos_lambda.speed_layer.triggers import with_trigger
 
 
 class Writer:

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from views.aggregation import aggregate_15m
+from pos_lambda.views.aggregation import aggregate_15m
 
 RECEIPTS = StructType(
     [

@@ -1,4 +1,4 @@
-"""views.batch: the batch layer's pure transforms, against literal expected rows."""
+"""pos_lambda.views.batch: the batch layer's pure transforms, against literal expected rows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from views.batch import batch_aggregates, fixes
+from pos_lambda.views.batch import batch_aggregates, fixes
 
 T = datetime(2026, 3, 2, 8, 0, 5)  # the session and the process run in UTC (conftest)
 RECEIPT = (
@@ -70,7 +70,7 @@ def test_fixes_compare_windows_of_either_view(local_spark: Any) -> None:
 def test_increments_count_new_winners_and_duplicates_of_windows_without_new_winners(
     local_spark: Any,
 ) -> None:
-    from views.batch import increments
+    from pos_lambda.views.batch import increments
 
     winners = local_spark.createDataFrame(
         [(1, T, 2, Decimal("3.80"), True, True)], RECEIPT
@@ -91,7 +91,7 @@ def test_increments_count_new_winners_and_duplicates_of_windows_without_new_winn
 
 
 def test_plus_adds_measures_per_window_of_either_side(local_spark: Any) -> None:
-    from views.batch import plus
+    from pos_lambda.views.batch import plus
 
     d, w1, w2 = date(2026, 3, 2), T.replace(second=0), T.replace(minute=15, second=0)
     schema = (

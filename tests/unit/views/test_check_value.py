@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import contract
-from views.records import _check_value
+from pos_lambda.schemas import contract
+from pos_lambda.views.records import _check_value
 
 
 def test_empty_value_is_a_dead_letter() -> None:

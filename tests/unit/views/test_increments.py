@@ -12,7 +12,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.testing import assertDataFrameEqual
 
-from views.increments import SPEED_AGGREGATE_COLUMNS, added
+from pos_lambda.views.increments import SPEED_AGGREGATE_COLUMNS, added
 
 RECEIPTS = (
     "operation_id int, day date, happened_at timestamp, item_quantity bigint, "

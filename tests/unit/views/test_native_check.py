@@ -22,10 +22,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 from pyspark.testing import assertDataFrameEqual
 
-from producer.simulation import FaultConfig, SimulationConfig, simulate
-from schemas.contract import LIMITS
-from views import records
-from views.native_check import with_native_receipt
+from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, simulate
+from pos_lambda.schemas.contract import LIMITS
+from pos_lambda.views import records
+from pos_lambda.views.native_check import with_native_receipt
 
 KAFKA_DDL = (
     "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from schemas import contract
-from schemas.contract import LIMITS
-from views import records
-from views.aggregation import REVENUE_TYPE, aggregate_15m
+from pos_lambda.schemas import contract
+from pos_lambda.schemas.contract import LIMITS
+from pos_lambda.views import records
+from pos_lambda.views.aggregation import REVENUE_TYPE, aggregate_15m
 
 # The worst case, from the limits alone.
 MAX_PRICE = Decimal(10) ** LIMITS.price_integer_digits - Decimal("0.01")

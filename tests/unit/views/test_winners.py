@@ -13,8 +13,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.testing import assertDataFrameEqual
 
-from views.records import RECEIPT_ROW_COLUMNS
-from views.winners import (
+from pos_lambda.views.records import RECEIPT_ROW_COLUMNS
+from pos_lambda.views.winners import (
     TALLY,
     decide_batch,
     observed_metrics,

@@ -1,0 +1,1 @@
+"""POS Lambda pipeline: speed, batch and serving layers over point-of-sale receipts."""

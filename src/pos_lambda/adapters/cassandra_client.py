@@ -1,0 +1,76 @@
+"""The one place that builds a cassandra-driver `Cluster` for the pipeline's own
+sessions (serving, batch bookkeeping, alert sink, schema, status): contact points,
+port, the login (PasswordAuthenticator) and the consistency levels all come from
+settings, so pointing the jobs at a secured, replicated cluster is configuration only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pos_lambda.settings import Settings
+
+
+def cluster(
+    settings: Settings, *, writes: bool = False, timeout: float | None = None, **kwargs: Any
+) -> Any:
+    """A `Cluster` whose default profile uses the read consistency level, or the write
+    level when the session mostly writes (`writes=True`). `timeout` bounds connecting
+    and every request (the driver's defaults otherwise)."""
+    from cassandra import ConsistencyLevel
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    level = settings.cassandra_write_consistency if writes else settings.cassandra_read_consistency
+    # Token-aware over the local data centre (POS_CASSANDRA_LOCAL_DC, else the contact
+    # points'): the driver's recommended policy, named (it warns about an implicit one).
+    profile = ExecutionProfile(
+        consistency_level=getattr(ConsistencyLevel, level),
+        load_balancing_policy=TokenAwarePolicy(
+            DCAwareRoundRobinPolicy(local_dc=settings.cassandra_local_dc or None)
+        ),
+    )
+    # Cassandra 5 speaks protocol v5; naming it spares a failed negotiation (and warnings).
+    kwargs.setdefault("protocol_version", 5)
+    if timeout is not None:
+        profile.request_timeout = timeout
+        kwargs |= {"connect_timeout": timeout, "control_connection_timeout": timeout}
+    if settings.cassandra_username:
+        kwargs["auth_provider"] = PlainTextAuthProvider(
+            settings.cassandra_username, settings.cassandra_password.get_secret_value()
+        )
+    return Cluster(
+        settings.cassandra_contact_points,
+        port=settings.cassandra_port,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        **kwargs,
+    )
+
+
+def require_keyspace(settings: Settings) -> None:
+    """Fail early, saying what to do, when Cassandra is down or the keyspace is missing
+    (the connector and the driver would otherwise fail later, and less clearly)."""
+    from cassandra.cluster import NoHostAvailable
+
+    from pos_lambda.adapters.service import ServiceError
+
+    where = f"{','.join(settings.cassandra_contact_points)}:{settings.cassandra_port}"
+    c = cluster(settings, timeout=10)
+    try:
+        session = c.connect()
+        row = session.execute(
+            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+            (settings.cassandra_keyspace,),
+        ).one()
+    except NoHostAvailable as exc:
+        raise ServiceError(
+            f"cannot reach Cassandra at {where}: is it running? try `make up` ({exc})"
+        ) from exc
+    finally:
+        c.shutdown()
+    if row is None:
+        raise ServiceError(
+            f"keyspace '{settings.cassandra_keyspace}' does not exist in Cassandra at {where}: "
+            "create it with `make schema` (or `pos-infra schema`)"
+        )

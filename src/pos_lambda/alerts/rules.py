@@ -1,0 +1,318 @@
+"""The alert rules: pure functions of one input partition's records, in offset order.
+
+No Kafka, no clock: `PartitionState.apply` takes a record (its bytes and Kafka
+coordinates), updates the partition's rule state and returns the alerts it triggers.
+Everything is decided by the records themselves (event time is `happened_at`), so
+replaying a partition from its start gives the same alerts, byte for byte. The
+processor (src/pos_lambda/alerts/processor.py) relies on that to rebuild the state after a restart.
+
+Rules (thresholds in `Rules`, from the POS_ALERTS_* settings):
+
+- **high_value**: the receipt's total (sum of price x quantity) exceeds a threshold.
+- **large_return**: its returned lines (negative quantities) are worth more than a
+  threshold (sum of price x |quantity| over those lines).
+- **conflict**: a copy of an already-seen natural key with a different content (its
+  `happened_at` instant and typed line items, as `pos_lambda.views.records.content_hash` defines
+  it for the speed layer): one alert per distinct conflicting content. Resends (same
+  content) never alert.
+- **device_silent**: a device's receipt comes more than `silence` of store hours after
+  the latest `happened_at` seen from that device before. A device that never sends
+  again is not reported: there is no event time to say it is silent.
+
+Only a receipt's first copy in the partition (the winner of `pos_lambda.views.winners`: lowest
+offset) feeds the value, return and silence rules; later copies feed only the conflict
+rule. All copies of a receipt share a partition (the producer keys by device), so the
+state of one partition is all a rule needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+from decimal import Decimal
+from typing import TypeVar
+
+from pos_lambda.schemas.contract import LIMITS, Receipt, parse_message
+
+NaturalKey = tuple[int, int, int]
+Device = tuple[int, int]  # (operation_id, vendor_fiscal_module)
+
+RULES = ("high_value", "large_return", "conflict", "device_silent")
+# uuid5 namespace of alert ids: a fixed constant, so ids never change between versions.
+ALERT_NAMESPACE = uuid.UUID("6c1b7a52-5f7e-4d0e-9a54-2f4a3c9d8e10")
+_CENT = Decimal("0.01")
+
+
+@dataclass(frozen=True)
+class Rules:
+    high_value: Decimal
+    large_return: Decimal
+    silence: timedelta
+    store_opens: time  # UTC
+    store_closes: time  # UTC, after store_opens
+
+    def __post_init__(self) -> None:
+        if not self.store_opens < self.store_closes:
+            raise ValueError(
+                f"store hours must open before they close on the same day (UTC), got "
+                f"{self.store_opens:%H:%M}-{self.store_closes:%H:%M}"
+            )
+        if self.silence <= timedelta(0):
+            raise ValueError(f"silence must be positive, got {self.silence}")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the triggering record is: deterministic, so it is part of the alert."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class Alert:
+    alert_id: str
+    rule: str
+    operation_id: int
+    vendor_fiscal_module: int
+    transaction_id: int
+    happened_at: datetime  # UTC, of the triggering copy
+    detail: dict[str, str]
+    source: Source
+
+    def to_json(self) -> bytes:
+        """The record value in `pos.alerts`: compact, keys sorted (same alert, same bytes)."""
+        doc = {
+            "alert_id": self.alert_id,
+            "rule": self.rule,
+            "operation_id": self.operation_id,
+            "vendor_fiscal_module": self.vendor_fiscal_module,
+            "transaction_id": self.transaction_id,
+            "happened_at": self.happened_at.isoformat(),
+            "detail": self.detail,
+            "source": {
+                "partition": self.source.partition,
+                "offset": self.source.offset,
+                "timestamp_ms": self.source.timestamp_ms,
+            },
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, value: bytes | None) -> Alert:
+        """Parse a record of `pos.alerts`; NotAnAlert (a ValueError) for anything else."""
+        try:
+            return _read_alert(value)
+        except NotAnAlert:
+            raise
+        # Whatever else a stranger's bytes make the standard library raise (deep nesting,
+        # an instant an offset pushes past year 1 or 9999, a null where a dict belongs):
+        # still a record we cannot read, never a crash of the reader.
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError,
+                RecursionError) as exc:  # fmt: skip
+            raise NotAnAlert(f"{type(exc).__name__}: {exc}") from exc
+
+
+class NotAnAlert(ValueError):
+    """A record of the alerts topic that the processor did not write (or not this way)."""
+
+
+_INT32, _INT64 = 2**31 - 1, 2**63 - 1
+_T = TypeVar("_T")
+
+
+def _read_alert(value: bytes | None) -> Alert:
+    # Checked field by field so that every accepted alert is a row Cassandra takes:
+    # UTF-8 text (the payload column), ids in their CQL ranges, a UTC instant.
+    if value is None:
+        raise NotAnAlert("no value (a tombstone)")
+    doc = json.loads(value.decode("utf-8"))
+    if not isinstance(doc, dict):
+        raise NotAnAlert(f"a JSON {type(doc).__name__}, not an object")
+    src = _field(doc, "source", dict)
+    detail = _field(doc, "detail", dict)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in detail.items()):
+        raise NotAnAlert("detail must map strings to strings")
+    for text in [*detail, *detail.values()]:
+        _utf8(text)
+    rule = _field(doc, "rule", str)
+    if rule not in RULES:
+        raise NotAnAlert(f"unknown rule {rule!r}")
+    aid = _field(doc, "alert_id", str)
+    if _canonical_uuid(aid) != aid:
+        raise NotAnAlert(f"alert_id {aid!r} is not a UUID")
+    happened_at = datetime.fromisoformat(_field(doc, "happened_at", str))
+    if happened_at.tzinfo is None:
+        raise NotAnAlert("happened_at has no offset")
+    return Alert(
+        alert_id=aid,
+        rule=rule,
+        operation_id=_int(doc, "operation_id", 1, LIMITS.max_store_or_device_id),
+        vendor_fiscal_module=_int(doc, "vendor_fiscal_module", 1, LIMITS.max_store_or_device_id),
+        transaction_id=_int(doc, "transaction_id", 1, LIMITS.max_transaction_id),
+        happened_at=happened_at.astimezone(UTC),  # OverflowError near year 1 or 9999
+        detail=detail,
+        source=Source(
+            _int(src, "partition", 0, _INT32),
+            _int(src, "offset", 0, _INT64),
+            _int(src, "timestamp_ms", -_INT64, _INT64),
+        ),
+    )
+
+
+def _field(doc: dict[str, object], name: str, kind: type[_T]) -> _T:
+    if name not in doc:
+        raise NotAnAlert(f"no {name}")
+    value = doc[name]
+    if not isinstance(value, kind):
+        raise NotAnAlert(f"{name} is a JSON {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
+def _int(doc: dict[str, object], name: str, low: int, high: int) -> int:
+    value = _field(doc, name, int)
+    if isinstance(value, bool) or not low <= value <= high:  # bool: JSON true is not an id
+        raise NotAnAlert(f"{name} {value!r} outside [{low}, {high}]")
+    return value
+
+
+def _utf8(text: str) -> None:
+    try:
+        text.encode("utf-8")  # a lone surrogate ("\\ud800") would fail at the driver
+    except UnicodeEncodeError as exc:
+        raise NotAnAlert(f"text {text!r} is not valid UTF-8") from exc
+
+
+def _canonical_uuid(text: str) -> str | None:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
+
+
+def alert_id(rule: str, key: NaturalKey, content_hash: str = "") -> str:
+    """Deterministic id: the rule and the triggering receipt (and, for a conflict, the
+    conflicting content), so a replay re-emits an alert under the same id."""
+    name = ":".join([rule, *map(str, key), *([content_hash] if content_hash else [])])
+    return str(uuid.uuid5(ALERT_NAMESPACE, name))
+
+
+def content_hash(receipt: Receipt) -> str:
+    """What a copy says (instant and typed line items), as the speed layer's content hash:
+    "1.9" and "1.90", or one instant written with two offsets, are the same content."""
+    micros = (receipt.happened_at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    items = [[i.title, str(i.price.quantize(_CENT)), i.amount] for i in receipt.line_items]
+    text = json.dumps([micros, items], separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def returned_value(receipt: Receipt) -> Decimal:
+    return sum((i.price * -i.amount for i in receipt.line_items if i.amount < 0), Decimal("0.00"))
+
+
+def store_time_between(start: datetime, end: datetime, opens: time, closes: time) -> timedelta:
+    """How much of [start, end) falls within store hours (UTC, every day)."""
+    if end <= start:
+        return timedelta(0)
+    total = timedelta(0)
+    day = start.astimezone(UTC).date()
+    while (day_open := datetime.combine(day, opens, UTC)) < end:
+        day_close = datetime.combine(day, closes, UTC)
+        overlap = min(end, day_close) - max(start, day_open)
+        total += max(overlap, timedelta(0))
+        day += timedelta(days=1)
+    return total
+
+
+@dataclass
+class _Copies:
+    """What the partition saw of one natural key: its first content and all contents."""
+
+    first_hash: str
+    first_offset: int
+    hashes: set[str]
+
+
+@dataclass
+class PartitionState:
+    """Rule state of one input partition, a pure function of its records so far."""
+
+    copies: dict[NaturalKey, _Copies] = field(default_factory=dict)
+    last_activity: dict[Device, datetime] = field(default_factory=dict)
+    records: int = 0  # applied, valid or not
+    invalid: int = 0
+
+    def apply(self, rules: Rules, value: bytes | None, source: Source) -> list[Alert]:
+        """Feed one record (in offset order); the alerts it triggers, in rule order."""
+        self.records += 1
+        parsed = parse_message(value) if value is not None else None
+        if not isinstance(parsed, Receipt):
+            self.invalid += 1  # bad input is the speed layer's to dead-letter, not an alert
+            return []
+        key, digest = parsed.natural_key, content_hash(parsed)
+        seen = self.copies.get(key)
+        if seen is not None:
+            if digest in seen.hashes:
+                return []  # a resend (of the first copy or of an earlier conflicting one)
+            seen.hashes.add(digest)
+            return [_conflict(parsed, digest, seen, source)]
+        self.copies[key] = _Copies(digest, source.offset, {digest})
+        return [*_value_alerts(rules, parsed, source), *self._silence(rules, parsed, source)]
+
+    def _silence(self, rules: Rules, r: Receipt, source: Source) -> list[Alert]:
+        device = (r.operation_id, r.vendor_fiscal_module)
+        last = self.last_activity.get(device)
+        if last is None or r.happened_at > last:
+            self.last_activity[device] = r.happened_at
+        if last is None or r.happened_at <= last:
+            return []  # the first receipt of the device, or one that arrived late
+        silent = store_time_between(last, r.happened_at, rules.store_opens, rules.store_closes)
+        if silent <= rules.silence:
+            return []
+        detail = {
+            "silent_since": last.isoformat(),
+            "store_minutes_silent": f"{silent / timedelta(minutes=1):.1f}",
+            "threshold_minutes": f"{rules.silence / timedelta(minutes=1):g}",
+        }
+        return [_alert("device_silent", r, detail, source)]
+
+
+def _alert(
+    rule: str, r: Receipt, detail: dict[str, str], source: Source, digest: str = ""
+) -> Alert:
+    return Alert(
+        alert_id=alert_id(rule, r.natural_key, digest),
+        rule=rule,
+        operation_id=r.operation_id,
+        vendor_fiscal_module=r.vendor_fiscal_module,
+        transaction_id=r.transaction_id,
+        happened_at=r.happened_at,
+        detail=detail,
+        source=source,
+    )
+
+
+def _value_alerts(rules: Rules, r: Receipt, source: Source) -> list[Alert]:
+    alerts = []
+    if r.revenue > rules.high_value:
+        detail = {"revenue": str(r.revenue), "threshold": str(rules.high_value)}
+        alerts.append(_alert("high_value", r, detail, source))
+    returned = returned_value(r)
+    if returned > rules.large_return:
+        detail = {"returned_value": str(returned), "threshold": str(rules.large_return)}
+        alerts.append(_alert("large_return", r, detail, source))
+    return alerts
+
+
+def _conflict(r: Receipt, digest: str, seen: _Copies, source: Source) -> Alert:
+    detail = {
+        "content_hash": digest,
+        "first_content_hash": seen.first_hash,
+        "first_offset": str(seen.first_offset),
+        "revenue": str(r.revenue),
+    }
+    return _alert("conflict", r, detail, source, digest)

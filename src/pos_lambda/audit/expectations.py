@@ -1,0 +1,263 @@
+"""What every view must hold, computed from the producer's ledger alone (pure).
+
+Nothing here reads a view or imports the pipeline's code: the expectations come from
+the ledger's lines (written by the simulator with Python Decimal) and from the
+documented rules (the contract's 15-minute windows, the speed layer's lateness bound,
+the alert thresholds, the malformed kind -> dead-letter reason table below).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, NamedTuple
+
+NaturalKey = tuple[int, int, int]
+WindowKey = tuple[int, datetime]  # (operation_id, window_start UTC)
+
+# The simulator's malformed kinds (src/pos_lambda/producer/malformed.py) and the reason codes the
+# contract's validator gives them (src/pos_lambda/schemas/contract.py REASONS; the dead letter's
+# `reason` is the code, for some kinds followed by ":field.path"). One message, one
+# dead letter: counts match one to one. A unit test feeds each kind through the
+# validator to keep this table honest.
+MALFORMED_REASONS: Mapping[str, frozenset[str]] = {
+    "broken_json": frozenset({"invalid_json"}),  # truncated JSON
+    "missing_field": frozenset({"missing_field"}),  # :happened_at, :operation_id, ...
+    "wrong_type": frozenset({"wrong_type"}),  # :operation_id, :transactions.0.price, ...
+    "negative_price": frozenset({"negative_price"}),
+    "oversized_list": frozenset({"too_many_items"}),  # one line item over the limit
+}
+
+
+def reason_code(reason: str) -> str:
+    """ "wrong_type:operation_id" -> "wrong_type" (the contract's codes carry a path)."""
+    return reason.split(":", 1)[0]
+
+
+class Aggregate(NamedTuple):
+    """One 15-minute window of a store, as every aggregate view stores it."""
+
+    receipt_count: int
+    item_quantity: int
+    revenue: Decimal
+    late_count: int
+
+
+@dataclass(frozen=True)
+class ReceiptFact:
+    """One unique receipt as the ledger describes it."""
+
+    key: NaturalKey
+    happened_at: datetime  # UTC
+    window_start: datetime  # UTC
+    item_quantity: int
+    revenue: Decimal
+    line_count: int
+    late: bool
+    first_sent_at: datetime  # UTC: Kafka record timestamp of its first copy
+    returned_value: Decimal | None  # None in ledgers written before it was recorded
+
+    @property
+    def day(self) -> date:
+        return self.happened_at.date()
+
+    @property
+    def store(self) -> int:
+        return self.key[0]
+
+    def beyond(self, bound: timedelta) -> bool:
+        """Reached Kafka more than `bound` after it happened: the speed views leave it
+        to the batch layer (views/records.py beyond_bound, POS_SPEED_MAX_LATENESS_HOURS)."""
+        return self.first_sent_at - self.happened_at > bound
+
+    def row(self) -> RawRow:
+        return RawRow(
+            self.happened_at, self.item_quantity, self.revenue, self.late, self.line_count
+        )
+
+    def index_row(self, bound: timedelta) -> IndexRow:
+        return IndexRow(self.happened_at, self.late, self.beyond(bound))
+
+
+class IndexRow(NamedTuple):
+    """What the speed layer's natural-key index (receipt_keys) stores of one receipt:
+    what the winner rule reads, not its content."""
+
+    happened_at: datetime
+    late: bool
+    beyond_bound: bool
+
+
+class RawRow(NamedTuple):
+    """What a raw receipt view stores of one receipt (compared field by field)."""
+
+    happened_at: datetime
+    item_quantity: int
+    revenue: Decimal
+    late: bool
+    line_count: int
+
+
+@dataclass(frozen=True)
+class MalformedFact:
+    """One malformed message the producer injected."""
+
+    kind: str
+    expected_reason: str | None
+    value_sha256: str | None  # None in ledgers written before it was recorded
+
+    @property
+    def codes(self) -> frozenset[str]:
+        if self.expected_reason:
+            return frozenset({reason_code(self.expected_reason)})
+        return MALFORMED_REASONS.get(self.kind, frozenset())
+
+
+@dataclass(frozen=True)
+class Ledger:
+    receipts: dict[NaturalKey, ReceiptFact]  # in ledger (issue) order
+    malformed: list[MalformedFact]
+    conflicts: Counter[NaturalKey]  # conflicting copies injected (pos-demo adds them)
+    summary: dict[str, Any]
+
+    @property
+    def store_days(self) -> list[tuple[int, date]]:
+        return sorted({(r.store, r.day) for r in self.receipts.values()})
+
+    @property
+    def stores(self) -> list[int]:
+        return sorted({r.store for r in self.receipts.values()})
+
+
+def _utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def fact(line: Mapping[str, Any]) -> ReceiptFact:
+    returned = line.get("returned_value")
+    return ReceiptFact(
+        key=(int(line["operation_id"]), int(line["vendor_fiscal_module"]),
+             int(line["transaction_id"])),
+        happened_at=_utc(line["happened_at"]),
+        window_start=_utc(line["window_start"]),
+        item_quantity=int(line["item_quantity"]),
+        revenue=Decimal(line["revenue"]),
+        line_count=int(line["line_count"]),
+        late=bool(line["late"]),
+        first_sent_at=_utc(line["first_sent_at"]),
+        returned_value=Decimal(returned) if returned is not None else None,
+    )  # fmt: skip
+
+
+def ledger_from(
+    receipt_lines: Iterable[Mapping[str, Any]],
+    fault_lines: Iterable[Mapping[str, Any]],
+    summary: dict[str, Any],
+) -> Ledger:
+    receipts = {f.key: f for f in map(fact, receipt_lines)}
+    malformed, conflicts = [], Counter[NaturalKey]()
+    for f in fault_lines:
+        if f.get("kind") == "malformed":
+            kind = str(f.get("malformed_kind", ""))
+            malformed.append(MalformedFact(kind, f.get("expected_reason"), f.get("value_sha256")))
+        elif (
+            f.get("kind") == "conflict"
+        ):  # src/pos_lambda/demo/conflicts.py: same key, other content
+            conflicts[(int(f["operation_id"]), int(f["vendor_fiscal_module"]),
+                       int(f["transaction_id"]))] += 1  # fmt: skip
+    return Ledger(receipts, malformed, conflicts, summary)
+
+
+def load(path: str | Path) -> Ledger:
+    """Read a ledger directory (receipts.jsonl, faults.jsonl, summary.json)."""
+    import json
+
+    path = Path(path)
+    with open(path / "receipts.jsonl") as r, open(path / "faults.jsonl") as f:
+        return ledger_from(
+            (json.loads(line) for line in r if line.strip()),
+            [json.loads(line) for line in f if line.strip()],
+            json.loads((path / "summary.json").read_text()),
+        )
+
+
+def aggregates(receipts: Iterable[ReceiptFact]) -> dict[WindowKey, Aggregate]:
+    """Sum per store and window: each unique receipt once (resends are not receipts)."""
+    acc: dict[WindowKey, list[Any]] = {}
+    for r in receipts:
+        a = acc.setdefault((r.store, r.window_start), [0, 0, Decimal("0.00"), 0])
+        a[0] += 1
+        a[1] += r.item_quantity
+        a[2] += r.revenue
+        a[3] += 1 if r.late else 0
+    return {k: Aggregate(a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+
+
+# --- alerts -----------------------------------------------------------------------
+
+AlertIdentity = tuple[str, int, int, int]  # rule + natural key of the triggering receipt
+
+
+@dataclass(frozen=True)
+class AlertRules:
+    """The thresholds the alerts processor runs with (POS_ALERTS_* settings)."""
+
+    high_value: Decimal
+    large_return: Decimal
+    silence: timedelta
+    opens: time  # UTC
+    closes: time  # UTC
+
+
+def store_time(start: datetime, end: datetime, opens: time, closes: time) -> timedelta:
+    """Time of [start, end) inside the daily store hours [opens, closes), UTC."""
+    total, day = timedelta(0), start.date()
+    while day <= end.date():
+        o = datetime.combine(day, opens, UTC)
+        c = datetime.combine(day, closes, UTC)
+        total += max(timedelta(0), min(end, c) - max(start, o))
+        day += timedelta(days=1)
+    return total
+
+
+def expected_alerts(ledger: Ledger, rules: AlertRules) -> tuple[Counter[AlertIdentity], bool]:
+    """Each alert the ledger implies, once; and whether large_return could be checked
+    (older ledgers lack returned_value).
+
+    From the rules' definitions (README, alerts/rules.py docstring), applied to ledger
+    values, never by the processor's code: high_value: revenue > threshold;
+    large_return: returned value > threshold; device_silent: a device's receipt
+    happened more than `silence` of store hours after the latest receipt of that device
+    Kafka got before it (a device's receipts share a partition; Kafka got them in
+    first-send order, ties in issue order, which is ledger order). Resends never alert;
+    conflict: one per conflicting copy the ledger records (fault kind "conflict", each
+    with its own content, sent after the original; the simulator itself sends none).
+    """
+    out: Counter[AlertIdentity] = Counter()
+    for key, n in ledger.conflicts.items():
+        out[("conflict", *key)] += n
+    checked_returns = all(r.returned_value is not None for r in ledger.receipts.values())
+    for key, r in ledger.receipts.items():
+        if r.revenue > rules.high_value:
+            out[("high_value", *key)] += 1
+        if r.returned_value is not None and r.returned_value > rules.large_return:
+            out[("large_return", *key)] += 1
+    by_device: dict[tuple[int, int], list[tuple[datetime, int, ReceiptFact]]] = {}
+    for index, r in enumerate(ledger.receipts.values()):
+        by_device.setdefault(r.key[:2], []).append((r.first_sent_at, index, r))
+    for sends in by_device.values():
+        latest: datetime | None = None
+        for _, _, r in sorted(sends, key=lambda s: (s[0], s[1])):
+            at = r.happened_at
+            if (
+                latest is not None
+                and at > latest
+                and store_time(latest, at, rules.opens, rules.closes) > rules.silence
+            ):
+                out[("device_silent", *r.key)] += 1
+            latest = at if latest is None else max(latest, at)
+    return out, checked_returns

@@ -1,0 +1,253 @@
+"""`pos-batch`: the batch layer's command line (run, data quality, master dataset upkeep).
+
+    pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-02T01:00:00Z [--lookback-hours 48]
+    pos-batch run ... --delta-version 17     # reproduce a run: the same input, the same rows
+                                             # (written for inspection; --take-over serves it)
+    pos-batch quality --start ... --end ...  # batch vs speed per store-window -> batch_fixes
+    pos-batch rebuild [--chunks 8]           # recompute every day from every record
+                                             # (after a validator or winner-rule change)
+    pos-batch master optimize | vacuum [--retain-hours H] | history | migrate --from DIR
+    pos-batch gc [--grace-hours 3] [--dry-run]   # delete versions nothing points to
+
+Instants are ISO-8601 with an offset (`Z` for UTC), on 15-minute boundaries; the
+interval is [start, end), and it must have ended (an end more than two minutes after now
+is refused: the run would make windows final before their receipts exist). Prints one
+JSON line with the run's bookkeeping. Exit codes: 0 done, 2 bad arguments (a future
+interval among them), 1 the run failed (recorded as `failed` in batch_runs), 3 another
+run committed the pointer while this one computed (recorded as `conflict`; rerun), 4
+nothing to do yet (no master dataset: the archiver has not written its first records).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pos_lambda.batch_layer.interval import Interval, IntervalError, parse_instant
+from pos_lambda.batch_layer.store import CommitConflict, NothingToDo
+from pos_lambda.settings import Settings, load_settings
+
+log = logging.getLogger("pos.batch")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pos-batch",
+        description="Batch layer: recompute exact views from the master dataset.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, text in (
+        ("run", "recompute the batch views of [start, end) and commit them atomically"),
+        ("quality", "compare batch and speed aggregates of [start, end) into batch_fixes"),
+    ):
+        c = sub.add_parser(name, help=text, description=text)
+        c.add_argument("--start", required=True, help="interval start, e.g. 2026-03-02T00:00Z")
+        c.add_argument("--end", required=True, help="interval end (exclusive)")
+        c.add_argument(
+            "--lookback-hours",
+            type=float,
+            default=None,
+            help="recompute whole days back to start minus this (default: "
+            "POS_BATCH_LOOKBACK_HOURS, 48)",
+        )
+        if name == "run":
+            c.add_argument(
+                "--delta-version",
+                type=int,
+                default=None,
+                help="read the master dataset at this table version (default: the newest); "
+                "the version is written for inspection, not served, unless --take-over",
+            )
+            c.add_argument(
+                "--take-over",
+                action="store_true",
+                help="with --delta-version: serve this run's version for its days even over "
+                "versions read from newer table versions (a deliberate rollback)",
+            )
+    r = sub.add_parser(
+        "rebuild",
+        help="recompute every day from every record, in chunks of natural keys, as a new "
+        "generation, then serve it (after a change of the validator or the winner rule)",
+        description="The full recompute (batch_layer/rebuild.py). Without --chunk or "
+        "--commit: every chunk in turn, then the commit. The DAG pos_batch_rebuild runs "
+        "one task per chunk, then the commit.",
+    )
+    r.add_argument("--chunks", type=int, default=8, help="chunks of natural keys (default 8)")
+    r.add_argument(
+        "--delta-version",
+        type=int,
+        default=None,
+        help="the master dataset's table version to read (default: the newest; every "
+        "chunk and the commit of one rebuild must name the same)",
+    )
+    step = r.add_mutually_exclusive_group()
+    step.add_argument("--chunk", type=int, default=None, help="run only this chunk (0-based)")
+    step.add_argument("--commit", action="store_true", help="only sum the chunks and serve")
+    r.add_argument(
+        "--end",
+        default=None,
+        help="how far the rebuilt days are final (default: the pointer's horizon)",
+    )
+    gc = sub.add_parser(
+        "gc",
+        help="delete batch-view versions nothing points to (killed runs, replaced versions)",
+        description="Delete batch-view versions that the pointer does not name and that no "
+        "run wrote within the grace period (see src/pos_lambda/batch_layer/cleanup.py).",
+    )
+    gc.add_argument(
+        "--grace-hours",
+        type=float,
+        default=3.0,
+        help="spare versions a run wrote this recently (default 3, above the DAG's 2 h "
+        "run timeout)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    m = sub.add_parser("master", help="master dataset (Delta) maintenance")
+    msub = m.add_subparsers(dest="action", required=True)
+    msub.add_parser("optimize", help="compact small files (OPTIMIZE)")
+    v = msub.add_parser("vacuum", help="delete files older versions no longer need (VACUUM)")
+    v.add_argument("--retain-hours", type=float, default=None)
+    msub.add_parser("history", help="the table's versions (DESCRIBE HISTORY)")
+    g = msub.add_parser("migrate", help="append an old Parquet master dataset into Delta")
+    g.add_argument("--from", dest="source", required=True, help="the Parquet directory")
+    return p
+
+
+def _interval(args: argparse.Namespace, settings: Settings) -> Interval:
+    hours = settings.batch_lookback_hours if args.lookback_hours is None else args.lookback_hours
+    return Interval(parse_instant(args.start), parse_instant(args.end), timedelta(hours=hours))
+
+
+def _emit(value: Any) -> None:
+    print(json.dumps(value, default=str), flush=True)
+
+
+EXIT_CONFLICT = 3
+EXIT_NOTHING_TO_DO = 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    settings = load_settings()
+    interval = None
+    if args.command in ("run", "quality"):
+        try:
+            interval = _interval(args, settings)
+            if args.command == "run":
+                interval.ensure_ended(datetime.now(UTC))
+        except IntervalError as exc:
+            parser.error(str(exc))
+        if args.command == "run" and args.take_over and args.delta_version is None:
+            parser.error("--take-over needs --delta-version (it serves a pinned rerun)")
+    if args.command == "gc":
+        return _gc(settings, args)
+    if args.command == "rebuild":
+        if args.chunks < 1:
+            parser.error("--chunks must be at least 1")
+        if args.chunk is not None and not 0 <= args.chunk < args.chunks:
+            parser.error(f"--chunk must be in 0..{args.chunks - 1}")
+        if (args.chunk is not None or args.commit) and args.delta_version is None:
+            parser.error("--chunk and --commit need --delta-version (all steps read one version)")
+        if args.end is not None:
+            try:
+                args.end = parse_instant(args.end)
+            except IntervalError as exc:
+                parser.error(str(exc))
+    from pos_lambda.adapters.spark_session import build_session
+
+    spark = build_session(settings, f"pos-batch-{args.command}")
+    try:
+        if args.command == "run":
+            from pos_lambda.batch_layer import job
+
+            assert interval is not None
+            result = job.run(spark, settings, interval, args.delta_version, args.take_over)
+            _emit(dataclasses.asdict(result))
+        elif args.command == "rebuild":
+            _rebuild(spark, settings, args)
+        elif args.command == "quality":
+            from pos_lambda.batch_layer import quality
+
+            assert interval is not None
+            _emit(dataclasses.asdict(quality.check(spark, settings, interval)))
+        else:
+            _master(spark, settings, args)
+    except CommitConflict as exc:
+        log.error("pos-batch %s: %s", args.command, exc)
+        return EXIT_CONFLICT
+    except NothingToDo as exc:
+        log.warning("pos-batch %s: %s", args.command, exc)
+        _emit({"nothing_to_do": str(exc)})
+        return EXIT_NOTHING_TO_DO
+    except Exception as exc:
+        log.error("pos-batch %s failed: %s", args.command, exc)
+        return 1
+    finally:
+        spark.stop()
+    return 0
+
+
+def _rebuild(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
+    from pos_lambda.adapters import master_dataset
+    from pos_lambda.batch_layer import rebuild
+
+    if not args.commit and args.chunk is not None:
+        one = rebuild.run_chunk(spark, settings, args.delta_version, args.chunk, args.chunks)
+        _emit(dataclasses.asdict(one))
+        return
+    if not master_dataset.exists(spark, settings):
+        raise NothingToDo(f"no master dataset at {settings.master_dataset_dir} yet")
+    version = args.delta_version
+    if version is None:
+        version = master_dataset.latest_version(spark, settings)
+    if not args.commit:
+        for chunk in range(args.chunks):
+            one = rebuild.run_chunk(spark, settings, version, chunk, args.chunks)
+            _emit(dataclasses.asdict(one))
+    _emit(rebuild.commit(spark, settings, version, args.chunks, args.end))
+
+
+def _gc(settings: Settings, args: argparse.Namespace) -> int:
+    """Plain CQL, no Spark session: it only lists partitions and deletes some."""
+    from pos_lambda.batch_layer import cleanup
+    from pos_lambda.batch_layer.store import BatchStore
+
+    if args.grace_hours < 0:
+        print("pos-batch gc: --grace-hours must not be negative", file=sys.stderr)
+        return 2
+    try:
+        with BatchStore(settings) as store:
+            _emit(
+                cleanup.collect(
+                    store, datetime.now(UTC), timedelta(hours=args.grace_hours), args.dry_run
+                )
+            )
+    except Exception as exc:
+        log.error("pos-batch gc failed: %s", exc)
+        return 1
+    return 0
+
+
+def _master(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
+    from pos_lambda.adapters import master_dataset as md
+
+    if args.action == "optimize":
+        _emit(md.optimize(spark, settings))
+    elif args.action == "vacuum":
+        hours = args.retain_hours or settings.batch_vacuum_retain_hours
+        _emit({"files": md.vacuum(spark, settings, hours), "retain_hours": hours})
+    elif args.action == "history":
+        _emit(md.history(spark, settings))
+    else:
+        _emit({"migrated_rows": md.migrate_parquet(spark, settings, args.source)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,492 @@
+"""The batch job: master dataset (Delta) -> exact batch views in Cassandra.
+
+    pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-03T00:00:00Z
+
+Three ways to run, one set of views:
+
+- **fold** (every scheduled run, `src/pos_lambda/batch_layer/fold.py`): the records archived since
+  the last commit, looked up in the batch layer's natural-key index, folded into their
+  days. Its cost follows those records, not the history.
+- **build** (the first run, and `--take-over`; `pos-batch rebuild` does the same in
+  chunks of natural keys: src/pos_lambda/batch_layer/rebuild.py): every record of the table at one
+  version judged again (`pos_lambda.views.records.check`, the speed layer's
+  validator), every natural key resolved over all its copies (`pos_lambda.views.winners.resolve`:
+  a copy from another day can win or conflict), every day's views written as a new
+  *generation* (receipts, aggregates and index rows), then served by one commit. This
+  is Lambda's recompute from all data, kept for when the validator or the winner rule
+  changes; later folds continue from the table version it read.
+- **pinned** (`--delta-version` without `--take-over`): the interval's days at that
+  table version written under their own version key, for inspection and comparison;
+  nothing is served.
+
+Every mode writes the rows first and commits with ONE conditional write of the pointer
+(`batch_views`: days -> versions, the horizon, how far the views count the master
+dataset). A run killed before the commit leaves rows nothing points to: readers keep
+the previous versions. What keeps `final` right whoever calls it:
+- an interval that has not ended is refused (`Interval.ensure_ended`);
+- a day's pointer moves only to a version that covers it as far and was read from the
+  same or a newer table version (`store.advancing`);
+- the commit is conditional on what the run read at its start: a run that raced
+  another and lost gets `CommitConflict` and commits nothing;
+- a pinned run is served only when asked (`take_over`: the operator's deliberate
+  rollback, rebuilt as a generation so that later folds continue from it).
+Bookkeeping (status, counts, table version) goes to `batch_runs`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pos_lambda.adapters import cassandra, master_dataset
+from pos_lambda.batch_layer import fold as folding
+from pos_lambda.batch_layer.interval import Interval
+from pos_lambda.batch_layer.store import (
+    BatchStore,
+    CommitConflict,
+    DayCommit,
+    Folded,
+    NothingToDo,
+    PointerState,
+    advancing,
+)
+from pos_lambda.schemas import contract, cql
+from pos_lambda.settings import Settings
+from pos_lambda.views import records
+from pos_lambda.views.batch import BATCH_AGGREGATE_COLUMNS, batch_aggregates, in_range
+from pos_lambda.views.winners import CONFLICT_COLUMNS, conflicts_of, resolve
+
+log = logging.getLogger("pos.batch")
+
+RECEIPT_COLUMNS = folding.RECEIPT_COLUMNS
+AGGREGATE_COLUMNS = ("version", *BATCH_AGGREGATE_COLUMNS)
+LATE_THRESHOLD_US = int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: uuid.UUID
+    mode: str  # fold, build or pinned
+    version: str
+    delta_version: int
+    horizon: datetime
+    input_rows: int
+    invalid_rows: int
+    receipts: int
+    duplicates_removed: int
+    conflicts: int
+    beyond_speed_bound: int
+    aggregate_rows: int
+    # Days whose pointer this run moved (none for a pinned rerun not asked to take over).
+    days_committed: int
+    # Rows written into the views (receipts_batch, agg_15m_batch, conflicts), and into
+    # the natural-key index (receipt_keys_batch).
+    view_rows_written: int
+    index_rows_written: int
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    delta_version: int | None = None,
+    take_over: bool = False,
+) -> RunResult:
+    """One batch run over `interval`; `delta_version` pins the input (default: newest).
+
+    Raises IntervalError (before anything is written) for an interval that has not
+    ended, NothingToDo before the master dataset exists, CommitConflict when another
+    run committed while this one computed."""
+    interval.ensure_ended(_now())
+    if take_over and delta_version is None:
+        raise ValueError("take_over is for a run pinned to a table version (delta_version)")
+    if not master_dataset.exists(spark, settings):
+        raise NothingToDo(
+            f"no master dataset at {settings.master_dataset_dir} yet: the archiver "
+            "(`pos-speed run`) creates it with its first micro-batch; nothing to recompute"
+        )
+    run_id = uuid.uuid1()
+    with BatchStore(settings) as store:
+        store.record_run(
+            run_id,
+            {
+                "status": "running",
+                "interval_start": interval.start,
+                "interval_end": interval.end,
+                "lookback_hours": interval.lookback.total_seconds() / 3600,
+                "recompute_start": interval.recompute_start,
+                "started_at": _now(),
+            },
+        )
+        try:
+            # Read first: the commit is conditional on the pointer staying as read here.
+            read = store.state()
+            result = _dispatch(
+                spark, settings, interval, delta_version, take_over, run_id, store, read
+            )
+        except CommitConflict as exc:
+            store.record_run(
+                run_id, {"status": "conflict", "finished_at": _now(), "error": str(exc)[:2000]}
+            )
+            raise
+        except BaseException as exc:
+            store.record_run(
+                run_id,
+                {"status": "failed", "finished_at": _now(), "error": repr(exc)[:2000]},
+            )
+            raise
+    return result
+
+
+def _dispatch(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    delta_version: int | None,
+    take_over: bool,
+    run_id: uuid.UUID,
+    store: BatchStore,
+    read: PointerState,
+) -> RunResult:
+    table_id = master_dataset.table_id(spark, settings)
+    if delta_version is not None and not take_over:
+        return _recompute(spark, settings, interval, delta_version, "pinned", run_id, store, read)
+    if delta_version is None:
+        reason = _why_build(spark, settings, read, table_id)
+        if reason is None:
+            return _fold(spark, settings, interval, run_id, store, read, table_id)
+        log.info("building a new generation of the views from every record: %s", reason)
+    if not master_dataset.change_feed_enabled(spark, settings):
+        # From now on, folds read only what the archiver adds (the feed starts here).
+        master_dataset.enable_change_feed(spark, settings)
+    return _recompute(spark, settings, interval, delta_version, "build", run_id, store, read)
+
+
+def _why_build(
+    spark: SparkSession, settings: Settings, read: PointerState, table_id: str
+) -> str | None:
+    """Why this run cannot fold (None: it can)."""
+    if read.folded is None:
+        return "no committed generation yet (a first run, or views of an older release)"
+    if read.folded.table_id != table_id:
+        return f"the master dataset is another table ({table_id}, was {read.folded.table_id})"
+    if not master_dataset.change_feed_enabled(spark, settings):
+        return "the master dataset does not record its change data feed"
+    return None
+
+
+def _fold(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    run_id: uuid.UUID,
+    store: BatchStore,
+    read: PointerState,
+    table_id: str,
+) -> RunResult:
+    assert read.folded is not None
+    upto = master_dataset.latest_version(spark, settings)
+    log.info(
+        "run %s: folding table versions (%d, %d] into generation %s",
+        run_id,
+        read.folded.version,
+        upto,
+        read.folded.generation,
+    )
+    store.record_run(run_id, {"version": folding.version_key(read.folded, upto)})
+    done = folding.fold(
+        spark, settings, store, interval, read, upto, _crash_point(settings, "after_receipts")
+    )
+    horizon = max(interval.end, read.horizon) if read.horizon else interval.end
+    _pause_before_commit(settings)
+    marker = Folded(read.folded.generation, upto, table_id)
+    store.commit(run_id, upto, done.days, horizon, _now(), read, marker)
+    result = RunResult(
+        run_id=run_id,
+        mode="fold",
+        version=done.version,
+        delta_version=upto,
+        horizon=horizon,
+        input_rows=done.input_rows,
+        invalid_rows=done.invalid_rows,
+        receipts=done.receipts,
+        duplicates_removed=done.duplicates_removed,
+        conflicts=done.conflicts,
+        beyond_speed_bound=done.beyond_speed_bound,
+        aggregate_rows=done.aggregate_rows,
+        days_committed=len(done.days),
+        view_rows_written=done.receipts + done.aggregate_rows + done.conflicts,
+        index_rows_written=done.receipts,
+    )
+    _record_done(store, result, "committed")
+    return result
+
+
+def _record_done(store: BatchStore, result: RunResult, status: str) -> None:
+    store.record_run(
+        result.run_id,
+        {
+            "status": status,
+            "version": result.version,
+            "delta_version": result.delta_version,
+            "horizon": result.horizon,
+            "input_rows": result.input_rows,
+            "invalid_rows": result.invalid_rows,
+            "receipts": result.receipts,
+            "duplicates_removed": result.duplicates_removed,
+            "conflicts": result.conflicts,
+            "beyond_speed_bound": result.beyond_speed_bound,
+            "aggregate_rows": result.aggregate_rows,
+            "finished_at": _now(),
+        },
+    )
+
+
+def _crash_point(settings: Settings, point: str) -> Callable[[], None] | None:
+    """Testing only (POS_BATCH_CRASH_POINT): kill -9 of the batch job at `point`."""
+    if settings.batch_crash_point != point:
+        return None
+
+    def crash() -> None:
+        log.warning("crash point %s reached: kill -9 of the batch job (testing)", point)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return crash
+
+
+def _days_to_move(
+    days: list[DayCommit], read: PointerState, table_version: int, mode: str, take_over: bool
+) -> list[DayCommit]:
+    """The days whose pointer this run moves to its version (logs the others)."""
+    if mode == "pinned":
+        log.info(
+            "pinned to table version %d: the version is written for inspection and "
+            "comparison; the pointer stays (`--take-over` serves it)",
+            table_version,
+        )
+        return []
+    if take_over:
+        log.warning(
+            "--take-over: serving a generation read at table version %d for %d day(s), "
+            "whatever the pointer names now",
+            table_version,
+            len(days),
+        )
+        return days
+    moving = advancing(days, read.days, table_version)
+    if len(moving) < len(days):
+        log.info(
+            "left %d day(s) on the versions already served: they cover them further, or "
+            "were read from a newer table version (%s)",
+            len(days) - len(moving),
+            ", ".join(str(d.day) for d in days if d not in moving),
+        )
+    return moving
+
+
+def _pause_before_commit(settings: Settings) -> None:
+    """Testing only (POS_BATCH_PAUSE_BEFORE_COMMIT): await the file, to stage a race."""
+    flag = settings.batch_pause_before_commit
+    if flag is None:
+        return
+    from pos_lambda.adapters.service import wait_for
+
+    log.warning("paused before commit until %s exists (testing)", flag)
+    if not wait_for(flag.exists, timeout=600, interval=0.2):
+        raise RuntimeError(f"{flag} did not appear within 600 s")
+
+
+def _written(spark: SparkSession, settings: Settings, table: str, keys: DataFrame) -> int:
+    """Rows of `table` in the version partitions `keys` (direct join, no full scan)."""
+    return cassandra.lookup(
+        spark, settings.cassandra_keyspace, table, keys, ("operation_id",)
+    ).count()
+
+
+def _recompute(
+    spark: SparkSession,
+    settings: Settings,
+    interval: Interval,
+    delta_version: int | None,
+    mode: str,
+    run_id: uuid.UUID,
+    store: BatchStore,
+    read: PointerState,
+) -> RunResult:
+    """Every record at one table version, every key resolved over all its copies: a new
+    generation of every day (`build`), or the interval's days under their own version
+    (`pinned`, served with take_over: then a generation too)."""
+    take_over = mode == "build" and delta_version is not None
+    snap = master_dataset.snapshot(spark, settings, delta_version)
+    table8 = snap.table_id.replace("-", "")[:8]
+    if mode == "build":
+        # The same build input, the same name (a rerun after a kill rewrites the same
+        # rows); a take-over's of its own, apart from a generation folds have grown.
+        version = f"g{snap.version}-{table8}" + (f"-t{run_id.hex[:8]}" if take_over else "")
+        lo, hi = None, None
+    else:
+        version = interval.version_key(snap.table_id, snap.version)
+        lo, hi = interval.recompute_start, interval.end
+    log.info("run %s (%s): %s at table version %d", run_id, mode, version, snap.version)
+    # Known before any row is written, so `pos-batch gc` spares a version being written.
+    store.record_run(run_id, {"version": version, "delta_version": snap.version})
+
+    # Every record judged again (the master dataset keeps them unjudged), kept for the
+    # counts below; the received bytes are not needed past the check.
+    checked = (
+        records.check(records.from_archive(snap.rows), native_first=True)
+        .drop("raw_value", "detail")
+        .persist()
+    )
+    # Every valid copy, wherever its day: a key's winner depends on all its copies.
+    copies = records.receipt_rows(
+        checked,
+        LATE_THRESHOLD_US,
+        int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+    )
+    resolution = resolve(copies)
+    winners = resolution.winners
+    duplicates = resolution.duplicates
+    if lo is not None and hi is not None:
+        winners = winners.where(in_range("happened_at", lo, hi))
+        duplicates = duplicates.where(in_range("winner_happened_at", lo, hi))
+    winners = (
+        winners.withColumn("version", F.lit(version))
+        .withColumn(folding.MASTER_VERSION, F.lit(snap.version).cast("long"))
+        .persist()
+    )
+    duplicates = duplicates.persist()
+    aggregates = batch_aggregates(winners, duplicates).withColumn("version", F.lit(version))
+    aggregates = aggregates.persist()
+    try:
+        # An invalid record's day is the day it reached Kafka.
+        invalid = ~records.is_valid()
+        if lo is not None:
+            arrived = F.to_date("kafka_timestamp").between(interval.days[0], interval.days[-1])
+            invalid = invalid & arrived
+        stats = checked.agg(
+            F.count(F.lit(1)).alias("input"), F.count(F.when(invalid, 1)).alias("invalid")
+        ).first()
+        assert stats is not None
+        dup = duplicates.agg(
+            F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("conflict"), 1)).alias("c")
+        ).first()
+        assert dup is not None
+        per_day = {
+            r["day"]: (int(r["receipts"]), int(r["beyond"]))
+            for r in winners.groupBy("day")
+            .agg(
+                F.count(F.lit(1)).alias("receipts"),
+                F.count(F.when(F.col("beyond_bound"), 1)).alias("beyond"),
+            )
+            .collect()
+        }
+        aggs_per_day = {
+            r["day"]: int(r["n"])
+            for r in aggregates.groupBy("day").count().withColumnRenamed("count", "n").collect()
+        }
+        receipts = sum(n for n, _ in per_day.values())
+        aggregate_rows = sum(aggs_per_day.values())
+
+        ks = settings.cassandra_keyspace
+        cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, RECEIPT_COLUMNS)
+        crash = _crash_point(settings, "after_receipts")
+        if crash is not None:
+            crash()
+        cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
+        if int(dup["c"]):
+            cassandra.upsert(conflicts_of(duplicates), ks, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+        index_rows = 0
+        if mode == "build":
+            # Every key's winner, for the folds that continue from this generation.
+            index = resolution.ranked.where(F.col("_copy_rank") == 1).select(
+                F.lit(version).alias(folding.GENERATION),
+                *(F.col(c) for c in folding.INDEX_TABLE_COLUMNS[1:-1]),
+                folding.key_bucket().alias(folding.KEY_BUCKET),
+            )
+            cassandra.upsert(index, ks, cql.RECEIPT_KEYS_BATCH_TABLE, folding.INDEX_TABLE_COLUMNS)
+            index_rows = receipts
+
+        # The pointer moves only after the version's rows are all there.
+        keys = ("operation_id", "day", "version")
+        got = (
+            _written(spark, settings, cql.RECEIPTS_BATCH_TABLE, winners.select(*keys)),
+            _written(spark, settings, cql.AGG_BATCH_TABLE, aggregates.select(*keys)),
+        )
+        if got != (receipts, aggregate_rows):
+            raise RuntimeError(
+                f"version {version}: wrote {receipts} receipts and {aggregate_rows} aggregate "
+                f"rows but read back {got[0]} and {got[1]}; not committing"
+            )
+        if mode == "build":
+            covered = sorted({*per_day, *aggs_per_day, *read.days, *interval.days})
+        else:
+            covered = interval.days
+        days = [
+            DayCommit(
+                day,
+                _coverage(day, interval, mode, take_over, read),
+                per_day.get(day, (0, 0))[0],
+                aggs_per_day.get(day, 0),
+                version,
+            )
+            for day in covered
+        ]
+        moving = _days_to_move(days, read, snap.version, mode, take_over)
+        horizon = max(interval.end, read.horizon) if read.horizon else interval.end
+        if moving:
+            _pause_before_commit(settings)
+            folded = Folded(version, snap.version, snap.table_id) if mode == "build" else None
+            store.commit(run_id, snap.version, moving, horizon, _now(), read, folded)
+        else:
+            horizon = read.horizon or horizon
+        result = RunResult(
+            run_id=run_id,
+            mode=mode,
+            version=version,
+            delta_version=snap.version,
+            horizon=horizon,
+            input_rows=int(stats["input"]),
+            invalid_rows=int(stats["invalid"]),
+            receipts=receipts,
+            duplicates_removed=int(dup["n"]),
+            conflicts=int(dup["c"]),
+            beyond_speed_bound=sum(b for _, b in per_day.values()),
+            aggregate_rows=aggregate_rows,
+            days_committed=len(moving),
+            view_rows_written=receipts + aggregate_rows + int(dup["c"]),
+            index_rows_written=index_rows,
+        )
+        _record_done(store, result, "committed" if moving else "written")
+        return result
+    finally:
+        for df in (checked, winners, duplicates, aggregates):
+            df.unpersist()
+
+
+def _coverage(
+    day: date, interval: Interval, mode: str, take_over: bool, read: PointerState
+) -> datetime:
+    """How far into `day` this run's version is final. A pinned run: its interval's
+    rule. A build counts every record archived before the interval's end, on every day;
+    it keeps a day's coverage where an earlier commit took it further, except when it
+    takes over (a deliberate rollback to an older table version)."""
+    if mode == "pinned":
+        return interval.covered_until(day)
+    covered = folding.day_coverage(day, interval.end)
+    served = read.days.get(day)
+    if served is not None and not take_over:
+        covered = max(covered, served.covered_until)
+    return covered

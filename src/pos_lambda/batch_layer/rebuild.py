@@ -1,0 +1,305 @@
+"""The full recompute, in chunks: every record of the master dataset judged again, every
+natural key resolved over all its copies, a new generation of every day's views.
+
+    pos-batch rebuild [--chunks 8] [--delta-version V]   # all chunks, then the commit
+    pos-batch rebuild --chunk 3 --chunks 8 --delta-version V   # one chunk (the DAG's tasks)
+    pos-batch rebuild --commit --chunks 8 --delta-version V    # the switch (the DAG's last)
+
+Lambda's "recompute from all data", for when the validator or the winner rule changes
+(the hourly runs fold new records only: src/pos_lambda/batch_layer/fold.py). Run by hand or by the
+manual DAG `pos_batch_rebuild`, one mapped task per chunk, so Airflow's grid shows the
+progress and no step holds all history at once.
+
+Chunks split the natural keys, not the days: a key's winner depends on all its copies,
+which a day never holds for sure (a conflicting copy may state another day), while a
+key bucket always does. A record's bucket is a hash of the natural key it states, read
+natively from its bytes (`key_bucket`); a record that states none (malformed) falls in
+the bucket of the null key, where the validator refuses it. After the validator, every
+valid receipt's bucket is checked against its chunk (`misplaced`): a record whose key
+Spark and the validator read differently would be resolved apart from its copies, so
+the chunk fails instead.
+
+Each chunk, pinned to one table version, writes its receipts and index rows into the
+generation (nothing points to it yet), its conflicts, and its share of the aggregates
+and counts into a scratch Delta table under the data dir (`_partials`, one partition
+per chunk, replaced when a chunk runs again). The commit sums the shares per window,
+writes the generation's aggregates, and points every day at it in one conditional
+write, with the table version the folds continue from.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pos_lambda.adapters import cassandra, master_dataset
+from pos_lambda.batch_layer import fold as folding
+from pos_lambda.batch_layer.store import BatchStore, DayCommit, Folded
+from pos_lambda.schemas import contract, cql
+from pos_lambda.settings import Settings
+from pos_lambda.views import records
+from pos_lambda.views.batch import BATCH_AGGREGATE_COLUMNS, batch_aggregates, summed
+from pos_lambda.views.winners import CONFLICT_COLUMNS, conflicts_of, resolve
+
+log = logging.getLogger("pos.batch")
+
+CHUNK = "chunk"
+COUNTS = ("input", "invalid", "receipts", "duplicates", "conflicts", "beyond")
+
+
+class RebuildError(RuntimeError):
+    """A rebuild that cannot go on (a chunk missing at the commit, a misplaced key)."""
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    chunk: int
+    chunks: int
+    generation: str
+    delta_version: int
+    counts: dict[str, int]
+
+
+def generation_of(delta_version: int, table_id: str) -> str:
+    """The generation a rebuild at this table version writes (a rerun: the same one)."""
+    return f"r{delta_version}-{table_id.replace('-', '')[:8]}"
+
+
+def key_bucket(key: tuple[Column, Column, Column], chunks: int) -> Column:
+    """The chunk of a natural key (operation_id, vendor_fiscal_module, transaction_id)."""
+    return F.pmod(F.xxhash64(*key), F.lit(chunks)).cast("int")
+
+
+def _stated_key() -> tuple[Column, Column, Column]:
+    """The natural key a master row's bytes state, read natively (null where none)."""
+    text = F.col("raw_value").cast("string")
+    return tuple(  # type: ignore[return-value]
+        F.get_json_object(text, f"$.{name}").cast("long") for name in contract.NATURAL_KEY
+    )
+
+
+def _validated_key() -> tuple[Column, Column, Column]:
+    return tuple(F.col(name).cast("long") for name in contract.NATURAL_KEY)  # type: ignore[return-value]
+
+
+def plan(settings: Settings, chunks: int) -> dict[str, list[Any]]:
+    """The steps of a rebuild at the master dataset's newest table version, as
+    `pos-batch` arguments: every chunk's, then the commit's (the DAG maps the first)."""
+    if chunks < 1:
+        raise RebuildError("chunks must be at least 1")
+    version = str(master_dataset.newest_version_on_disk(settings))
+    pinned = ["rebuild", "--chunks", str(chunks), "--delta-version", version]
+    return {
+        "chunks": [[*pinned, "--chunk", str(n)] for n in range(chunks)],
+        "commit": [*pinned, "--commit"],
+    }
+
+
+def _partials_path(settings: Settings, generation: str) -> Path:
+    return Path(settings.data_dir) / "rebuild" / generation / "_partials"
+
+
+def run_chunk(
+    spark: SparkSession,
+    settings: Settings,
+    delta_version: int,
+    chunk: int,
+    chunks: int,
+) -> ChunkResult:
+    """Rebuild one chunk of the natural keys at `delta_version` (see the module doc)."""
+    if not 0 <= chunk < chunks:
+        raise RebuildError(f"--chunk {chunk} is not in 0..{chunks - 1}")
+    snap = master_dataset.snapshot(spark, settings, delta_version)
+    generation = generation_of(snap.version, snap.table_id)
+    # Recorded first, so that `pos-batch gc` spares the generation while it is written.
+    with BatchStore(settings) as store:
+        store.record_run(
+            uuid.uuid1(),
+            {
+                "status": f"rebuild chunk {chunk + 1}/{chunks}",
+                "version": generation,
+                "delta_version": snap.version,
+                "started_at": datetime.now(UTC),
+            },
+        )
+    mine = snap.rows.where(key_bucket(_stated_key(), chunks) == chunk)
+    checked = records.check(records.from_archive(mine), native_first=True).drop("detail").persist()
+    try:
+        copies = records.receipt_rows(
+            checked,
+            int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
+            int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        ).persist()
+        misplaced = copies.where(key_bucket(_validated_key(), chunks) != chunk).count()
+        if misplaced:
+            raise RebuildError(
+                f"chunk {chunk}: {misplaced} valid receipt(s) whose key the validator reads "
+                "other than Spark's JSON path does: their copies could be resolved apart"
+            )
+        resolution = resolve(copies)
+        winners = (
+            resolution.winners.withColumn("version", F.lit(generation))
+            .withColumn(folding.MASTER_VERSION, F.lit(snap.version).cast("long"))
+            .persist()
+        )
+        duplicates = resolution.duplicates.persist()
+        ks = settings.cassandra_keyspace
+        cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, folding.RECEIPT_COLUMNS)
+        conflicts = duplicates.where("conflict").count()
+        if conflicts:
+            cassandra.upsert(conflicts_of(duplicates), ks, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+        index = winners.withColumns(
+            {folding.GENERATION: F.lit(generation), folding.KEY_BUCKET: folding.key_bucket()}
+        )
+        cassandra.upsert(index, ks, cql.RECEIPT_KEYS_BATCH_TABLE, folding.INDEX_TABLE_COLUMNS)
+        stats = checked.agg(
+            F.count(F.lit(1)).alias("input"),
+            F.count(F.when(~records.is_valid(), 1)).alias("invalid"),
+        ).first()
+        assert stats is not None
+        counts = {
+            "input": int(stats["input"]),
+            "invalid": int(stats["invalid"]),
+            "receipts": winners.count(),
+            "duplicates": duplicates.count(),
+            "conflicts": conflicts,
+            "beyond": winners.where("beyond_bound").count(),
+        }
+        share = batch_aggregates(winners, duplicates).withColumn(CHUNK, F.lit(chunk))
+        _save_share(spark, settings, generation, chunk, share, counts)
+        winners.unpersist()
+        duplicates.unpersist()
+        copies.unpersist()
+    finally:
+        checked.unpersist()
+    log.info("rebuild %s: chunk %d of %d done: %s", generation, chunk + 1, chunks, counts)
+    return ChunkResult(chunk, chunks, generation, snap.version, counts)
+
+
+def _save_share(
+    spark: SparkSession,
+    settings: Settings,
+    generation: str,
+    chunk: int,
+    share: DataFrame,
+    counts: dict[str, int],
+) -> None:
+    """The chunk's aggregates and counts, replacing what an earlier try of it left. The
+    counts ride along as one row without a window."""
+    counted = spark.createDataFrame(
+        [(chunk, *(counts[c] for c in COUNTS))],
+        f"{CHUNK} int, " + ", ".join(f"{c} long" for c in COUNTS),
+    )
+    rows = share.unionByName(counted, allowMissingColumns=True)
+    (
+        rows.write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"{CHUNK} = {chunk}")
+        .partitionBy(CHUNK)
+        .save(str(_partials_path(settings, generation)))
+    )
+
+
+def commit(
+    spark: SparkSession,
+    settings: Settings,
+    delta_version: int,
+    chunks: int,
+    end: datetime | None = None,
+) -> dict[str, Any]:
+    """Sum the chunks' shares, write the generation's aggregates, switch the pointer.
+
+    `end`: how far the rebuilt days are final (default: the horizon the pointer has
+    now, so a rebuild never makes final what the hourly runs had not)."""
+    run_id = uuid.uuid1()
+    snap = master_dataset.snapshot(spark, settings, delta_version)
+    generation = generation_of(snap.version, snap.table_id)
+    path = _partials_path(settings, generation)
+    if not (path / "_delta_log").exists():
+        raise RebuildError(f"no chunk of rebuild {generation} has run ({path} is empty)")
+    shares = spark.read.format("delta").load(str(path))
+    done = {r[CHUNK] for r in shares.select(CHUNK).distinct().collect()}
+    missing = sorted(set(range(chunks)) - done)
+    if missing:
+        raise RebuildError(f"rebuild {generation}: chunk(s) {missing} of {chunks} have not run")
+    totals_row = (
+        shares.where(F.col("window_start").isNull())
+        .agg(*(F.sum(c).alias(c) for c in COUNTS))
+        .first()
+    )
+    assert totals_row is not None
+    totals = {c: int(totals_row[c] or 0) for c in COUNTS}
+    windows = shares.where(F.col("window_start").isNotNull()).select(*BATCH_AGGREGATE_COLUMNS)
+    aggregates = summed(windows).withColumn("version", F.lit(generation)).persist()
+    try:
+        ks = settings.cassandra_keyspace
+        cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, ("version", *BATCH_AGGREGATE_COLUMNS))
+        per_day = {
+            r["day"]: (int(r["receipts"]), int(r["rows"]))
+            for r in aggregates.groupBy("day")
+            .agg(F.sum("receipt_count").alias("receipts"), F.count(F.lit(1)).alias("rows"))
+            .collect()
+        }
+    finally:
+        aggregates.unpersist()
+    with BatchStore(settings) as store:
+        read = store.state()
+        until = end or read.horizon or datetime.now(UTC)
+        days = []
+        for day in sorted({*per_day, *read.days}):
+            covered = folding.day_coverage(day, until)
+            served = read.days.get(day)
+            if served is not None:
+                covered = max(covered, served.covered_until)
+            receipts, rows = per_day.get(day, (0, 0))
+            days.append(DayCommit(day, covered, receipts, rows, generation))
+        horizon = max(until, read.horizon) if read.horizon else until
+        store.record_run(
+            run_id,
+            {
+                "status": "running",
+                "version": generation,
+                "delta_version": snap.version,
+                "started_at": datetime.now(UTC),
+            },
+        )
+        store.commit(
+            run_id,
+            snap.version,
+            days,
+            horizon,
+            datetime.now(UTC),
+            read,
+            Folded(generation, snap.version, snap.table_id),
+        )
+        store.record_run(
+            run_id,
+            {
+                "status": "committed",
+                "horizon": horizon,
+                "input_rows": totals["input"],
+                "invalid_rows": totals["invalid"],
+                "receipts": totals["receipts"],
+                "duplicates_removed": totals["duplicates"],
+                "conflicts": totals["conflicts"],
+                "beyond_speed_bound": totals["beyond"],
+                "aggregate_rows": sum(r for _, r in per_day.values()),
+                "finished_at": datetime.now(UTC),
+            },
+        )
+    shutil.rmtree(path.parent, ignore_errors=True)
+    return {
+        "generation": generation,
+        "delta_version": snap.version,
+        "chunks": chunks,
+        "days_committed": len(days),
+        **totals,
+    }

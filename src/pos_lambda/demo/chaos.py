@@ -1,0 +1,660 @@
+"""`pos-chaos` (`make chaos`): faults while a bounded stream flows, then an audit.
+
+    pos-chaos                          # 100,000 receipts (the issue's run, ~20 min)
+    pos-chaos --count 5000 --rate 200  # a smaller rehearsal, labelled as such
+
+While a seeded stream (resends, bursts, conflicting copies, late, out-of-order and
+malformed messages) is produced at a steady rate into its own topic, the run strikes at
+seeded random points of the stream: kill -9 of the speed-layer driver three times (in a
+micro-batch: its checkpoint has an offsets entry without a commit), a hard restart of the
+Kafka broker, a restart of Cassandra (kill -9, start), and kill -9 of the batch job
+mid-write (its crash point after the receipts, before the aggregates and the pointer);
+the alerts processor kills itself mid-transaction twice (its crash point: alerts on the
+broker, commit not made). Whatever exits is started again, as a process manager
+would. Then everything catches up (the speed layer's checkpoints reach the topic's end
+offsets, the alerts group commits them), the batch layer runs through its Airflow DAG
+(`--batch direct`: `pos-batch run` + `quality` without Airflow), the auditor compares
+every view with the ledger, and the figures table is printed and written to
+`docs/chaos.md` and `docs/chaos.json` (`--out`).
+
+Its own namespace: keyspace `pos_chaos`, topics `chaos.transactions`/`chaos.alerts`,
+data dir `.state/chaos/data`, ledger `.state/chaos/ledger` (all reset at the start);
+logs under `.state/chaos/logs/`. The Kafka and Cassandra restarts act on the local
+services every other job uses: run it holding the machine's heavy-work lock. Every wait
+is bounded (`--timeout` for the whole run); a finally block stops every process it
+started (Airflow too, unless `--keep-airflow`) and starts Kafka and Cassandra again if a
+fault left them down. Exit codes:
+0 clean audit, 1 discrepancies or a failed step, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from pos_lambda import cli_args
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.demo import batch_dag, figures, steps, story
+from pos_lambda.demo.conflicts import add_conflicts, summary_with
+from pos_lambda.demo.steps import (
+    VENV_BIN,
+    Progress,
+    StepFailed,
+    await_or_fail,
+    children,
+    cql_session,
+    driver_jobs,
+    env_with,
+    reset_dir,
+    run_logged,
+    start_logged,
+    stop_gracefully,
+    tail,
+)
+from pos_lambda.producer.simulation import OutgoingMessage
+from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
+
+STATE = PROJECT_ROOT / ".state" / "chaos"
+FAULTS = {
+    "resend_rate": 0.01,
+    "burst_rate": 0.02,
+    "late_rate": 0.02,
+    "late_max_delay_s": 72 * 3600.0,  # some beyond the speed layer's 48 h bound
+    "out_of_order_rate": 0.01,
+    "clock_skew_max_s": 30.0,
+    "malformed_rate": 0.005,
+}
+NAMESPACE = {
+    "POS_CASSANDRA_KEYSPACE": "pos_chaos",
+    "POS_TOPIC_TRANSACTIONS": "chaos.transactions",
+    "POS_TOPIC_ALERTS": "chaos.alerts",
+    "POS_ALERTS_GROUP_ID": "chaos-alerts",
+    "POS_ALERTS_SINK_GROUP_ID": "chaos-alerts-sink",
+    "POS_ALERTS_INSTANCE_ID": "chaos-1",
+    "POS_DATA_DIR": str(STATE / "data"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pos-chaos", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--count", type=cli_args.positive_int, default=100_000, help="unique receipts (100000)"
+    )
+    p.add_argument("--seed", type=int, default=13, help="stream and fault-plan seed (13)")
+    p.add_argument(
+        "--rate", type=cli_args.positive_int, default=150, help="messages per second (150)"
+    )
+    p.add_argument("--stores", type=cli_args.positive_int, default=20, help="stores (20)")
+    p.add_argument(
+        "--conflict-rate", type=cli_args.fraction, default=0.002, help="conflicting copies"
+    )
+    p.add_argument(
+        "--batch",
+        choices=("airflow", "direct"),
+        default="airflow",
+        help="run the final batch through the Airflow DAG (default) or pos-batch directly",
+    )
+    p.add_argument(
+        "--timeout", type=cli_args.positive_int, default=3600, help="whole run, seconds (3600)"
+    )
+    p.add_argument(
+        "--step-timeout",
+        type=cli_args.positive_int,
+        default=900,
+        help="one step or recovery, s (900)",
+    )
+    p.add_argument("--out", type=Path, default=PROJECT_ROOT / "docs", help="chaos.md/.json dir")
+    p.add_argument("--logs", type=Path, default=STATE / "logs", help="log dir")
+    p.add_argument("--ledger", type=Path, default=STATE / "ledger", help="ledger dir")
+    p.add_argument(
+        "--keep-airflow",
+        action="store_true",
+        help="leave Airflow running at the end (default: stop it if this run started it)",
+    )
+    return p
+
+
+class Counting:
+    """Wraps the messages so the orchestrator knows how many the producer has taken;
+    `stop` ends the stream early (the producer then flushes what it holds)."""
+
+    def __init__(self, messages: list[OutgoingMessage]) -> None:
+        self.messages = messages
+        self.sent = 0
+        self.stop = threading.Event()
+
+    def __iter__(self) -> Iterator[OutgoingMessage]:
+        for m in self.messages:
+            if self.stop.is_set():
+                return
+            self.sent += 1
+            yield m
+
+
+@dataclass
+class Chaos:
+    settings: Settings  # the chaos namespace
+    base: Settings  # the services' own (state dir, ports)
+    args: argparse.Namespace
+    say: Progress
+    plan: figures.Plan
+    speed: subprocess.Popen[bytes] | None = None
+    alerts: subprocess.Popen[bytes] | None = None
+    alerts_armed: list[int] = field(default_factory=list)  # crash points still to come
+    alerts_armed_now: int | None = None
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    outcomes: list[figures.Outcome] = field(default_factory=list)
+    restarts: int = 0
+    notes: list[str] = field(default_factory=list)
+    stream: Counting | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    deadline: float = 0.0
+    dag: batch_dag.DagRun | None = None
+    airflow_started: bool = False  # by this run (then stopped at the end)
+    interval: tuple[datetime, datetime] = (datetime.min, datetime.min)  # the data's hours
+
+    @property
+    def env(self) -> dict[str, str]:
+        return env_with(NAMESPACE)
+
+    def log(self, name: str) -> Path:
+        return Path(self.args.logs) / f"{name}.log"
+
+    def sent(self) -> int:
+        return self.stream.sent if self.stream else 0
+
+    def check_deadline(self, what: str) -> None:
+        if time.monotonic() > self.deadline:
+            raise StepFailed(f"the whole run passed --timeout {self.args.timeout} s during {what}")
+
+    # --- processes ----------------------------------------------------------------
+
+    def start_speed(self) -> None:
+        self.speed = start_logged([str(VENV_BIN / "pos-speed"), "run"], self.env, self.log("speed"))
+        self.procs.append(self.speed)
+
+    def start_alerts(self) -> None:
+        env = self.env
+        self.alerts_armed_now = self.alerts_armed.pop(0) if self.alerts_armed else None
+        if self.alerts_armed_now is not None:
+            env |= {
+                "POS_ALERTS_CRASH_POINT": "kill_after_produce",
+                "POS_ALERTS_CRASH_AT_TRANSACTION": str(self.alerts_armed_now),
+            }
+        self.alerts = start_logged([str(VENV_BIN / "pos-alerts"), "run"], env, self.log("alerts"))
+        self.procs.append(self.alerts)
+
+    def watch(self) -> None:
+        """Start again whatever exited, as a process manager would; count the kills the
+        alerts processor's crash point made."""
+        with self.lock:
+            if self.speed is not None and self.speed.poll() is not None:
+                code = self.speed.returncode
+                self.say(f"watch: pos-speed exited {code}; starting it again")
+                self.restarts += 1
+                self.start_speed()
+            if self.alerts is not None and self.alerts.poll() is not None:
+                code = self.alerts.returncode
+                if code == -signal.SIGKILL and self.alerts_armed_now is not None:
+                    self.outcomes.append(
+                        figures.Outcome(
+                            "alerts_kill",
+                            self.sent(),
+                            None,  # restarted at once; its catch-up shows in the audit
+                            f"crash point in its transaction {self.alerts_armed_now} with "
+                            "alerts (produced, not committed)",
+                        )
+                    )
+                    self.say(
+                        f"fault: the alerts processor killed itself mid-transaction "
+                        f"(transaction {self.alerts_armed_now}); starting it again"
+                    )
+                else:
+                    self.say(f"watch: pos-alerts exited {code}; starting it again")
+                self.restarts += 1
+                self.start_alerts()
+
+    # --- faults ---------------------------------------------------------------------
+
+    def _driver(self) -> int | None:
+        """The views query's driver process (the supervisor's `--driver` child running
+        it: the only one, or one of two when each query has its own)."""
+        if self.speed is None or self.speed.poll() is not None:
+            return None
+        for pid in children(self.speed.pid):
+            if "views" in (driver_jobs(pid) or "").split(","):
+                return pid
+        return None
+
+    def _last_commit(self) -> int:
+        commits = self.settings.checkpoint_dir / "views" / "commits"
+        with contextlib.suppress(FileNotFoundError):
+            return max((int(p.name) for p in commits.iterdir() if p.name.isdigit()), default=-1)
+        return -1
+
+    def _in_micro_batch(self) -> bool:
+        views = self.settings.checkpoint_dir / "views"
+
+        def ids(sub: str) -> list[int]:
+            with contextlib.suppress(FileNotFoundError):
+                return sorted(int(p.name) for p in (views / sub).iterdir() if p.name.isdigit())
+            return []
+
+        offsets, commits = ids("offsets"), ids("commits")
+        return bool(offsets) and (not commits or offsets[-1] > commits[-1])
+
+    def speed_kill(self) -> str:
+        got: list[int] = []
+
+        def driver_busy() -> bool:
+            pid = self._driver()
+            if pid is None:
+                return False
+            got[:] = [pid]
+            return self._in_micro_batch()
+
+        flowing = self.stream is not None and self.sent() < len(self.stream.messages)
+        # While the stream flows a micro-batch starts every few seconds; after it, the
+        # layer may be idle and there is none to catch.
+        busy = wait_for(driver_busy, timeout=120 if flowing else 30, interval=0.05)
+        if not got:
+            raise StepFailed(f"no speed-layer driver to kill; log {self.log('speed')}")
+        before = self._last_commit()
+        os.kill(got[0], signal.SIGKILL)
+        where = "in a micro-batch" if busy else "between micro-batches"
+        how: list[str] = []
+
+        def recovered() -> bool:
+            if self._last_commit() > before:
+                how[:] = ["a new driver committed its replay"]
+                return True
+            # Nothing left to replay: a new driver runs and the views query is at the end.
+            if self._driver() not in (None, got[0]) and steps.speed_caught_up(
+                self.settings, ("views",)
+            ):
+                how[:] = ["a new driver runs, nothing was left to replay"]
+                return True
+            return False
+
+        await_or_fail(recovered, self.args.step_timeout, "a new speed driver to recover")
+        return f"driver pid {got[0]} killed {where}; {how[0]}"
+
+    def kafka_restart(self) -> str:
+        from pos_lambda.runtime import kafka_service
+
+        if not kafka_service.process(self.base).kill():
+            raise StepFailed("Kafka is not managed here (no pid file): cannot restart it")
+        took = kafka_service.start(self.base)
+        return f"broker back in {took:.0f} s"
+
+    def cassandra_restart(self) -> str:
+        from pos_lambda.runtime import cassandra_service
+
+        if not cassandra_service.process(self.base).kill():
+            raise StepFailed("Cassandra is not managed here (no pid file): cannot restart it")
+        took = cassandra_service.start(self.base)
+        return f"node back in {took:.0f} s"
+
+    def batch_kill(self) -> str:
+        start, end = self.interval
+        env = self.env | {"POS_BATCH_CRASH_POINT": "after_receipts"}
+        code = run_logged(
+            [str(VENV_BIN / "pos-batch"), "run", "--start", start.isoformat(), "--end",
+             end.isoformat()],
+            env, self.log("batch-killed"), self.args.step_timeout, "the batch job to be killed",
+        )  # fmt: skip
+        if code != -signal.SIGKILL:
+            raise StepFailed(
+                f"the batch job exited {code} instead of dying at its crash point; log "
+                f"{self.log('batch-killed')}:\n{tail(self.log('batch-killed'))}"
+            )
+        return "killed after writing its receipts, before its aggregates and pointer"
+
+    def strike(self, fault: figures.Planned) -> None:
+        at = self.sent()
+        self.say(f"fault: {figures.LABELS[fault.kind]} at message {at:,} ...")
+        t0 = time.monotonic()
+        detail = getattr(self, fault.kind)()
+        took = time.monotonic() - t0
+        self.outcomes.append(figures.Outcome(fault.kind, at, took, detail))
+        self.say(f"fault: survived ({detail}; {took:.0f} s)")
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
+    from pos_lambda.producer import ledger
+    from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, simulate
+    from pos_lambda.runtime import cassandra_service, jars, kafka_service
+
+    s, args = chaos.settings, chaos.args
+    jars.fetch(chaos.base)
+    for name, svc in (("Kafka", kafka_service), ("Cassandra", cassandra_service)):
+        if not svc.is_ready(chaos.base):
+            chaos.say(f"services: starting {name} ...")
+            svc.start(chaos.base)
+        if svc.process(chaos.base).pid() is None:
+            raise StepFailed(f"{name} answers but is not managed here: cannot restart it")
+    chaos.say(
+        f"reset: topics {s.topic_transactions}, {s.topic_alerts}; keyspace "
+        f"{s.cassandra_keyspace}; {s.data_dir}; ledger {args.ledger}"
+    )
+    steps.reset_topics(
+        s,
+        {s.topic_transactions: s.topic_partitions, s.topic_alerts: s.topic_partitions},
+        [s.alerts_group_id, s.alerts_sink_group_id],
+    )
+    steps.reset_keyspace(s)
+    reset_dir(s.data_dir)
+    reset_dir(Path(args.ledger))
+    start = (datetime.now(UTC) - timedelta(days=10)).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    chaos.say(f"produce: simulating {args.count:,} receipts from {start:%Y-%m-%d} ...")
+    result = simulate(
+        SimulationConfig(
+            count=args.count, seed=args.seed, start=start, stores=args.stores,
+            faults=FaultConfig(**FAULTS),
+        )
+    )  # fmt: skip
+    mixed = add_conflicts(result.messages, args.conflict_rate, args.seed)
+    summary = summary_with(result.summary, mixed.faults)
+    summary["topic"] = s.topic_transactions
+    ledger.write(args.ledger, result.receipts, [*result.faults, *mixed.faults], summary)
+    happened = [datetime.fromisoformat(r["happened_at"]) for r in result.receipts]
+    first = min(happened).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    last = max(happened).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    chaos.interval = (first, last + timedelta(hours=1))
+    return mixed.messages, summary
+
+
+def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> threading.Thread:
+    from confluent_kafka import Producer
+
+    from pos_lambda.producer.kafka_sink import produce, producer_config
+
+    chaos.stream = Counting(messages)
+    errors: list[BaseException] = []
+    s = chaos.settings
+    # librdkafka's own lines (connection refused while the broker restarts) go to the
+    # log file through `logger`, not to the terminal.
+    client = Producer(
+        producer_config(s.bootstrap_servers, True, s.kafka_security_config)
+        | {"logger": logging.getLogger("pos.chaos.producer")}
+    )
+
+    def run() -> None:
+        try:
+            produce(
+                chaos.stream or [],
+                s.bootstrap_servers,
+                s.topic_transactions,
+                rate=chaos.args.rate,
+                quiet=True,
+                # Delivery retries (idempotent: exactly once) outlast a broker restart.
+                flush_timeout_s=600,
+                producer=client,
+            )
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="producer", daemon=True)
+    thread.errors = errors  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def storm(chaos: Chaos, producer: threading.Thread, total: int) -> None:
+    """Strike the planned faults as the stream passes their points; keep processes up."""
+    pending = list(chaos.plan.faults)
+    faults_done = threading.Event()
+    failure: list[BaseException] = []
+
+    def striker() -> None:
+        try:
+            for fault in pending:
+                while chaos.sent() < fault.at * total and producer.is_alive():
+                    time.sleep(0.2)  # pacing against the producer's count, not sync
+                chaos.strike(fault)
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            faults_done.set()
+
+    threading.Thread(target=striker, name="faults", daemon=True).start()
+    last = time.monotonic()
+    while producer.is_alive() or not faults_done.is_set():
+        chaos.check_deadline("the stream and its faults")
+        if failure:
+            raise StepFailed(f"a fault could not be made: {failure[0]}")
+        chaos.watch()
+        if time.monotonic() - last >= 15:
+            last = time.monotonic()
+            chaos.say(
+                f"stream: {chaos.sent():,} of {total:,} messages sent; "
+                f"{len(chaos.outcomes)} fault(s) survived"
+            )
+        time.sleep(0.5)  # the watch loop's period
+    if failure:
+        raise StepFailed(f"a fault could not be made: {failure[0]}")
+    errors = producer.errors  # type: ignore[attr-defined]
+    if errors:
+        raise StepFailed(f"the producer failed: {errors[0]}")
+    chaos.say(f"stream: all {chaos.sent():,} messages sent and acknowledged")
+
+
+def catch_up(chaos: Chaos) -> None:
+    s = chaos.settings
+    chaos.say("catch-up: awaiting the speed layer and the alerts processor at the topic's end")
+    last = time.monotonic()
+
+    def done() -> bool:
+        nonlocal last
+        chaos.check_deadline("catch-up")
+        chaos.watch()
+        speed = steps.speed_caught_up(s)
+        alerts = steps.group_caught_up(s, s.alerts_group_id, s.topic_transactions)
+        if time.monotonic() - last >= 15:
+            last = time.monotonic()
+            chaos.say(f"catch-up: speed {'done' if speed else 'working'}, alerts "
+                      f"{'done' if alerts else 'working'}")  # fmt: skip
+        return speed and alerts
+
+    await_or_fail(done, chaos.args.step_timeout * 2, "the speed layer and alerts to catch up")
+    if chaos.alerts_armed_now is not None or chaos.alerts_armed:
+        chaos.notes.append(
+            "the alerts processor caught up before its crash point struck "
+            f"({len(chaos.alerts_armed) + 1} kill(s) not made)"
+        )
+    for name in ("speed", "alerts"):
+        proc = getattr(chaos, name)
+        setattr(chaos, name, None)  # the watch must not start it again
+        if proc is not None:
+            code = stop_gracefully(proc)
+            chaos.say(f"catch-up: {name} stopped (exit {code})")
+    code = run_logged(
+        [str(VENV_BIN / "pos-alerts"), "sink", "--until-caught-up"],
+        chaos.env, chaos.log("alerts-sink"), chaos.args.step_timeout, "the alerts sink",
+    )  # fmt: skip
+    if code != 0:
+        raise StepFailed(f"the alerts sink exited {code}; log {chaos.log('alerts-sink')}")
+    chaos.say("catch-up: committed alerts copied to Cassandra")
+
+
+def final_batch(chaos: Chaos) -> str:
+    start, end = chaos.interval
+    if chaos.args.batch == "airflow":
+        chaos.airflow_started = batch_dag.ensure_airflow(chaos.base, chaos.say)
+        chaos.dag = batch_dag.run_dag(
+            chaos.base, NAMESPACE, start, end,
+            f"chaos-{datetime.now(UTC):%Y%m%dT%H%M%S}", chaos.say, chaos.args.step_timeout,
+        )  # fmt: skip
+        return f"Airflow DAG pos_batch, run {chaos.dag.run_id} ({chaos.dag.seconds:.0f} s)"
+    t0 = time.monotonic()
+    for command in ("run", "quality"):
+        code = run_logged(
+            [str(VENV_BIN / "pos-batch"), command, "--start", start.isoformat(), "--end",
+             end.isoformat()],
+            chaos.env, chaos.log("batch"), chaos.args.step_timeout, f"pos-batch {command}",
+        )  # fmt: skip
+        if code != 0:
+            raise StepFailed(f"pos-batch {command} exited {code}; log {chaos.log('batch')}")
+    return f"pos-batch run + quality, without Airflow ({time.monotonic() - t0:.0f} s)"
+
+
+def _commit() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True
+    )
+    return done.stdout.strip() or "unknown"
+
+
+def gather(
+    chaos: Chaos, summary: dict[str, Any], batch_via: str, audited: story.Audited
+) -> figures.ChaosFacts:
+    from pos_lambda.producer import ledger
+    from pos_lambda.schemas import cql as tables
+
+    s, args = chaos.settings, chaos.args
+    row = batch_dag.committed_run(s, *chaos.interval)
+    with cql_session(s) as cql:
+        dead = steps.count_rows(cql, tables.DEAD_LETTERS_TABLE)
+        conflict_rows = steps.count_rows(cql, tables.CONFLICTS_TABLE)
+        rules = Counter(r.rule for r in cql.execute("SELECT rule FROM alerts", timeout=120))
+    receipts = ledger.load_receipts(args.ledger).values()
+    bound = timedelta(hours=s.speed_max_lateness_hours)
+    beyond = sum(
+        1
+        for r in receipts
+        if datetime.fromisoformat(r["first_sent_at"]) - datetime.fromisoformat(r["happened_at"])
+        > bound
+    )
+    f = summary["faults"]
+    return figures.ChaosFacts(
+        count=args.count,
+        seed=args.seed,
+        full=args.count >= 100_000,
+        messages=summary["messages"],
+        resends=f["resend"],
+        conflicts_injected=f.get("conflict", 0),
+        malformed=f["malformed"],
+        late=summary["late_receipts"],
+        beyond_bound=beyond,
+        outcomes=sorted(chaos.outcomes, key=lambda o: o.at_message),
+        planned=len(chaos.plan.faults) + len(chaos.plan.alerts_crash_at),
+        restarts=chaos.restarts,
+        duplicates_removed=row.duplicates_removed,
+        conflicts_found=row.conflicts,
+        conflict_rows=conflict_rows,
+        conflict_alerts=rules.get("conflict", 0),
+        dead_letters=dead,
+        batch_via=batch_via,
+        audit=audited,
+        seconds=chaos.say.elapsed,
+        when=f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        commit=_commit(),
+        notes=chaos.notes,
+    )
+
+
+def _cleanup(chaos: Chaos) -> None:
+    from pos_lambda.runtime import cassandra_service, kafka_service
+
+    if chaos.stream is not None:
+        chaos.stream.stop.set()
+    for proc in chaos.procs:
+        if proc.poll() is None:
+            stop_gracefully(proc, 60)
+    # A failure between a kill and its start must not leave the machine without them.
+    for name, svc in (("Kafka", kafka_service), ("Cassandra", cassandra_service)):
+        try:
+            if not svc.is_ready(chaos.base):
+                chaos.say(f"cleanup: starting {name} again")
+                svc.start(chaos.base)
+        except Exception as exc:
+            chaos.say(f"cleanup: could not start {name}: {exc}; run `make up`")
+    stop = chaos.airflow_started and not chaos.args.keep_airflow
+    chaos.notes += batch_dag.restore(chaos.base, chaos.dag, stop)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    say = Progress()
+    Path(args.logs).mkdir(parents=True, exist_ok=True)
+    steps.log_to_file(Path(args.logs) / "chaos.log")
+    base = load_settings()
+    settings = load_settings(
+        cassandra_keyspace=NAMESPACE["POS_CASSANDRA_KEYSPACE"],
+        topic_transactions=NAMESPACE["POS_TOPIC_TRANSACTIONS"],
+        topic_alerts=NAMESPACE["POS_TOPIC_ALERTS"],
+        alerts_group_id=NAMESPACE["POS_ALERTS_GROUP_ID"],
+        alerts_sink_group_id=NAMESPACE["POS_ALERTS_SINK_GROUP_ID"],
+        alerts_instance_id=NAMESPACE["POS_ALERTS_INSTANCE_ID"],
+        data_dir=Path(NAMESPACE["POS_DATA_DIR"]),
+    )
+    fault_plan = figures.plan(args.seed)
+    chaos = Chaos(settings, base, args, say, fault_plan)
+    chaos.alerts_armed = list(fault_plan.alerts_crash_at)
+    chaos.deadline = time.monotonic() + args.timeout
+    say(f"pos-chaos: {args.count:,} receipts at {args.rate}/s, seed {args.seed}; logs {args.logs}")
+    say(
+        "plan: "
+        + ", ".join(f"{f.kind} at {f.at:.0%}" for f in fault_plan.faults)
+        + f"; alerts processor crash in transactions {fault_plan.alerts_crash_at}"
+    )
+    steps.interrupt_on_sigterm()
+    try:
+        messages, summary = prepare(chaos)
+        chaos.start_speed()
+        chaos.start_alerts()
+        say(f"speed and alerts started (logs {chaos.log('speed')}, {chaos.log('alerts')})")
+        producer = produce_in_background(chaos, messages)
+        storm(chaos, producer, len(messages))
+        catch_up(chaos)
+        batch_via = final_batch(chaos)
+        report = Path(args.logs) / "audit.json"
+        say(f"audit: pos-audit --ledger {args.ledger} --json {report} ...")
+        steps.audit(Path(args.ledger), report, chaos.env, chaos.log("audit"), args.step_timeout)
+        audited = story.parse_audit(json.loads(report.read_text()), str(report))
+        facts = gather(chaos, summary, batch_via, audited)
+    except StepFailed as exc:
+        say(f"FAILED: {exc}")
+        return 1
+    except Exception as exc:
+        say(f"FAILED: {type(exc).__name__}: {exc} (details in {Path(args.logs) / 'chaos.log'})")
+        logging.getLogger("pos.chaos").exception("chaos failed")
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    finally:
+        _cleanup(chaos)
+    table = figures.render(facts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "chaos.md").write_text(table)
+    (out / "chaos.json").write_text(json.dumps(figures.as_json(facts), indent=2, default=str))
+    print("\n" + table, flush=True)
+    say(f"figures written to {out / 'chaos.md'} and {out / 'chaos.json'}")
+    return 0 if audited.clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The producer's imperative shell: send messages to Kafka with confluent-kafka.
+
+Idempotence is on by default (the broker drops the producer's own retries by
+PID + sequence number); it does not, and cannot, remove application-level
+resends, which are different records carrying the same receipt. Used by
+`pos-producer` (src/pos_lambda/producer/cli.py); in Python:
+
+    check_topic("127.0.0.1:9092", "pos.transactions")
+    stats = produce(result.messages, "127.0.0.1:9092", "pos.transactions")
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, Producer
+
+from pos_lambda.adapters import kafka_admin
+from pos_lambda.adapters.service import ServiceError
+from pos_lambda.producer.simulation import OutgoingMessage
+
+MAX_KEPT_ERRORS = 20
+# librdkafka's poll() timeout is in whole milliseconds (shorter ones round to 0).
+MIN_WAIT_S = 0.001
+
+
+class ProducerError(RuntimeError):
+    """Kafka is unreachable, the topic is missing, or deliveries failed; says what to do."""
+
+
+@dataclass
+class DeliveryStats:
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)  # the first MAX_KEPT_ERRORS
+    # Seconds from creating the client to the first ack: connection, metadata and,
+    # with idempotence, the producer-id handshake (about 0.5 s with librdkafka).
+    first_ack_s: float | None = None
+    seconds: float = 0.0  # creating the client (or the call) to the end of the flush
+
+
+def producer_config(
+    bootstrap: str, idempotence: bool = True, security: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        **(security or {}),  # Settings.kafka_security_config: SASL login, TLS
+        "bootstrap.servers": bootstrap,
+        # PID + sequence numbers: a retried batch is written once, in order.
+        "enable.idempotence": idempotence,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "log_level": 3,
+    }
+
+
+def check_topic(
+    bootstrap: str,
+    topic: str,
+    create_partitions: int | None = None,
+    replication_factor: int = -1,
+    timeout_s: float = 10.0,
+    security: Mapping[str, str] | None = None,
+) -> None:
+    """Fail with a clear message unless Kafka answers and `topic` exists (or is created).
+
+    replication_factor -1 means the broker's default.
+    """
+    try:
+        kafka_admin.require_topic(
+            bootstrap, topic, create_partitions, replication_factor, timeout_s,
+            hint="create it with `make topics` or pass --create-topic", security=security,
+        )  # fmt: skip
+    except ServiceError as exc:
+        raise ProducerError(str(exc)) from exc
+
+
+def produce(
+    messages: Iterable[OutgoingMessage],
+    bootstrap: str,
+    topic: str,
+    idempotence: bool = True,
+    rate: float = 0.0,
+    total: int | None = None,
+    progress_every_s: float = 1.0,
+    quiet: bool = False,
+    flush_timeout_s: float = 60.0,
+    producer: Producer | None = None,
+    security: Mapping[str, str] | None = None,
+) -> DeliveryStats:
+    """Send messages in order at up to `rate` per second (0 = unlimited); flush; report.
+
+    Raises ProducerError when any delivery failed (after flushing the rest). On
+    Ctrl-C, flushes what is queued and re-raises KeyboardInterrupt. A `producer`
+    passed in (already connected: benchmarks) is used instead of a new one, and
+    `bootstrap`/`idempotence` are then ignored.
+    """
+    stats = DeliveryStats()
+    started = last_report = time.monotonic()
+    if producer is None:
+        producer = Producer(producer_config(bootstrap, idempotence, security))
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        if err is None:
+            stats.acked += 1
+            if stats.first_ack_s is None:
+                stats.first_ack_s = time.monotonic() - started
+            return
+        stats.failed += 1
+        if len(stats.errors) < MAX_KEPT_ERRORS:
+            stats.errors.append(str(err))
+
+    try:
+        for msg in messages:
+            if rate > 0:
+                # Pacing to the requested rate (not synchronisation): serve delivery
+                # reports while waiting for this message's slot.
+                while (ahead := started + stats.sent / rate - time.monotonic()) > 0:
+                    # poll() waits whole milliseconds: a wait under one would be
+                    # poll(0), a busy loop that took most of a core at 1,000 messages/s.
+                    # The schedule is absolute, so waiting up to 1 ms longer adds no drift.
+                    producer.poll(max(ahead, MIN_WAIT_S))
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        value=msg.value,
+                        key=msg.key,
+                        timestamp=msg.timestamp_ms,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)  # local queue full: let deliveries drain
+            stats.sent += 1
+            producer.poll(0)
+            now = time.monotonic()
+            if not quiet and now - last_report >= progress_every_s:
+                last_report = now
+                _progress(stats, total, now - started)
+    except KeyboardInterrupt:
+        producer.flush(10)  # what was handed to the client still gets its chance
+        raise
+    remaining = producer.flush(flush_timeout_s)
+    stats.seconds = time.monotonic() - started
+    if not quiet:
+        _progress(stats, total, time.monotonic() - started)
+    if remaining:
+        stats.errors.append(f"{remaining} messages still undelivered after {flush_timeout_s} s")
+    if stats.errors:
+        raise ProducerError(
+            f"{stats.sent - stats.acked} of {stats.sent} messages not delivered to '{topic}': "
+            + "; ".join(stats.errors[:5])
+        )
+    return stats
+
+
+def _progress(stats: DeliveryStats, total: int | None, elapsed_s: float) -> None:
+    of = f"/{total}" if total else ""
+    print(
+        f"produced {stats.sent}{of}, acked {stats.acked}, "
+        f"{stats.sent / max(elapsed_s, 1e-9):.0f} msg/s",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -1,0 +1,95 @@
+"""The ground-truth ledger: what the views must contain, written beside the stream.
+
+A directory of plain JSON files that any tool can read:
+- receipts.jsonl: one line per unique receipt: natural key, happened_at and
+  window_start (UTC ISO-8601), item_quantity, revenue (decimal string),
+  line_count, returned_value (decimal string; absent in older ledgers),
+  first_sent_at, late, copies (1 + resends).
+- faults.jsonl: one line per injected fault (kind and details; a malformed message's
+  line carries its expected_reason and value_sha256, the SHA-256 of its bytes, absent
+  in older ledgers).
+- summary.json: counts per fault kind, messages, unique receipts, seed, start, topic.
+
+Expected values are computed by the producer with Python Decimal, independently of
+any Spark code, so comparing a view with `expected_aggregates` is a real check:
+
+    from pos_lambda.producer import ledger
+    expected = ledger.expected_aggregates(".state/demo-ledger")
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, NamedTuple
+
+NaturalKey = tuple[int, int, int]
+PathLike = str | Path
+
+
+class Aggregate(NamedTuple):
+    """Expected 15-minute aggregate of one store (compares equal to a plain tuple)."""
+
+    receipt_count: int
+    item_quantity: int
+    revenue: Decimal
+    late_count: int
+
+
+def write(
+    path: PathLike,
+    receipts: Iterable[dict[str, Any]],
+    faults: Iterable[dict[str, Any]],
+    summary: dict[str, Any],
+) -> None:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    for name, lines in (("receipts.jsonl", receipts), ("faults.jsonl", faults)):
+        with open(path / name, "w") as out:
+            for line in lines:
+                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+    write_summary(path, summary)
+
+
+def write_summary(path: PathLike, summary: dict[str, Any]) -> None:
+    # Write-then-rename: a reader never sees half a summary.
+    tmp = Path(path) / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(Path(path) / "summary.json")
+
+
+def load_summary(path: PathLike) -> dict[str, Any]:
+    summary: dict[str, Any] = json.loads((Path(path) / "summary.json").read_text())
+    return summary
+
+
+def load_receipts(path: PathLike) -> dict[NaturalKey, dict[str, Any]]:
+    """Ledger lines of the unique receipts by natural key."""
+    out = {}
+    with open(Path(path) / "receipts.jsonl") as lines:
+        for line in lines:
+            r = json.loads(line)
+            out[(r["operation_id"], r["vendor_fiscal_module"], r["transaction_id"])] = r
+    return out
+
+
+def load_faults(path: PathLike) -> list[dict[str, Any]]:
+    with open(Path(path) / "faults.jsonl") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def expected_aggregates(path: PathLike) -> dict[tuple[int, datetime], Aggregate]:
+    """(operation_id, window_start UTC) -> Aggregate(receipt_count, item_quantity, revenue,
+    late_count), summed over the unique receipts (resends counted once)."""
+    acc: dict[tuple[int, datetime], list[Any]] = {}
+    for r in load_receipts(path).values():
+        key = (r["operation_id"], datetime.fromisoformat(r["window_start"]))
+        a = acc.setdefault(key, [0, 0, Decimal("0.00"), 0])
+        a[0] += 1
+        a[1] += int(r["item_quantity"])
+        a[2] += Decimal(r["revenue"])
+        a[3] += 1 if r["late"] else 0
+    return {k: Aggregate(a[0], a[1], a[2], a[3]) for k, a in acc.items()}

@@ -1,0 +1,341 @@
+"""CQL DDL for every view, assembled from the contract (src/pos_lambda/schemas/contract.py).
+
+The receipt columns and the line-item UDT come from the contract, so a field added
+there reaches the raw table here. Tables are keyed for the queries users run:
+a store's day (raw receipts, aggregates), a Kafka coordinate (dead letters), an
+alert id (alerts). Aggregates hold absolute values, never counters: a replayed
+micro-batch rewrites the same rows with the same numbers.
+
+Apply with `pos-infra schema` (or `make up`, which does it).
+"""
+
+from __future__ import annotations
+
+from pos_lambda.schemas import contract
+
+RAW_TABLE = "receipts_by_store_day"
+AGG_SPEED_TABLE = "agg_15m_speed"
+# Batch views (see batch_layer): each run writes its rows under a version key, then
+# commits by one atomic write to BATCH_POINTER_TABLE; readers follow the pointer.
+AGG_BATCH_TABLE = "agg_15m_batch"
+RECEIPTS_BATCH_TABLE = "receipts_batch"
+BATCH_POINTER_TABLE = "batch_views"
+BATCH_RUNS_TABLE = "batch_runs"
+BATCH_FIXES_TABLE = "batch_fixes"
+DEAD_LETTERS_TABLE = "dead_letters"
+ALERTS_TABLE = "alerts"
+# One row per alerts processor id while an instance runs (src/pos_lambda/alerts/lease.py).
+ALERTS_LEASES_TABLE = "alerts_leases"
+SPEED_PROGRESS_TABLE = "speed_progress"
+# One row per natural key: the winning copy, wherever its happened_at puts it. The
+# speed layer looks incoming copies up here (a direct join on the partition key),
+# so a resend is found across windows, days and store partitions. Partitioned by
+# device and a bucket of KEY_BUCKET_SIZE consecutive receipt numbers (a device numbers
+# its receipts in sequence): a micro-batch reads and writes a few partitions per
+# device, not one per receipt, and no partition grows without bound.
+RECEIPT_KEYS_TABLE = "receipt_keys"
+KEY_BUCKET_SIZE = 1000
+# The batch layer's own natural-key index (the same columns, per generation): each run
+# looks up only the keys of the records archived since the last commit (src/pos_lambda/batch_layer/
+# fold.py). Its own table, not the speed layer's: final answers come from the master
+# dataset alone.
+RECEIPT_KEYS_BATCH_TABLE = "receipt_keys_batch"
+CONFLICTS_TABLE = "conflicts"
+
+
+def keyspace_ddl(keyspace: str, replication_factor: int) -> str:
+    return (
+        f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+        f"{{'class': 'SimpleStrategy', 'replication_factor': {replication_factor}}}"
+    )
+
+
+# What a receipt row holds beside its contract fields: derived totals, the content
+# hash that tells resends from conflicts, and where the copy came from.
+COPY_COLUMNS = [
+    ("day", "date"),
+    ("item_quantity", "bigint"),
+    ("revenue", "decimal"),
+    ("content_hash", "text"),
+    ("kafka_partition", "int"),
+    ("kafka_offset", "bigint"),
+    ("kafka_timestamp", "timestamp"),
+]
+
+
+# What receipt_keys does not keep of a receipt: its content (src/pos_lambda/views/winners.py reads
+# the rest; a conflict's stored winner gets its content from the raw row).
+INDEX_LEAVES_OUT = ("line_items", "item_quantity", "revenue")
+
+
+def _columns(cols: list[tuple[str, str]]) -> str:
+    return ",\n  ".join(f"{name} {cql_type}" for name, cql_type in cols)
+
+
+def _aggregate_table(keyspace: str, name: str, extra: str = "") -> str:
+    return f"""CREATE TABLE IF NOT EXISTS {keyspace}.{name} (
+  operation_id {contract.cql_type_of("operation_id")},
+  day date,
+  window_start timestamp,
+  receipt_count int,
+  item_quantity bigint,
+  revenue decimal,
+  late_count int,{extra}
+  PRIMARY KEY ((operation_id, day), window_start)
+) WITH CLUSTERING ORDER BY (window_start ASC)"""
+
+
+def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[str]:
+    """The batch layer's versioned views, their pointer, run bookkeeping and fixes."""
+    return [
+        # A version's rows live in their own partitions ((store, day, version)), so a
+        # reader that follows the pointer reads exactly one committed version.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{AGG_BATCH_TABLE} (
+  operation_id {contract.cql_type_of("operation_id")},
+  day date,
+  version text,
+  window_start timestamp,
+  receipt_count int,
+  item_quantity bigint,
+  revenue decimal,
+  late_count int,
+  duplicates int,
+  conflicts int,
+  beyond_speed_bound int,
+  PRIMARY KEY ((operation_id, day, version), window_start)
+) WITH CLUSTERING ORDER BY (window_start ASC)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPTS_BATCH_TABLE} (
+  day date,
+  version text,
+  {_columns(receipt_cols)},
+  item_quantity bigint,
+  revenue decimal,
+  content_hash text,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  late boolean,
+  beyond_bound boolean,
+  master_version bigint,
+  PRIMARY KEY ((operation_id, day, version), happened_at, vendor_fiscal_module,
+               transaction_id)
+)""",
+        # The pointer: one partition per view, one row per day. A run commits all its
+        # days in one single-partition logged batch, which Cassandra applies atomically
+        # and in isolation: a reader sees all of a run's days or none. `horizon`
+        # (static) is the end of event time up to which the batch views are final;
+        # `commits` (static) counts the commits, which are conditional on it (a
+        # lightweight transaction: two racing runs cannot interleave). `generation`
+        # (static) names the receipts_batch partitions of every day and the index
+        # rows; `folded_version` / `folded_table`: the master dataset's table version
+        # (and table id) the committed views count every record of. A receipts_batch
+        # row is served when its `master_version` (the table version that archived its
+        # record) is at most its day's `delta_version`: each receipt is written once,
+        # and a run's rows show only with the commit that counts them.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_POINTER_TABLE} (
+  view_name text,
+  horizon timestamp STATIC,
+  commits bigint STATIC,
+  generation text STATIC,
+  folded_version bigint STATIC,
+  folded_table text STATIC,
+  day date,
+  version text,
+  covered_until timestamp,
+  run_id timeuuid,
+  delta_version bigint,
+  receipt_count bigint,
+  aggregate_rows bigint,
+  committed_at timestamp,
+  PRIMARY KEY (view_name, day)
+)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_RUNS_TABLE} (
+  view_name text,
+  run_id timeuuid,
+  status text,
+  interval_start timestamp,
+  interval_end timestamp,
+  lookback_hours double,
+  recompute_start timestamp,
+  version text,
+  delta_version bigint,
+  horizon timestamp,
+  input_rows bigint,
+  invalid_rows bigint,
+  receipts bigint,
+  duplicates_removed bigint,
+  conflicts bigint,
+  beyond_speed_bound bigint,
+  aggregate_rows bigint,
+  started_at timestamp,
+  finished_at timestamp,
+  error text,
+  PRIMARY KEY (view_name, run_id)
+) WITH CLUSTERING ORDER BY (run_id DESC)""",
+        # What the batch fixed per store-window, compared with the speed view (written
+        # by `pos-batch quality`, the DAG's data-quality task).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_FIXES_TABLE} (
+  operation_id {contract.cql_type_of("operation_id")},
+  day date,
+  window_start timestamp,
+  version text,
+  batch_receipts int,
+  speed_receipts int,
+  batch_revenue decimal,
+  speed_revenue decimal,
+  revenue_fixed decimal,
+  receipts_fixed int,
+  duplicates int,
+  conflicts int,
+  beyond_speed_bound int,
+  checked_at timestamp,
+  PRIMARY KEY ((operation_id, day), window_start)
+)""",
+    ]
+
+
+# Serving layer (src/pos_lambda/serving/store.py): Storage-Attached Indexes (Cassandra 5 SAI) on
+# parts of the aggregates' composite partition keys, for the questions that cross
+# stores. "Which stores sold on day D" reads the day's rows of every store through
+# `day` (+ `version` for the committed batch version): its cost follows that day's
+# rows, not the history, and no writer had to maintain a store registry. `operation_id`
+# answers "does any view know this store" (404 otherwise). Index upkeep costs the
+# aggregate writes a little (96 rows per store-day), not the per-receipt tables.
+SERVING_INDEXES = (
+    (AGG_SPEED_TABLE, "day"),
+    (AGG_SPEED_TABLE, "operation_id"),
+    (AGG_BATCH_TABLE, "day"),
+    (AGG_BATCH_TABLE, "version"),
+    (AGG_BATCH_TABLE, "operation_id"),
+)
+
+
+def serving_index_ddl(keyspace: str) -> list[str]:
+    return [
+        f"CREATE INDEX IF NOT EXISTS {table}_by_{column} ON {keyspace}.{table} ({column}) "
+        "USING 'sai'"
+        for table, column in SERVING_INDEXES
+    ]
+
+
+def table_ddl(keyspace: str) -> list[str]:
+    """CREATE statements (idempotent) for the UDT and every table, in dependency order."""
+    udt_name, udt_fields = contract.cql_line_item_type()
+    receipt_cols = contract.cql_receipt_columns()
+    return [
+        f"CREATE TYPE IF NOT EXISTS {keyspace}.{udt_name} ({_columns(udt_fields)})",
+        # Raw receipts, one row per natural key, time-sorted within a store-day.
+        # happened_at leads the clustering key for time order; the natural key
+        # follows, so two receipts in the same second of one store never collide
+        # (the field's original ((year_day, operation_id), happened_at) key did).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RAW_TABLE} (
+  day date,
+  {_columns(receipt_cols)},
+  item_quantity bigint,
+  revenue decimal,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  late boolean,
+  PRIMARY KEY ((operation_id, day), happened_at, vendor_fiscal_module, transaction_id)
+)""",
+        # The speed layer's natural-key index: what its winner rule reads of a stored
+        # winner, not the receipt's content (line items, totals: the raw row has them).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_TABLE} (
+  {_columns([c for c in receipt_cols if c[0] not in INDEX_LEAVES_OUT])},
+  {_columns([c for c in COPY_COLUMNS if c[0] not in INDEX_LEAVES_OUT])},
+  late boolean,
+  beyond_bound boolean,
+  key_bucket bigint,
+  PRIMARY KEY ((operation_id, vendor_fiscal_module, key_bucket), transaction_id)
+)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_BATCH_TABLE} (
+  generation text,
+  {_columns([c for c in receipt_cols if c[0] not in INDEX_LEAVES_OUT])},
+  {_columns([c for c in COPY_COLUMNS if c[0] not in INDEX_LEAVES_OUT])},
+  late boolean,
+  beyond_bound boolean,
+  key_bucket bigint,
+  PRIMARY KEY ((generation, operation_id, vendor_fiscal_module, key_bucket), transaction_id)
+)""",
+        # Copies that differ from their receipt's winner, both versions side by side,
+        # by the winner's store-day (the serving layer's question) and the copy's
+        # Kafka coordinates (a replay rewrites the same row).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{CONFLICTS_TABLE} (
+  {_columns(receipt_cols)},
+  {_columns([(f"winner_{n}", t) for n, t in receipt_cols if n not in contract.NATURAL_KEY])},
+  winner_day date,
+  {_columns(COPY_COLUMNS)},
+  {_columns([(f"winner_{n}", t) for n, t in COPY_COLUMNS if n != "day"])},
+  differs list<text>,
+  PRIMARY KEY ((operation_id, winner_day), vendor_fiscal_module, transaction_id,
+               kafka_partition, kafka_offset)
+)""",
+        # applied_offsets: per Kafka partition, the highest offset the row counts, so
+        # that a replayed micro-batch adds nothing twice (src/pos_lambda/views/increments.py).
+        _aggregate_table(keyspace, AGG_SPEED_TABLE, "\n  applied_offsets map<int, bigint>,"),
+        *_batch_tables(keyspace, receipt_cols),
+        # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
+        # raw_value: the value's first bytes only (src/pos_lambda/views/records.py
+        # DEAD_LETTER_PREFIX_BYTES); value_length and value_sha256 are the whole
+        # value's, which the master dataset keeps. Rows written before these two
+        # columns existed hold the whole value in raw_value and null in both.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{DEAD_LETTERS_TABLE} (
+  kafka_topic text,
+  kafka_partition int,
+  kafka_offset bigint,
+  kafka_timestamp timestamp,
+  kafka_key blob,
+  raw_value blob,
+  value_length int,
+  value_sha256 text,
+  reason text,
+  detail text,
+  PRIMARY KEY ((kafka_topic, kafka_partition), kafka_offset)
+)""",
+        # One row per alert id (alerts/sink.py): a replayed alert rewrites its own row.
+        # The triggering receipt's key and coordinates, the rule's details, and the
+        # alert exactly as it was produced to Kafka (payload).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{ALERTS_TABLE} (
+  alert_id text PRIMARY KEY,
+  rule text,
+  {_columns([(k, contract.cql_type_of(k)) for k in contract.NATURAL_KEY])},
+  happened_at timestamp,
+  detail map<text, text>,
+  source_partition int,
+  source_offset bigint,
+  payload text
+)""",
+        # Who runs each alerts processor id now (alerts/lease.py): written with a TTL and
+        # renewed by the holder's heartbeat, so a dead holder's row expires.
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{ALERTS_LEASES_TABLE} (
+  transactional_id text PRIMARY KEY,
+  owner text,
+  host text,
+  pid int,
+  beats bigint,
+  renewed_at timestamp
+)""",
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{SPEED_PROGRESS_TABLE} (
+  query_name text,
+  batch_id bigint,
+  finished_at timestamp,
+  input_rows bigint,
+  input_rows_per_second double,
+  processed_rows_per_second double,
+  duration_ms bigint,
+  kafka_lag bigint,
+  valid_rows bigint,
+  invalid_rows bigint,
+  resends_absorbed bigint,
+  conflicts bigint,
+  late_receipts bigint,
+  beyond_lateness_bound bigint,
+  PRIMARY KEY (query_name, batch_id)
+) WITH CLUSTERING ORDER BY (batch_id DESC)""",
+        *serving_index_ddl(keyspace),
+    ]
+
+
+def ddl(keyspace: str, replication_factor: int = 1) -> list[str]:
+    return [keyspace_ddl(keyspace, replication_factor), *table_ddl(keyspace)]

@@ -1,0 +1,177 @@
+"""`pos-serve`: the serving layer's command line (the same library as the HTTP API).
+
+    pos-serve windows --store 101 --start 2026-03-02T00:00Z --end 2026-03-03T00:00Z
+    pos-serve days --store 101 --first 2026-03-01 --last 2026-03-02
+    pos-serve top --day 2026-03-02 [--limit 10]
+    pos-serve receipts --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
+    pos-serve issues --store 101 --day 2026-03-02     # conflicts + what the batch fixed
+    pos-serve health [--runs 5]
+    pos-serve cookbook [--store 101 --day 2026-03-02]  # the CQL for each view
+    pos-serve http [--port 8000]                      # HTTP API + dashboard (make serve)
+
+Every query takes `--format table|json` (JSON as the HTTP API answers it). Exit
+codes: 0 done, 2 bad arguments, 3 unknown store, 4 Cassandra unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pos_lambda.serving import cookbook
+from pos_lambda.serving.errors import QueryError, Unavailable, UnknownStore
+from pos_lambda.serving.output import table, to_json
+from pos_lambda.serving.requests import parse_day, parse_instant
+from pos_lambda.settings import Settings, load_settings
+
+EXIT_BAD_INPUT, EXIT_UNKNOWN_STORE, EXIT_UNAVAILABLE = 2, 3, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pos-serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=text, description=text)
+        c.add_argument("--format", choices=("table", "json"), default="table")
+        return c
+
+    c = command("windows", "a store's 15-minute windows of [start, end), merged, with source")
+    c.add_argument("--store", type=int, required=True, help="operation_id")
+    c.add_argument("--start", required=True, help="e.g. 2026-03-02T00:00Z or 2026-03-02")
+    c.add_argument("--end", required=True, help="exclusive, e.g. 2026-03-03")
+    c = command("days", "a store's daily totals, first..last (both included)")
+    c.add_argument("--store", type=int, required=True)
+    c.add_argument("--first", required=True, help="first UTC day, YYYY-MM-DD")
+    c.add_argument("--last", required=True, help="last UTC day, YYYY-MM-DD")
+    c = command("top", "the day's stores by merged revenue")
+    c.add_argument("--day", required=True, help="UTC day, YYYY-MM-DD")
+    c.add_argument("--limit", type=int, default=10)
+    c = command("receipts", "a page of a store-day's raw receipts, in time order")
+    c.add_argument("--store", type=int, required=True)
+    c.add_argument("--day", required=True)
+    c.add_argument("--page-size", type=int, default=None, help="default POS_SERVE_PAGE_SIZE")
+    c.add_argument("--page", default=None, help="next_page token of the previous page")
+    c = command("issues", "conflicting copies of a store-day's receipts and the batch's fixes")
+    c.add_argument("--store", type=int, required=True)
+    c.add_argument("--day", required=True)
+    c = command("health", "batch horizon and age, last runs, speed progress, dead letters")
+    c.add_argument("--runs", type=int, default=5, help="batch runs to show")
+    c = sub.add_parser(
+        "cookbook",
+        help="print the CQL (cqlsh) query for each view",
+        description="print the CQL (cqlsh) query for each view, for your keyspace",
+    )
+    for name, default in cookbook.EXAMPLE.items():
+        if name != "keyspace":
+            c.add_argument(f"--{name}", default=default, help=f"default {default}")
+    c = sub.add_parser(
+        "http",
+        help="serve the HTTP API and the dashboard on 127.0.0.1 (make serve)",
+        description="serve the HTTP API (docs at /docs) and the dashboard (/) with uvicorn",
+    )
+    c.add_argument("--port", type=int, default=None, help="default POS_SERVE_PORT (8000)")
+    return p
+
+
+def _show(args: argparse.Namespace, settings: Settings) -> str:
+    from pos_lambda.serving.service import Serving
+
+    with Serving(settings) as lib:
+        answer, render = _query(args, lib)
+    return to_json(answer) if args.format == "json" else render()
+
+
+def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
+    c = args.command
+    if c == "windows":
+        a = lib.windows(
+            args.store, parse_instant(args.start, "start"), parse_instant(args.end, "end")
+        )
+        cols = ["window_start", "receipt_count", "item_quantity", "revenue", "late_count",
+                "source", "final"]  # fmt: skip
+        t = a.totals
+        return (
+            a,
+            lambda: (
+                f"store {a.operation_id}, horizon {a.horizon or 'none'}\n{table(a.windows, cols)}\n"
+                f"total: {t.receipt_count} receipts, {t.item_quantity} items, revenue {t.revenue}, "
+                f"{t.late_count} late; {t.batch_windows} windows from batch, "
+                f"{t.speed_windows} from speed"
+            ),
+        )
+    if c == "days":
+        rows = lib.daily_totals(
+            args.store, parse_day(args.first, "first"), parse_day(args.last, "last")
+        )
+        return rows, lambda: table(rows)
+    if c == "top":
+        top = lib.top_stores(parse_day(args.day), args.limit)
+        return top, lambda: f"{top.day}, horizon {top.horizon or 'none'}\n{table(top.stores)}"
+    if c == "receipts":
+        page = lib.receipts(args.store, parse_day(args.day), args.page_size, args.page)
+        cols = ["happened_at", "vendor_fiscal_module", "transaction_id", "item_quantity",
+                "revenue", "late", "source"]  # fmt: skip
+        return (
+            page,
+            lambda: (
+                table(page.receipts, cols) + f"\nnext page: {page.next_page or '(none: the last)'}"
+            ),
+        )
+    if c == "issues":
+        sd = lib.store_day(args.store, parse_day(args.day))
+        return sd, lambda: (
+            f"conflicts\n{table(sd.conflicts)}\n\nbatch fixes\n"
+            + table(sd.fixes, ["window_start", "speed_receipts", "batch_receipts",
+                               "receipts_fixed", "revenue_fixed", "duplicates", "conflicts"])
+        )  # fmt: skip
+    h = lib.health(args.runs)
+    return h, lambda: "\n".join(
+        [
+            f"batch horizon: {h.horizon or 'none'} (age {h.horizon_age_seconds} s)",
+            "last batch runs:",
+            table(h.batch_runs, ["run_id", "status", "interval_start", "interval_end",
+                                 "receipts", "duplicates_removed", "conflicts", "finished_at"]),
+            "speed layer:",
+            table(h.speed),
+            f"dead letters: {h.dead_letters.total}"
+            + ("+ (scan limit reached)" if h.dead_letters.truncated else "")
+            + f" {h.dead_letters.by_reason}",
+        ]
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    settings = load_settings()
+    if args.command == "cookbook":
+        values = {k: getattr(args, k, v) for k, v in cookbook.EXAMPLE.items()}
+        values["keyspace"] = settings.cassandra_keyspace
+        print(cookbook.markdown(values).strip("`").removeprefix("sql\n"))
+        return 0
+    if args.command == "http":
+        from pos_lambda.serving.http import serve
+
+        serve(settings, args.port)
+        return 0
+    try:
+        print(_show(args, settings))
+    except QueryError as exc:
+        print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except UnknownStore as exc:
+        print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
+        return EXIT_UNKNOWN_STORE
+    except Unavailable as exc:
+        print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The CQL cookbook: the cqlsh query for each view, kept here once.
+
+The README shows `markdown()` (a unit test checks that it does, verbatim) and an
+integration test runs every recipe against the real Cassandra with real data, so the
+README's queries cannot rot. `pos-serve cookbook --store 101 --day 2026-03-02` prints
+them for your own keyspace, store and day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pos_lambda.schemas import cql
+
+
+@dataclass(frozen=True)
+class Recipe:
+    title: str
+    cql: str  # str.format placeholders: keyspace, store, day, version, topic, partition
+
+
+RECIPES = (
+    Recipe(
+        "raw receipts of a store-day, in time order (speed view)",
+        "SELECT happened_at, vendor_fiscal_module, transaction_id, item_quantity, revenue, late\n"
+        f"  FROM {{keyspace}}.{cql.RAW_TABLE} WHERE operation_id = {{store}} AND day = '{{day}}';",
+    ),
+    Recipe(
+        "speed aggregates: a store-day's 15-minute windows",
+        "SELECT window_start, receipt_count, item_quantity, revenue, late_count\n"
+        f"  FROM {{keyspace}}.{cql.AGG_SPEED_TABLE} WHERE operation_id = {{store}} "
+        "AND day = '{day}';",
+    ),
+    Recipe(
+        "batch aggregates, step 1: the pointer names the day's committed version",
+        "SELECT day, version, covered_until, horizon\n"
+        f"  FROM {{keyspace}}.{cql.BATCH_POINTER_TABLE} WHERE view_name = 'batch' "
+        "AND day = '{day}';",
+    ),
+    Recipe(
+        "batch aggregates, step 2: that version's partition (final up to covered_until)",
+        "SELECT window_start, receipt_count, item_quantity, revenue, late_count, duplicates,\n"
+        "       conflicts, beyond_speed_bound\n"
+        f"  FROM {{keyspace}}.{cql.AGG_BATCH_TABLE} WHERE operation_id = {{store}} "
+        "AND day = '{day}'\n   AND version = '{version}';",
+    ),
+    Recipe(
+        "the last batch runs",
+        "SELECT run_id, status, interval_start, interval_end, version, horizon, receipts,\n"
+        "       duplicates_removed, conflicts, error\n"
+        f"  FROM {{keyspace}}.{cql.BATCH_RUNS_TABLE} WHERE view_name = 'batch' LIMIT 5;",
+    ),
+    Recipe(
+        "what the batch fixed in the speed view of a store-day",
+        "SELECT window_start, speed_receipts, batch_receipts, receipts_fixed, revenue_fixed,\n"
+        "       duplicates, conflicts\n"
+        f"  FROM {{keyspace}}.{cql.BATCH_FIXES_TABLE} WHERE operation_id = {{store}} "
+        "AND day = '{day}';",
+    ),
+    Recipe(
+        "conflicting copies of a store-day's receipts, both versions side by side",
+        "SELECT vendor_fiscal_module, transaction_id, differs, happened_at, winner_happened_at,\n"
+        "       revenue, winner_revenue, kafka_offset, winner_kafka_offset\n"
+        f"  FROM {{keyspace}}.{cql.CONFLICTS_TABLE} WHERE operation_id = {{store}} "
+        "AND winner_day = '{day}';",
+    ),
+    Recipe(
+        "dead letters of one Kafka partition",
+        "SELECT kafka_offset, reason, detail\n"
+        f"  FROM {{keyspace}}.{cql.DEAD_LETTERS_TABLE} WHERE kafka_topic = '{{topic}}' "
+        "AND kafka_partition = {partition};",
+    ),
+    Recipe(
+        "the speed layer's last micro-batches",
+        "SELECT batch_id, finished_at, input_rows, kafka_lag, valid_rows, invalid_rows,\n"
+        "       resends_absorbed, conflicts\n"
+        f"  FROM {{keyspace}}.{cql.SPEED_PROGRESS_TABLE} "
+        "WHERE query_name = 'pos-speed-views' LIMIT 5;",
+    ),
+    Recipe(
+        "every store's speed windows of a day (SAI index on day)",
+        "SELECT operation_id, window_start, receipt_count, revenue\n"
+        f"  FROM {{keyspace}}.{cql.AGG_SPEED_TABLE} WHERE day = '{{day}}';",
+    ),
+)
+
+EXAMPLE: dict[str, Any] = {
+    "keyspace": "pos",
+    "store": 101,
+    "day": "2026-03-02",
+    "version": "d12-5f3c9a1e-20260228T0000Z-20260302T0900Z",
+    "topic": "pos.transactions",
+    "partition": 0,
+}
+
+
+def statements(values: dict[str, Any]) -> list[str]:
+    return [r.cql.format(**values) for r in RECIPES]
+
+
+def markdown(values: dict[str, Any] | None = None) -> str:
+    """The cookbook as one ```sql block (what the README shows, with EXAMPLE values)."""
+    values = values or EXAMPLE
+    body = "\n".join(f"-- {r.title}\n{r.cql.format(**values)}" for r in RECIPES)
+    return f"```sql\n{body}\n```"

@@ -1,0 +1,194 @@
+"""The HTTP API and the dashboard page over the same library (FastAPI).
+
+    pos-serve http            # or: make serve -> http://127.0.0.1:8000/  (docs: /docs)
+
+JSON answers are the library's rows (money as decimal strings, instants in UTC).
+Errors are JSON `{"detail": "..."}` saying what to fix: 422 for a bad date (or one
+outside the contract's years), an inverted or too large range, a page token this API
+did not issue for that store-day or another invalid parameter, 404 for a store no view
+knows, 503 with the reason when Cassandra is unreachable (never a stack trace). The
+OpenAPI document says so for every operation; tests/integration/test_serving_schema.py
+checks the app against it with Schemathesis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel
+
+from pos_lambda.serving import dashboard
+from pos_lambda.serving.errors import QueryError, ServingError, Unavailable, UnknownStore
+from pos_lambda.serving.model import (
+    DayTotal,
+    Health,
+    ReceiptPage,
+    StoreDay,
+    TopStores,
+    WindowsAnswer,
+)
+from pos_lambda.serving.requests import FIRST_DAY, LAST_DAY, STORE_MAX, parse_day, parse_instant
+from pos_lambda.serving.service import Serving
+from pos_lambda.settings import Settings
+
+STATUS = {QueryError: 422, UnknownStore: 404, Unavailable: 503}
+
+DESCRIPTION = """\
+One exact answer per 15-minute window from the batch and speed views of the POS Lambda
+pipeline. A window is answered from the committed batch version when the batch covers it
+(its day's `covered_until` and the horizon are at or after the window's end), otherwise
+from the speed view; every row says its `source` and whether it is `final`.
+Instants are ISO-8601 with an offset (`2026-03-02T08:00:00Z`) or a date (its UTC midnight).
+"""
+
+YEARS = f"{FIRST_DAY.isoformat()}..{LAST_DAY.isoformat()}"
+StorePath = Annotated[
+    int, Path(ge=0, le=STORE_MAX, description="the store (operation_id)", examples=[101])
+]
+DayPath = Annotated[
+    str, Path(description=f"a UTC day, YYYY-MM-DD, {YEARS}", examples=["2026-03-02"])
+]
+INSTANT = (
+    f"ISO-8601 with an offset, or a date (its UTC midnight), within the contract's years ({YEARS})"
+)
+
+
+class Problem(BaseModel):
+    """Every refusal: what to change, in one line."""
+
+    detail: str
+
+
+def _errors(*codes: int, html: bool = False) -> dict[int | str, dict[str, Any]]:
+    why = {404: "unknown store", 422: "invalid parameter", 503: "Cassandra unavailable"}
+    if html:
+        return {c: {"description": why[c], "content": {"text/html": {}}} for c in codes}
+    return {c: {"description": why[c], "model": Problem} for c in codes}
+
+
+JSON_ERRORS = _errors(404, 422, 503)
+
+
+def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
+    """The app; `serving` defaults to a library instance on `settings`."""
+    lib = serving or Serving(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        lib.close()
+
+    app = FastAPI(
+        title="POS serving layer", version="1", description=DESCRIPTION, lifespan=lifespan
+    )
+    app.state.serving = lib
+
+    @app.exception_handler(ServingError)
+    async def serving_error(_: Request, exc: ServingError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=STATUS.get(type(exc), 500))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own checks (an integer that is not one, a missing parameter), said
+        # in one line like ours; as a page for the dashboard, which a browser opens.
+        parts = [
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        if request.url.path == "/dashboard":
+            return HTMLResponse(dashboard.error_page(422, "; ".join(parts)), status_code=422)
+        return JSONResponse({"detail": "; ".join(parts)}, status_code=422)
+
+    @app.get("/stores/{store}/windows", tags=["aggregates"], responses=JSON_ERRORS)
+    def windows(
+        store: StorePath,
+        start: Annotated[str, Query(description=INSTANT, examples=["2026-03-02T00:00:00Z"])],
+        end: Annotated[str, Query(description=INSTANT, examples=["2026-03-03T00:00:00Z"])],
+    ) -> WindowsAnswer:
+        """A store's 15-minute windows starting in [start, end), each exactly once."""
+        return lib.windows(store, parse_instant(start, "start"), parse_instant(end, "end"))
+
+    @app.get("/stores/{store}/days", tags=["aggregates"], responses=JSON_ERRORS)
+    def days(
+        store: StorePath,
+        first: Annotated[
+            str, Query(description=f"first UTC day, {YEARS}", examples=["2026-03-01"])
+        ],
+        last: Annotated[
+            str, Query(description=f"last UTC day, included, {YEARS}", examples=["2026-03-02"])
+        ],
+    ) -> list[DayTotal]:
+        """A store's daily totals; a day is final when the batch answered all its windows."""
+        return lib.daily_totals(store, parse_day(first, "first"), parse_day(last, "last"))
+
+    @app.get("/days/{day}/top-stores", tags=["aggregates"], responses=_errors(422, 503))
+    def top(day: DayPath, limit: Annotated[int, Query(ge=1, le=1000)] = 10) -> TopStores:
+        """The day's stores by merged revenue, best first."""
+        return lib.top_stores(parse_day(day), limit)
+
+    @app.get("/stores/{store}/days/{day}/receipts", tags=["receipts"], responses=JSON_ERRORS)
+    def receipts(
+        store: StorePath,
+        day: DayPath,
+        page_size: Annotated[int | None, Query(ge=1, le=1000)] = None,
+        page: Annotated[
+            str | None,
+            Query(
+                description="next_page of the previous answer for this store-day (a signed "
+                "token: anything else is refused with 422)"
+            ),
+        ] = None,
+    ) -> ReceiptPage:
+        """A store-day's receipts in time order, a page at a time (Cassandra paging)."""
+        return lib.receipts(store, parse_day(day), page_size, page)
+
+    @app.get("/stores/{store}/days/{day}/issues", tags=["receipts"], responses=JSON_ERRORS)
+    def store_day(store: StorePath, day: DayPath) -> StoreDay:
+        """Conflicting copies of the store-day's receipts and what the batch fixed."""
+        return lib.store_day(store, parse_day(day))
+
+    @app.get("/health", tags=["pipeline"], responses=_errors(422, 503))
+    def health(runs: Annotated[int, Query(ge=1, le=100)] = 5) -> Health:
+        """Batch horizon and its age, last batch runs, speed progress, dead letters."""
+        return lib.health(runs)
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/dashboard")
+
+    @app.get(
+        "/dashboard",
+        response_class=HTMLResponse,
+        tags=["dashboard"],
+        responses=_errors(404, 422, 503, html=True),
+    )
+    def page(
+        store: Annotated[int | None, Query(ge=0, le=STORE_MAX)] = None,
+        day: Annotated[str | None, Query(description=f"a UTC day, YYYY-MM-DD, {YEARS}")] = None,
+    ) -> HTMLResponse:
+        """A store's day as 96 bars coloured by source, the horizon, totals and health."""
+        try:
+            html = dashboard.page(lib, store, parse_day(day) if day else None)
+        except ServingError as exc:
+            code = STATUS.get(type(exc), 500)
+            return HTMLResponse(dashboard.error_page(code, str(exc)), status_code=code)
+        return HTMLResponse(html)
+
+    return app
+
+
+def serve(settings: Settings, port: int | None = None) -> None:
+    """Run the app with uvicorn on bind_host (127.0.0.1 by default)."""
+    import uvicorn
+
+    port = port or settings.serve_port
+    print(
+        f"serving on http://{settings.bind_host}:{port}/ (dashboard; API docs at /docs)",
+        flush=True,
+    )
+    uvicorn.run(create_app(settings), host=settings.bind_host, port=port, log_level="warning")

@@ -1,0 +1,270 @@
+"""Plain rows the serving layer works with: what the views hold and what it answers.
+
+All instants are timezone-aware UTC; money is Decimal. The Cassandra adapter
+(`pos_lambda.serving.store`) turns driver rows into these, so the merge and everything above it
+are pure functions over plain values, tested with literal rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Literal
+
+from pos_lambda.schemas.contract import WINDOW
+
+Source = Literal["batch", "speed"]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One stored 15-minute aggregate of a store; `version` is set for batch rows only."""
+
+    operation_id: int
+    window_start: datetime
+    receipt_count: int
+    item_quantity: int
+    revenue: Decimal
+    late_count: int
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class DayVersion:
+    """The pointer's row for one UTC day: its committed version, final up to covered_until.
+
+    `version` names the day's aggregates. Its receipts live in the generation's
+    partition and show once the table version that archived them (`master_version`) is
+    at most `delta_version` (src/pos_lambda/batch_layer/fold.py: each receipt is written once); a
+    pointer of an older release has no generation, and its day's receipts are the
+    version's own.
+    """
+
+    day: date
+    version: str
+    covered_until: datetime
+    generation: str | None = None
+    delta_version: int | None = None
+
+    @property
+    def receipts_ref(self) -> str:
+        """Where the day's served receipts are, as one opaque text (it rides in page
+        tokens): `receipts_partition(ref)` reads it back."""
+        if self.generation is None or self.delta_version is None:
+            return self.version
+        return f"{self.generation}{_REF_SEPARATOR}{self.delta_version}"
+
+
+_REF_SEPARATOR = "@"
+
+
+def receipts_partition(ref: str) -> tuple[str, int | None]:
+    """(receipts_batch version, highest master_version served) of a `receipts_ref`."""
+    version, _, bound = ref.partition(_REF_SEPARATOR)
+    return version, (int(bound) if bound else None)
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """The committed batch views: the static horizon and the days a reader needs."""
+
+    horizon: datetime | None
+    days: Mapping[date, DayVersion] = field(default_factory=dict)
+
+    def covering(self, window_start: datetime) -> DayVersion | None:
+        """The committed day version that answers this window, or None (speed answers).
+
+        A window is the batch's iff its day has a committed version and the window ends
+        at or before both that version's covered_until and the horizon: a window the
+        batch covered only in part would be half final, so it stays with the speed view.
+        """
+        if self.horizon is None:
+            return None
+        version = self.days.get(window_start.date())
+        end = window_start + WINDOW
+        if version is None or end > version.covered_until or end > self.horizon:
+            return None
+        return version
+
+
+@dataclass(frozen=True)
+class Window:
+    """One 15-minute window of the merged answer, with its provenance."""
+
+    operation_id: int
+    window_start: datetime
+    window_end: datetime
+    receipt_count: int
+    item_quantity: int
+    revenue: Decimal
+    late_count: int
+    source: Source
+    final: bool  # true for batch rows: exact as of the committed version
+    version: str | None  # the batch version that answered; None for speed
+
+
+@dataclass(frozen=True)
+class Totals:
+    receipt_count: int = 0
+    item_quantity: int = 0
+    revenue: Decimal = Decimal("0.00")
+    late_count: int = 0
+    batch_windows: int = 0
+    speed_windows: int = 0
+
+
+@dataclass(frozen=True)
+class WindowsAnswer:
+    """A store's 15-minute windows of [start, end), every one exactly once."""
+
+    operation_id: int
+    start: datetime
+    end: datetime
+    horizon: datetime | None
+    totals: Totals
+    windows: list[Window]
+
+
+@dataclass(frozen=True)
+class DayTotal:
+    """A store's (or a ranked store's) day; final when every window came from batch."""
+
+    operation_id: int
+    day: date
+    receipt_count: int
+    item_quantity: int
+    revenue: Decimal
+    late_count: int
+    batch_windows: int
+    speed_windows: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class TopStores:
+    day: date
+    horizon: datetime | None
+    stores: list[DayTotal]
+
+
+@dataclass(frozen=True)
+class LineItem:
+    title: str
+    price: Decimal
+    amount: int
+
+
+@dataclass(frozen=True)
+class Receipt:
+    happened_at: datetime
+    vendor_fiscal_module: int
+    transaction_id: int
+    item_quantity: int
+    revenue: Decimal
+    late: bool
+    line_items: list[LineItem]
+    kafka_partition: int
+    kafka_offset: int
+    source: Source
+    final: bool
+
+
+@dataclass(frozen=True)
+class ReceiptPage:
+    operation_id: int
+    day: date
+    receipts: list[Receipt]
+    next_page: str | None  # pass back as `page` for the next rows; None: no more
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A copy of a receipt that differs from its winner, both versions side by side."""
+
+    vendor_fiscal_module: int
+    transaction_id: int
+    differs: list[str]
+    happened_at: datetime
+    winner_happened_at: datetime
+    revenue: Decimal
+    # None while unknown: the speed layer's row of a conflict with a winner beyond its
+    # lateness bound (no raw row to read it from) until the batch layer rewrites it.
+    winner_revenue: Decimal | None
+    kafka_partition: int
+    kafka_offset: int
+    winner_kafka_partition: int
+    winner_kafka_offset: int
+
+
+@dataclass(frozen=True)
+class Fix:
+    """What the batch changed in one window of the speed view (`pos-batch quality`)."""
+
+    window_start: datetime
+    version: str
+    batch_receipts: int
+    speed_receipts: int
+    receipts_fixed: int
+    batch_revenue: Decimal
+    speed_revenue: Decimal
+    revenue_fixed: Decimal
+    duplicates: int
+    conflicts: int
+    beyond_speed_bound: int
+    checked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class StoreDay:
+    """Conflicts and batch fixes of a store-day."""
+
+    operation_id: int
+    day: date
+    conflicts: list[Conflict]
+    fixes: list[Fix]
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    run_id: str
+    status: str
+    interval_start: datetime | None
+    interval_end: datetime | None
+    version: str | None
+    horizon: datetime | None
+    receipts: int | None
+    duplicates_removed: int | None
+    conflicts: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class SpeedQuery:
+    query_name: str
+    batch_id: int
+    finished_at: datetime | None
+    age_seconds: float | None
+    kafka_lag: int | None
+    input_rows: int | None
+    processed_rows_per_second: float | None
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    total: int
+    by_reason: dict[str, int]
+    truncated: bool  # the scan stopped at POS_SERVE_DEAD_LETTER_SCAN_LIMIT rows
+
+
+@dataclass(frozen=True)
+class Health:
+    checked_at: datetime
+    horizon: datetime | None
+    horizon_age_seconds: float | None  # how far event time has moved past the horizon
+    batch_runs: list[BatchRun]
+    speed: list[SpeedQuery]
+    dead_letters: DeadLetters

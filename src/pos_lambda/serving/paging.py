@@ -1,0 +1,86 @@
+"""Signed page tokens: `<payload>.<mac>`, both base64url, the MAC an HMAC-SHA256 of the
+payload under the serving layer's page key.
+
+A page token carries a Cassandra paging state, which the driver hands to Cassandra as
+is: a forged one can make the server fail (ProtocolException) or the parser recurse
+(a payload of 1,100 "["). So a token is verified before anything in it is parsed, and
+only what this API issued is ever used.
+
+The key: POS_SERVE_PAGE_KEY when set (every instance behind one address must share it);
+otherwise one generated once into $POS_STATE_DIR/serve/page.key (mode 0600), so that
+`pos-serve receipts --page` and `pos-serve http` on one machine accept each other's
+tokens and tokens survive a restart; otherwise (a read-only state dir) one per process.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+from pathlib import Path
+
+from pos_lambda.settings import Settings
+
+log = logging.getLogger("pos.serving")
+
+KEY_BYTES = 32
+MAC_BYTES = 16  # 128 bits: forging one is out of reach; keeps tokens short
+MAX_TOKEN_CHARS = 4096  # a paging state is tens of bytes; a token is far below this
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _mac(payload: bytes, key: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).digest()[:MAC_BYTES]
+
+
+def sign(payload: bytes, key: bytes) -> str:
+    return f"{_b64(payload)}.{_b64(_mac(payload, key))}"
+
+
+def verify(token: str, key: bytes) -> bytes | None:
+    """The payload of a token signed with `key`, or None for anything else."""
+    if len(token) > MAX_TOKEN_CHARS or token.count(".") != 1:
+        return None
+    body, mac = token.split(".")
+    try:
+        payload, given = _unb64(body), _unb64(mac)
+    except (ValueError, binascii.Error):
+        return None
+    return payload if hmac.compare_digest(given, _mac(payload, key)) else None
+
+
+def page_key(settings: Settings) -> bytes:
+    """The key of this process's page tokens (see the module docstring)."""
+    configured = settings.serve_page_key.get_secret_value()
+    if configured:
+        return hashlib.sha256(configured.encode()).digest()
+    path = settings.state_dir / "serve" / "page.key"
+    try:
+        return _stored_key(path)
+    except OSError as exc:
+        log.warning("page tokens: no key at %s (%s); one for this process only", path, exc)
+        return os.urandom(KEY_BYTES)
+
+
+def _stored_key(path: Path) -> bytes:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        # O_EXCL: of two processes starting together, one writes and both read it.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(KEY_BYTES))
+    key = path.read_bytes()
+    if len(key) != KEY_BYTES:
+        raise OSError(f"{path} holds {len(key)} bytes, not {KEY_BYTES}")
+    return key

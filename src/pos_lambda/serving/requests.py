@@ -1,0 +1,194 @@
+"""Parsing and validating what users ask for (pure): one set of rules for every front door.
+
+Errors are `QueryError`s whose message says what to fix; the HTTP app answers them
+with 422, the CLI with exit code 2.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from pos_lambda.schemas.contract import LIMITS
+from pos_lambda.serving import paging
+from pos_lambda.serving.errors import QueryError
+
+STORE_MAX = 2**31 - 1  # operation_id is a CQL int (src/pos_lambda/schemas/contract.py)
+# The contract's years: no receipt happens outside [EARLIEST, LATEST], so no view holds
+# a row there; the bounds also keep day + 1 and offsets clear of year 1 and 9999.
+EARLIEST, LATEST = LIMITS.earliest, LIMITS.latest_exclusive
+FIRST_DAY, LAST_DAY = EARLIEST.date(), (LATEST - timedelta(days=1)).date()
+
+
+def check_day(day: date, name: str = "day") -> date:
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise QueryError(
+            f"{name} {day.isoformat()} is outside the data's years: a day is "
+            f"{FIRST_DAY.isoformat()}..{LAST_DAY.isoformat()}"
+        )
+    return day
+
+
+def check_instant(at: datetime, name: str) -> datetime:
+    if not EARLIEST <= at <= LATEST:
+        raise QueryError(
+            f"{name} {at.isoformat()} is outside the data's years: an instant is "
+            f"{EARLIEST.isoformat()}..{LATEST.isoformat()}"
+        )
+    return at
+
+
+def parse_day(text: str, name: str = "day") -> date:
+    """A UTC day as YYYY-MM-DD, within the contract's years."""
+    try:
+        day = date.fromisoformat(text)
+    except (TypeError, ValueError):
+        raise QueryError(f"{name} {text!r} is not a date: write it as YYYY-MM-DD") from None
+    return check_day(day, name)
+
+
+def parse_instant(text: str, name: str) -> datetime:
+    """An ISO-8601 instant with an offset (`Z` for UTC), or a date (its UTC midnight),
+    within the contract's years."""
+    if len(text) == 10:
+        day = parse_day(text, name)
+        return datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise QueryError(
+            f"{name} {text!r} is not an ISO-8601 instant: write e.g. 2026-03-02T08:00:00Z "
+            "or a date, 2026-03-02"
+        ) from None
+    if value.tzinfo is None:
+        raise QueryError(f"{name} {text!r} has no UTC offset: write it as {text}Z")
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 pushed past the calendar by its offset
+        raise QueryError(
+            f"{name} {text!r} is outside the data's years: an instant is "
+            f"{EARLIEST.isoformat()}..{LATEST.isoformat()}"
+        ) from None
+    return check_instant(utc, name)
+
+
+def check_store(store: int) -> int:
+    if not 0 <= store <= STORE_MAX:
+        raise QueryError(f"store {store} is out of range: an operation_id is 0..{STORE_MAX}")
+    return store
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """[start, end) of event time, at most `max_days` long."""
+
+    start: datetime
+    end: datetime
+
+    @classmethod
+    def checked(cls, start: datetime, end: datetime, max_days: int) -> TimeRange:
+        for name, at in (("start", start), ("end", end)):
+            if at.tzinfo is None:
+                raise QueryError(f"{name} {at.isoformat()} has no UTC offset")
+            try:
+                check_instant(at.astimezone(UTC), name)
+            except OverflowError:
+                raise QueryError(f"{name} {at.isoformat()} is outside the data's years") from None
+        if end <= start:
+            raise QueryError(
+                f"empty or inverted range: start {start.isoformat()} must be before "
+                f"end {end.isoformat()}"
+            )
+        if end - start > timedelta(days=max_days):
+            raise QueryError(
+                f"range too large: {(end - start) / timedelta(days=1):g} days from start to "
+                f"end; ask for at most "
+                f"{max_days} days (POS_SERVE_MAX_RANGE_DAYS) per request"
+            )
+        return cls(start.astimezone(UTC), end.astimezone(UTC))
+
+    @property
+    def days(self) -> list[date]:
+        first = self.start.date()
+        last = (self.end - timedelta(microseconds=1)).date()
+        return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+def day_range(first: date, last: date, max_days: int) -> TimeRange:
+    """The days first..last, both included."""
+    if last < first:
+        raise QueryError(
+            f"inverted range: first day {first.isoformat()} is after last {last.isoformat()}"
+        )
+    start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
+    return TimeRange.checked(start, start + timedelta(days=(last - first).days + 1), max_days)
+
+
+def check_limit(value: int, name: str, maximum: int) -> int:
+    if not 1 <= value <= maximum:
+        raise QueryError(f"{name} must be between 1 and {maximum}, not {value}")
+    return value
+
+
+# A page token is opaque to users. It carries which table the next rows come from,
+# Cassandra's paging state in it, and the split instant and batch version of the first
+# page: a batch commit between two pages must not move the seam under a paging state.
+# It is signed (pos_lambda.serving.paging) and names its store-day: only what this API issued, for
+# the query it was issued for, ever reaches Cassandra as a paging state.
+PHASES = ("batch", "speed")
+NOT_OURS = "page is not a token this API returned: pass next_page of the previous answer"
+
+
+@dataclass(frozen=True)
+class PageToken:
+    phase: str
+    paging_state: bytes | None
+    split: datetime
+    version: str | None
+    store: int
+    day: date
+
+
+def encode_page(token: PageToken, key: bytes) -> str:
+    raw = json.dumps(
+        {
+            "p": token.phase,
+            "s": token.paging_state.hex() if token.paging_state else None,
+            "t": token.split.isoformat(),
+            "v": token.version,
+            "o": token.store,
+            "d": token.day.isoformat(),
+        },
+        separators=(",", ":"),
+    )
+    return paging.sign(raw.encode(), key)
+
+
+def decode_page(text: str, key: bytes, store: int, day: date) -> PageToken:
+    """The token `text` if this API signed it for (store, day); QueryError otherwise."""
+    payload = paging.verify(text, key)
+    if payload is None:
+        raise QueryError(NOT_OURS)
+    try:  # signed by us, so well-formed: checked all the same, it costs nothing
+        raw = json.loads(payload)
+        phase, state, version = raw["p"], raw["s"], raw["v"]
+        token = PageToken(
+            phase,
+            bytes.fromhex(state) if state else None,
+            datetime.fromisoformat(raw["t"]),
+            version,
+            int(raw["o"]),
+            date.fromisoformat(raw["d"]),
+        )
+    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise QueryError(NOT_OURS) from None
+    if phase not in PHASES or token.split.tzinfo is None:
+        raise QueryError(NOT_OURS)
+    if (token.store, token.day) != (store, day):
+        raise QueryError(
+            f"page was issued for store {token.store} on {token.day.isoformat()}, not store "
+            f"{store} on {day.isoformat()}: pass next_page of the previous answer for this one"
+        )
+    return token

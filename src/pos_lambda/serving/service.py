@@ -1,0 +1,185 @@
+"""The serving layer's Python API: one library behind the CLI, the HTTP API and the page.
+
+    from pos_lambda.settings import load_settings
+    from pos_lambda.serving import Serving
+
+    with Serving(load_settings()) as serving:
+        answer = serving.windows(101, start, end)    # 15-minute windows, merged
+        for w in answer.windows:
+            print(w.window_start, w.receipt_count, w.revenue, w.source, w.final)
+
+Each method validates its input (`QueryError`), reads what it needs through
+`serving.store.Views` and answers with the pure merge of `serving.merge`. A store no
+view has ever held raises `UnknownStore`; Cassandra trouble raises `Unavailable`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+
+from pos_lambda.schemas import contract
+from pos_lambda.serving import merge, paging
+from pos_lambda.serving.errors import UnknownStore
+from pos_lambda.serving.model import (
+    DayTotal,
+    DeadLetters,
+    Health,
+    Receipt,
+    ReceiptPage,
+    StoreDay,
+    TopStores,
+    WindowsAnswer,
+)
+from pos_lambda.serving.requests import (
+    PHASES,
+    PageToken,
+    TimeRange,
+    check_day,
+    check_limit,
+    check_store,
+    day_range,
+    decode_page,
+    encode_page,
+)
+from pos_lambda.serving.store import Views
+from pos_lambda.settings import Settings
+
+MAX_PAGE_SIZE = 1000
+MAX_TOP = 1000
+MAX_RUNS = 100
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Serving:
+    """Queries over the merged views (see the module docstring)."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = _now) -> None:
+        self.settings = settings
+        self.views = Views(settings)
+        self._clock = clock
+        self._known: set[int] = set()  # stores never disappear from the views
+        self._page_key: bytes | None = None  # read or made on the first paged request
+
+    def page_key(self) -> bytes:
+        if self._page_key is None:
+            self._page_key = paging.page_key(self.settings)
+        return self._page_key
+
+    def close(self) -> None:
+        self.views.close()
+
+    def __enter__(self) -> Serving:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def require_store(self, store: int) -> None:
+        check_store(store)
+        if store in self._known:
+            return
+        if not self.views.store_known(store):
+            raise UnknownStore(store)
+        self._known.add(store)
+
+    def windows(self, store: int, start: datetime, end: datetime) -> WindowsAnswer:
+        """The store's 15-minute windows starting in [start, end), each exactly once."""
+        span = TimeRange.checked(start, end, self.settings.serve_max_range_days)
+        self.require_store(store)
+        days = span.days
+        pointer = self.views.pointer(days[0], days[-1])
+        batch, speed = self.views.store_days(store, days, pointer)
+        rows = merge.merge_windows(store, span.start, span.end, pointer, batch, speed)
+        return WindowsAnswer(
+            operation_id=store,
+            start=merge.floor_window(span.start),
+            end=span.end,
+            horizon=pointer.horizon,
+            totals=merge.totals(rows),
+            windows=rows,
+        )
+
+    def daily_totals(self, store: int, first: date, last: date) -> list[DayTotal]:
+        """The store's whole UTC days first..last (both included), merged."""
+        span = day_range(first, last, self.settings.serve_max_range_days)
+        return merge.daily_totals(self.windows(store, span.start, span.end).windows)
+
+    def top_stores(self, day: date, limit: int = 10) -> TopStores:
+        """The day's stores by merged revenue, best first."""
+        check_limit(limit, "limit", MAX_TOP)
+        check_day(day)
+        pointer = self.views.pointer(day, day)
+        batch, speed = self.views.all_stores_day(day, pointer)
+        return TopStores(day, pointer.horizon, merge.top_stores(day, pointer, batch, speed, limit))
+
+    def receipts(
+        self, store: int, day: date, page_size: int | None = None, page: str | None = None
+    ) -> ReceiptPage:
+        """A page of the store-day's receipts in time order; pass `next_page` back for more.
+
+        Receipts of windows the batch answers come from the committed version's
+        `receipts_batch`, the rest from the speed view's `receipts_by_store_day`,
+        split at the same window boundary as the aggregates.
+        """
+        size = check_limit(page_size or self.settings.serve_page_size, "page_size", MAX_PAGE_SIZE)
+        check_day(day)
+        check_store(store)
+        token = decode_page(page, self.page_key(), store, day) if page else None
+        self.require_store(store)
+        if token is None:
+            pointer = self.views.pointer(day, day)
+            split = merge.batch_split(pointer, day)
+            version = pointer.days[day].receipts_ref if day in pointer.days else None
+            batch_first = version is not None and split > merge.day_bounds(day)[0]
+            phase0 = PHASES[0] if batch_first else "speed"
+            token = PageToken(phase0, None, split, version, store, day)
+        out: list[Receipt] = []
+        phase: str | None = token.phase
+        state = token.paging_state
+        while phase is not None and len(out) < size:
+            rows, state = self.views.receipts(
+                phase, store, day, token.split, token.version, size - len(out), state
+            )
+            out += rows
+            if state is None:  # this side is done: go on with the next one
+                phase = "speed" if phase == "batch" else None
+        following = (
+            encode_page(
+                PageToken(phase, state, token.split, token.version, store, day), self.page_key()
+            )
+            if phase is not None
+            else None
+        )
+        return ReceiptPage(store, day, out, following)
+
+    def store_day(self, store: int, day: date) -> StoreDay:
+        """Conflicting copies of the store-day's receipts and what the batch fixed."""
+        check_day(day)
+        self.require_store(store)
+        return StoreDay(store, day, self.views.conflicts(store, day), self.views.fixes(store, day))
+
+    def health(self, runs: int = 5) -> Health:
+        """Batch horizon and its age, the last runs, speed progress, dead letters."""
+        check_limit(runs, "runs", MAX_RUNS)
+        now = self._clock()
+        today = now.date()
+        pointer = self.views.pointer(today, today)
+        reasons, truncated = self.views.dead_letter_reasons(
+            self.settings.serve_dead_letter_scan_limit
+        )
+        by_reason = Counter(contract.reason_code(r) for r in reasons)
+        return Health(
+            checked_at=now,
+            horizon=pointer.horizon,
+            horizon_age_seconds=(now - pointer.horizon).total_seconds()
+            if pointer.horizon
+            else None,
+            batch_runs=self.views.batch_runs(runs),
+            speed=self.views.speed_progress(now),
+            dead_letters=DeadLetters(len(reasons), dict(by_reason.most_common()), truncated),
+        )

@@ -1,0 +1,428 @@
+"""The serving layer's only I/O: reads of the views through cassandra-driver.
+
+Prepared statements only (prepared once per connection), single-partition reads for
+a store's days, and Storage-Attached Index reads (Cassandra 5 SAI, declared in
+src/pos_lambda/schemas/cql.py) where a question crosses stores: "which stores sold on day D" reads
+the day's aggregate rows of every store through the `day` index, so its cost follows
+the day's rows (stores x 96), never the history. Driver rows become the plain rows of
+`pos_lambda.serving.model`; timestamps come back as naive UTC and leave here timezone-aware.
+Connection trouble becomes `Unavailable` with the reason, never a driver traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+from pos_lambda.schemas import cql
+from pos_lambda.serving.errors import QueryError, Unavailable
+from pos_lambda.serving.model import (
+    Aggregate,
+    BatchRun,
+    Conflict,
+    DayVersion,
+    Fix,
+    LineItem,
+    Pointer,
+    Receipt,
+    Source,
+    SpeedQuery,
+    receipts_partition,
+)
+from pos_lambda.settings import Settings
+
+log = logging.getLogger("pos.serving")
+
+VIEW_NAME = "batch"  # the pointer partition the batch layer commits (pos_lambda.batch_layer.store)
+SPEED_QUERIES = ("pos-speed-views", "pos-speed-archiver")
+
+_AGG = "operation_id, window_start, receipt_count, item_quantity, revenue, late_count"
+_RECEIPT = (
+    "happened_at, vendor_fiscal_module, transaction_id, item_quantity, revenue, late, "
+    "line_items, kafka_partition, kafka_offset"
+)
+STATEMENTS = {
+    "horizon": f"SELECT horizon FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = ? LIMIT 1",
+    "pointer_days": f"SELECT day, version, covered_until, generation, delta_version "
+    f"FROM {cql.BATCH_POINTER_TABLE} "
+    "WHERE view_name = ? AND day >= ? AND day <= ?",
+    "speed_day": f"SELECT {_AGG} FROM {cql.AGG_SPEED_TABLE} WHERE operation_id = ? AND day = ?",
+    "batch_day": f"SELECT {_AGG}, version FROM {cql.AGG_BATCH_TABLE} "
+    "WHERE operation_id = ? AND day = ? AND version = ?",
+    # SAI reads across stores (src/pos_lambda/schemas/cql.py, serving indexes)
+    "speed_all_stores": f"SELECT {_AGG} FROM {cql.AGG_SPEED_TABLE} WHERE day = ?",
+    "batch_all_stores": f"SELECT {_AGG}, version FROM {cql.AGG_BATCH_TABLE} "
+    "WHERE day = ? AND version = ?",
+    "speed_has_store": f"SELECT day FROM {cql.AGG_SPEED_TABLE} WHERE operation_id = ? LIMIT 1",
+    "batch_has_store": f"SELECT day FROM {cql.AGG_BATCH_TABLE} WHERE operation_id = ? LIMIT 1",
+    "receipts_batch": f"SELECT {_RECEIPT} FROM {cql.RECEIPTS_BATCH_TABLE} "
+    "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at < ?",
+    # A generation's rows of one store-day, those the committed table version counts:
+    # a filter within the one partition read (rows of a run not committed yet skipped).
+    "receipts_generation": f"SELECT {_RECEIPT} FROM {cql.RECEIPTS_BATCH_TABLE} "
+    "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at < ? "
+    "AND master_version <= ? ALLOW FILTERING",
+    "receipts_speed": f"SELECT {_RECEIPT} FROM {cql.RAW_TABLE} "
+    "WHERE operation_id = ? AND day = ? AND happened_at >= ?",
+    "conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? AND winner_day = ?",
+    "fixes": f"SELECT * FROM {cql.BATCH_FIXES_TABLE} WHERE operation_id = ? AND day = ?",
+    "batch_runs": f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = ? LIMIT ?",
+    "speed_progress": f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ? LIMIT 1",
+    # Partition keys only: one row per (topic, Kafka partition), a handful.
+    "dead_letter_partitions": f"SELECT DISTINCT kafka_topic, kafka_partition "
+    f"FROM {cql.DEAD_LETTERS_TABLE}",
+    "dead_letter_reasons": f"SELECT reason FROM {cql.DEAD_LETTERS_TABLE} "
+    "WHERE kafka_topic = ? AND kafka_partition = ?",
+}
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """The driver returns timestamps as naive UTC datetimes."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _utc(value: datetime) -> datetime:
+    out = utc(value)
+    assert out is not None
+    return out
+
+
+def _decimal_or_none(value: Any) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def _day(value: Any) -> date:
+    out: date = value.date() if hasattr(value, "date") else value  # cassandra.util.Date
+    return out
+
+
+def _aggregate(r: Any) -> Aggregate:
+    return Aggregate(
+        operation_id=r.operation_id,
+        window_start=_utc(r.window_start),
+        receipt_count=r.receipt_count,
+        item_quantity=r.item_quantity,
+        revenue=Decimal(r.revenue),
+        late_count=r.late_count,
+        version=getattr(r, "version", None),
+    )
+
+
+class Views:
+    """Reads of the views; connects lazily and again after a failed connect."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._cluster: Any = None
+        self._session: Any = None
+        self._prepared: dict[str, Any] = {}
+
+    @property
+    def where(self) -> str:
+        s = self._settings
+        return f"{','.join(s.cassandra_contact_points)}:{s.cassandra_port}"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._cluster is not None:
+                self._cluster.shutdown()
+            self._cluster = self._session = None
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        from cassandra import DriverException, OperationTimedOut, RequestExecutionException
+        from cassandra.cluster import NoHostAvailable
+        from cassandra.protocol import SyntaxException
+
+        try:
+            yield
+        except NoHostAvailable as exc:
+            reasons = "; ".join(f"{h}: {e}" for h, e in exc.errors.items()) or str(exc)
+            raise Unavailable(
+                f"Cassandra at {self.where} is unreachable ({reasons}); is it running? "
+                "try `make up`"
+            ) from None
+        except (OperationTimedOut, RequestExecutionException) as exc:
+            raise Unavailable(f"Cassandra at {self.where} did not answer: {exc}") from None
+        except SyntaxException:
+            raise
+        except DriverException as exc:  # InvalidRequest: keyspace/table/index missing
+            raise Unavailable(
+                f"Cassandra at {self.where} refused a query: {exc} (is the schema of keyspace "
+                f"{self._settings.cassandra_keyspace!r} applied? `make schema`)"
+            ) from None
+
+    @contextmanager
+    def _paging_refused(self, paging_state: bytes | None) -> Iterator[None]:
+        """Cassandra refusing a paging state is the caller's token, not an outage: page
+        tokens are signed (pos_lambda.serving.paging), so this is one of ours gone stale (another
+        server version or schema): start the store-day again."""
+        from cassandra import InvalidRequest
+        from cassandra.protocol import ProtocolException
+
+        try:
+            yield
+        except (ProtocolException, InvalidRequest) as exc:
+            if paging_state is None:
+                raise
+            raise QueryError(
+                f"page is no longer valid ({exc}): ask again without page for the first one"
+            ) from None
+
+    def _connected(self) -> Any:
+        with self._lock:
+            if self._session is not None:
+                return self._session
+            from pos_lambda.adapters import cassandra_client
+
+            s = self._settings
+            # Login, read consistency level and timeouts (connect and request) from settings.
+            cluster = cassandra_client.cluster(s, timeout=s.serve_timeout_seconds)
+            try:
+                with self._errors():
+                    session = cluster.connect(s.cassandra_keyspace)
+                    self._prepared = {k: session.prepare(v) for k, v in STATEMENTS.items()}
+            except BaseException:
+                cluster.shutdown()
+                raise
+            self._cluster, self._session = cluster, session
+            return session
+
+    def _run(self, name: str, *params: Any, fetch_size: int | None = None) -> Any:
+        session = self._connected()
+        bound = self._prepared[name].bind(params)
+        if fetch_size is not None:
+            bound.fetch_size = fetch_size
+        return session, bound
+
+    def rows(self, name: str, *params: Any) -> list[Any]:
+        session, bound = self._run(name, *params)
+        with self._errors():
+            return list(session.execute(bound))
+
+    def many(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """Run independent reads concurrently; results in call order."""
+        prepared = [self._run(name, *params) for name, params in calls]
+        with self._errors():
+            futures = [session.execute_async(bound) for session, bound in prepared]
+            return [list(f.result()) for f in futures]
+
+    # --- the batch pointer ------------------------------------------------------
+
+    def pointer(self, first: date, last: date) -> Pointer:
+        """The horizon and the committed version of each day in first..last.
+
+        Two reads, not one snapshot: each day's version comes with its own
+        covered_until and the horizon only caps further, so a commit landing between
+        the reads still gives every window exactly one source.
+        """
+        horizon, days = self.many(
+            [("horizon", (VIEW_NAME,)), ("pointer_days", (VIEW_NAME, first, last))]
+        )
+        return Pointer(
+            horizon=utc(horizon[0].horizon) if horizon else None,
+            days={
+                _day(r.day): DayVersion(
+                    _day(r.day),
+                    r.version,
+                    _utc(r.covered_until),
+                    r.generation,
+                    r.delta_version,
+                )
+                for r in days
+                if r.day is not None and r.version is not None
+            },
+        )
+
+    # --- aggregates ---------------------------------------------------------------
+
+    def store_days(
+        self, store: int, days: Sequence[date], pointer: Pointer
+    ) -> tuple[list[Aggregate], list[Aggregate]]:
+        """(batch rows of the committed versions, speed rows) of a store's days."""
+        calls: list[tuple[str, tuple[Any, ...]]] = [("speed_day", (store, d)) for d in days]
+        committed = [pointer.days[d] for d in days if d in pointer.days]
+        calls += [("batch_day", (store, v.day, v.version)) for v in committed]
+        results = self.many(calls)
+        speed = [_aggregate(r) for rows in results[: len(days)] for r in rows]
+        batch = [_aggregate(r) for rows in results[len(days) :] for r in rows]
+        return batch, speed
+
+    def all_stores_day(
+        self, day: date, pointer: Pointer
+    ) -> tuple[list[Aggregate], list[Aggregate]]:
+        """(batch, speed) rows of every store on `day`, through the SAI `day` indexes."""
+        calls: list[tuple[str, tuple[Any, ...]]] = [("speed_all_stores", (day,))]
+        if day in pointer.days:
+            calls.append(("batch_all_stores", (day, pointer.days[day].version)))
+        results = self.many(calls)
+        speed = [_aggregate(r) for r in results[0]]
+        batch = [_aggregate(r) for r in results[1]] if len(results) > 1 else []
+        return batch, speed
+
+    def store_known(self, store: int) -> bool:
+        speed, batch = self.many([("speed_has_store", (store,)), ("batch_has_store", (store,))])
+        return bool(speed or batch)
+
+    # --- raw receipts (paged) ---------------------------------------------------------
+
+    def receipts(
+        self,
+        phase: str,
+        store: int,
+        day: date,
+        split: datetime,
+        version: str | None,
+        fetch_size: int,
+        paging_state: bytes | None,
+    ) -> tuple[list[Receipt], bytes | None]:
+        """One Cassandra page of a store-day's receipts from one side of `split`."""
+        if phase == "batch":
+            assert version is not None
+            partition, served_upto = receipts_partition(version)
+            if served_upto is None:
+                session, bound = self._run(
+                    "receipts_batch", store, day, partition, split, fetch_size=fetch_size
+                )
+            else:
+                session, bound = self._run(
+                    "receipts_generation",
+                    store,
+                    day,
+                    partition,
+                    split,
+                    served_upto,
+                    fetch_size=fetch_size,
+                )
+        else:
+            session, bound = self._run("receipts_speed", store, day, split, fetch_size=fetch_size)
+        with self._errors(), self._paging_refused(paging_state):
+            result = session.execute(bound, paging_state=paging_state)
+            rows = list(result.current_rows)
+        source: Source = "batch" if phase == "batch" else "speed"
+        return [
+            Receipt(
+                happened_at=_utc(r.happened_at),
+                vendor_fiscal_module=r.vendor_fiscal_module,
+                transaction_id=r.transaction_id,
+                item_quantity=r.item_quantity,
+                revenue=Decimal(r.revenue),
+                late=bool(r.late),
+                line_items=[
+                    LineItem(i.title, Decimal(i.price), i.amount) for i in (r.line_items or [])
+                ],
+                kafka_partition=r.kafka_partition,
+                kafka_offset=r.kafka_offset,
+                source=source,
+                final=source == "batch",
+            )
+            for r in rows
+        ], result.paging_state
+
+    # --- conflicts and fixes ------------------------------------------------------------
+
+    def conflicts(self, store: int, day: date) -> list[Conflict]:
+        return [
+            Conflict(
+                vendor_fiscal_module=r.vendor_fiscal_module,
+                transaction_id=r.transaction_id,
+                differs=list(r.differs or []),
+                happened_at=_utc(r.happened_at),
+                winner_happened_at=_utc(r.winner_happened_at),
+                revenue=Decimal(r.revenue),
+                winner_revenue=_decimal_or_none(r.winner_revenue),
+                kafka_partition=r.kafka_partition,
+                kafka_offset=r.kafka_offset,
+                winner_kafka_partition=r.winner_kafka_partition,
+                winner_kafka_offset=r.winner_kafka_offset,
+            )
+            for r in self.rows("conflicts", store, day)
+        ]
+
+    def fixes(self, store: int, day: date) -> list[Fix]:
+        def dec(v: Any) -> Decimal:
+            return Decimal(v) if v is not None else Decimal("0.00")
+
+        return [
+            Fix(
+                window_start=_utc(r.window_start),
+                version=r.version,
+                batch_receipts=r.batch_receipts or 0,
+                speed_receipts=r.speed_receipts or 0,
+                receipts_fixed=r.receipts_fixed or 0,
+                batch_revenue=dec(r.batch_revenue),
+                speed_revenue=dec(r.speed_revenue),
+                revenue_fixed=dec(r.revenue_fixed),
+                duplicates=r.duplicates or 0,
+                conflicts=r.conflicts or 0,
+                beyond_speed_bound=r.beyond_speed_bound or 0,
+                checked_at=utc(r.checked_at),
+            )
+            for r in self.rows("fixes", store, day)
+        ]
+
+    # --- pipeline health -------------------------------------------------------------------
+
+    def batch_runs(self, limit: int) -> list[BatchRun]:
+        return [
+            BatchRun(
+                run_id=str(r.run_id),
+                status=r.status or "unknown",
+                interval_start=utc(r.interval_start),
+                interval_end=utc(r.interval_end),
+                version=r.version,
+                horizon=utc(r.horizon),
+                receipts=r.receipts,
+                duplicates_removed=r.duplicates_removed,
+                conflicts=r.conflicts,
+                started_at=utc(r.started_at),
+                finished_at=utc(r.finished_at),
+                error=r.error,
+            )
+            for r in self.rows("batch_runs", VIEW_NAME, limit)
+        ]
+
+    def speed_progress(self, now: datetime) -> list[SpeedQuery]:
+        out = []
+        for name, rows in zip(
+            SPEED_QUERIES, self.many([("speed_progress", (q,)) for q in SPEED_QUERIES]), strict=True
+        ):
+            if not rows:
+                continue
+            r = rows[0]
+            finished = utc(r.finished_at)
+            out.append(
+                SpeedQuery(
+                    query_name=name,
+                    batch_id=r.batch_id,
+                    finished_at=finished,
+                    age_seconds=(now - finished).total_seconds() if finished else None,
+                    kafka_lag=r.kafka_lag,
+                    input_rows=r.input_rows,
+                    processed_rows_per_second=r.processed_rows_per_second,
+                )
+            )
+        return out
+
+    def dead_letter_reasons(self, limit: int) -> tuple[list[str], bool]:
+        """Reasons of the dead letters, at most `limit` (and whether that cut the scan)."""
+        partitions = self.rows("dead_letter_partitions")
+        reasons: list[str] = []
+        for p in partitions:
+            session, bound = self._run(
+                "dead_letter_reasons", p.kafka_topic, p.kafka_partition, fetch_size=5000
+            )
+            with self._errors():
+                for r in session.execute(bound):  # the driver pages transparently
+                    if len(reasons) >= limit:
+                        return reasons, True
+                    reasons.append(r.reason or "unknown")
+        return reasons, False

@@ -1,0 +1,267 @@
+"""`pos-speed`: run the speed layer's streaming jobs, or show their progress.
+
+    pos-speed run                  # archiver + views, continuous until SIGTERM/Ctrl-C
+    pos-speed run --available-now  # process everything in Kafka now, then exit
+    pos-speed status               # last micro-batch of each query (from Cassandra)
+
+Each query is named and has its own checkpoint under <data_dir>/checkpoints. In local
+mode each runs in a Spark application (a driver process) of its own, the archiver's at
+a lower CPU priority, so that it never delays the views users wait on; on a cluster
+master both share one driver (POS_SPEED_DRIVERS). `pos-speed run` supervises its
+drivers: when a query fails (Cassandra or Kafka unreachable), its driver exits with the
+root cause in one line and a fresh one starts after a backoff (POS_SPEED_MAX_RESTARTS in
+a row); a driver that stops for good stops the others, and a driver dies with its
+supervisor. Stopping is graceful: on SIGTERM the queries are stopped and the sessions
+closed; anything half-done is replayed from the checkpoint on the next start, and the
+sinks make that replay harmless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from pos_lambda.adapters.service import ServiceError
+from pos_lambda.schemas import cql
+from pos_lambda.settings import Settings, load_settings
+from pos_lambda.speed_layer import QUERY_OF_JOB
+from pos_lambda.speed_layer.supervisor import (
+    EXIT_RETRY,
+    die_with_supervisor,
+    drivers_for,
+    supervise,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+
+JOBS = ("archiver", "views")
+log = logging.getLogger("pos.speed")
+
+
+def _progress_writer(settings: Settings) -> tuple[Any, Any]:
+    """A cassandra-driver upsert into speed_progress (and the cluster to close)."""
+    from pos_lambda.adapters import cassandra_client
+
+    cluster = cassandra_client.cluster(settings, writes=True)
+    session = cluster.connect(settings.cassandra_keyspace)
+    cols = (
+        "query_name",
+        "batch_id",
+        "finished_at",
+        "input_rows",
+        "input_rows_per_second",
+        "processed_rows_per_second",
+        "duration_ms",
+        "kafka_lag",
+        "valid_rows",
+        "invalid_rows",
+        "resends_absorbed",
+        "conflicts",
+        "late_receipts",
+        "beyond_lateness_bound",
+    )
+
+    def write(row: dict[str, Any]) -> None:
+        # Partial rows (counts first, rates later) upsert only the columns they carry.
+        present = [c for c in cols if c in row]
+        session.execute(
+            f"INSERT INTO {cql.SPEED_PROGRESS_TABLE} ({', '.join(present)}) "
+            f"VALUES ({', '.join('%s' for _ in present)})",
+            [row[c] for c in present],
+        )
+
+    return write, cluster
+
+
+def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
+    """One Spark application running the jobs; EXIT_RETRY when a query failed."""
+    from pyspark.errors import StreamingQueryException
+
+    from pos_lambda.adapters import kafka_admin
+    from pos_lambda.adapters.spark_session import build_session
+    from pos_lambda.speed_layer import archiver_job, views_job
+    from pos_lambda.speed_layer.progress import ProgressRecorder, first_line
+
+    # Spark would fail later with a Java stack trace; say what to do instead.
+    kafka_admin.require_topic(
+        settings.bootstrap_servers,
+        settings.topic_transactions,
+        security=settings.kafka_security_config,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    # Both queries: "pos-speed-layer"; one: its query's name (per-query drivers).
+    spark = build_session(settings, "pos-speed-layer" if len(jobs) > 1 else QUERY_OF_JOB[jobs[0]])
+    cluster = None
+    queries: list[StreamingQuery] = []
+    failed: str | None = None
+    try:
+        writer, cluster = _progress_writer(settings)
+        recorder = ProgressRecorder(settings.speed_status_file, writer)
+        spark.streams.addListener(recorder.listener())
+        if "archiver" in jobs:
+            queries.append(archiver_job.start(spark, settings, available_now))
+        if "views" in jobs:
+            queries.append(views_job.start(spark, settings, recorder, available_now))
+        log.info("started %s (available-now: %s)", ", ".join(jobs), available_now)
+        # Short waits keep the main thread free to receive signals between them.
+        while not stop.is_set() and any(q.isActive for q in queries):
+            with contextlib.suppress(StreamingQueryException):  # examined just below
+                spark.streams.awaitAnyTermination(1)
+            spark.streams.resetTerminated()
+            broken = [q for q in queries if not q.isActive and q.exception() is not None]
+            if broken:
+                failed = f"{broken[0].name} failed: {first_line(broken[0].exception())}"
+                break
+    except Exception as exc:  # e.g. Cassandra unreachable while the queries start
+        failed = f"could not start: {first_line(exc)}"
+    finally:
+        for q in queries:
+            if q.isActive:
+                log.info("stopping %s", q.name)
+                q.stop()
+            if q.name == archiver_job.QUERY_NAME:
+                archiver_job.commit_last(settings, q)
+        spark.stop()
+        if cluster is not None:
+            cluster.shutdown()
+    if failed is not None:
+        log.error("%s", failed)
+        return EXIT_RETRY
+    return 0
+
+
+def status(settings: Settings, as_json: bool) -> int:
+    from cassandra.cluster import NoHostAvailable
+
+    from pos_lambda.adapters import cassandra_client
+
+    cluster = cassandra_client.cluster(settings)
+    try:
+        session = cluster.connect(settings.cassandra_keyspace)
+    except NoHostAvailable as exc:
+        raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
+    try:
+        rows = []
+        for name in ("pos-speed-archiver", "pos-speed-views"):
+            row = session.execute(
+                f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = %s LIMIT 1", (name,)
+            ).one()
+            if row is not None:
+                rows.append(row._asdict())
+    finally:
+        cluster.shutdown()
+    if as_json:
+        print(json.dumps(rows, default=str, indent=2))
+    elif not rows:
+        print("no micro-batch recorded yet: start the speed layer with `pos-speed run`")
+    for r in [] if as_json else rows:
+        print(
+            f"{r['query_name']:<20} batch {r['batch_id']} "
+            f"at {r['finished_at']:%Y-%m-%d %H:%M:%S}Z: "
+            + (
+                f"{r['input_rows']} rows, {r['input_rows_per_second']:.0f}/s in, "
+                f"{r['processed_rows_per_second']:.0f}/s processed, {r['duration_ms']} ms, "
+                f"kafka lag {r['kafka_lag']}"
+                if r["input_rows"] is not None
+                else "(rates pending)"
+            )
+            + (
+                f", valid {r['valid_rows']}, invalid {r['invalid_rows']}, resends absorbed "
+                f"{r['resends_absorbed']}, conflicts {r['conflicts']}, late {r['late_receipts']}"
+                if r["valid_rows"] is not None
+                else ""
+            )
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pos-speed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_p = sub.add_parser("run", help="run the streaming jobs")
+    run_p.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process everything available in Kafka, then exit",
+    )
+    run_p.add_argument(
+        "--jobs",
+        default=",".join(JOBS),
+        help=f"comma-separated subset of {', '.join(JOBS)} (default: both)",
+    )
+    run_p.add_argument("--topic", help="input topic (default: POS_TOPIC_TRANSACTIONS)")
+    run_p.add_argument(
+        "--trigger-seconds",
+        type=float,
+        help="micro-batch interval of the views query (POS_SPEED_TRIGGER_SECONDS, default 5)",
+    )
+    run_p.add_argument(
+        "--archive-trigger-seconds",
+        type=float,
+        help="micro-batch interval of the archiver (POS_SPEED_ARCHIVE_TRIGGER_SECONDS, default 30)",
+    )
+    run_p.add_argument("--starting-offsets", help="earliest|latest for a new checkpoint")
+    run_p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
+    # The supervisor starts each driver (a Spark application) with this flag.
+    run_p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    st = sub.add_parser("status", help="show the last micro-batch of each query")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # py4j logs every callback at INFO; the driver's DC choice is expected on one node.
+    for noisy in ("py4j", "cassandra"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        if args.command == "status":
+            return status(load_settings(), args.json)
+        jobs = tuple(j.strip() for j in args.jobs.split(",") if j.strip())
+        unknown = sorted(set(jobs) - set(JOBS))
+        if unknown or not jobs:
+            parser.error(f"--jobs: unknown job(s) {unknown}; choose from {', '.join(JOBS)}")
+        try:
+            settings = load_settings(
+                topic_transactions=args.topic,
+                speed_trigger_seconds=args.trigger_seconds,
+                speed_archive_trigger_seconds=args.archive_trigger_seconds,
+                speed_starting_offsets=args.starting_offsets,
+                speed_max_offsets_per_trigger=args.max_offsets_per_trigger,
+            )
+        except ValidationError as exc:  # a bad flag or POS_* value
+            print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
+            return 2
+        if args.driver:
+            die_with_supervisor()
+            return run(settings, jobs, args.available_now)
+        from pos_lambda.adapters import cassandra_client
+
+        cassandra_client.require_keyspace(settings)  # once, before any driver starts
+        return supervise(
+            settings,
+            drivers_for(settings, jobs, args.available_now),
+            argv if argv is not None else sys.argv[1:],
+        )
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

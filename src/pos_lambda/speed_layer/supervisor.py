@@ -1,0 +1,179 @@
+"""How `pos-speed run` runs its Spark drivers: which ones, supervised, restarted.
+
+The supervisor (the `pos-speed run` process) starts each driver as a child process
+(`python -m pos_lambda.speed_layer.cli run ... --jobs J --driver`) and starts it again after a
+failure; see `supervise`. Pure choices (`drivers_for`) are unit-tested; the processes
+are tested against the real services (tests/integration/test_speed_layer.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pos_lambda.settings import Settings
+from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
+
+# The driver's exit code for "a query failed, start me again" (sysexits EX_TEMPFAIL).
+EXIT_RETRY = 75
+log = logging.getLogger("pos.speed")
+
+
+@dataclass(frozen=True)
+class Driver:
+    """One Spark application of the speed layer: the jobs it runs, at what niceness."""
+
+    jobs: tuple[str, ...]
+    nice: int = 0
+
+
+def drivers_for(
+    settings: Settings, jobs: tuple[str, ...], available_now: bool = False
+) -> list[Driver]:
+    """Which drivers `pos-speed run` starts for `jobs` (pure: unit-tested).
+
+    One per query in local mode (POS_SPEED_DRIVERS=auto): on two cores, Spark's fair
+    pools share task slots, and an archiver task that holds a slot for seconds makes
+    the views query's micro-batch wait for it; two processes share the cores through the
+    operating system's scheduler instead, in slices of milliseconds, and a niced
+    archiver yields them to the views query whenever both want them. Except for an
+    `--available-now` run: it is measured by when both queries are done, not by how
+    soon a receipt shows, and one driver's JVM loads and compiles Spark's code once
+    where two would each do it (side by side, both queries one-shot on 252,711
+    messages: 2,876 vs 2,719 events/s, 1.03-1.06 in three rounds; 3,011 vs 2,378 in the
+    benchmark's two).
+    """
+    mode = settings.speed_drivers
+    if mode == "auto":
+        local = settings.spark_master.startswith("local")
+        mode = "per-query" if local and not available_now else "shared"
+    if mode == "shared" or len(jobs) == 1:
+        return [Driver(jobs)]
+    return [Driver((j,), settings.speed_archiver_nice if j == "archiver" else 0) for j in jobs]
+
+
+def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int:
+    """Run each driver in a child process, restarted after a failure; the first driver
+    to stop for good (an error, a signal, too many restarts) stops the others.
+
+    A fresh process, not a restarted query: after Cassandra comes back, the
+    connector's cached session in the old JVM can block for good in a schema refresh.
+    The new driver resumes from the checkpoints, and every sink write is an upsert of
+    values recomputed from what is stored, so nothing is lost or counted twice.
+    """
+    stop = threading.Event()
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    # Reentrant: a second signal can arrive while the handler of the first holds it.
+    lock = threading.RLock()
+    failed: list[int] = []  # exit codes of the drivers that stopped for good, first first
+
+    def forward(signum: int, _: object = None) -> None:
+        stop.set()
+        with lock:
+            running = [c for c in children.values() if c.poll() is None]
+        for child in running:
+            child.send_signal(signum)  # each driver stops its queries gracefully
+
+    def spawn(index: int, driver: Driver) -> subprocess.Popen[bytes]:
+        # coreutils' nice execs the driver at that niceness from its first instruction;
+        # its JVM and Python workers inherit it.
+        nice = ["nice", "-n", str(driver.nice)] if driver.nice else []
+        with lock:
+            if stop.is_set():
+                raise _Stopped
+            child = subprocess.Popen(
+                [*nice, sys.executable, "-m", "pos_lambda.speed_layer.cli", *argv,
+                 "--jobs", ",".join(driver.jobs), "--driver"],
+                env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},
+            )  # fmt: skip
+            children[index] = child
+            return child
+
+    def keep(index: int) -> None:
+        try:
+            code = _keep_running(
+                settings, drivers[index], lambda: spawn(index, drivers[index]), stop
+            )
+        except _Stopped:
+            return
+        if code != 0:
+            with lock:
+                failed.append(code)
+            forward(signal.SIGTERM)  # one part of the speed layer is down: stop the rest
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    threads = [threading.Thread(target=keep, args=(i,), daemon=True) for i in range(len(drivers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(1)  # short waits: the main thread takes the signals
+    return failed[0] if failed else 0
+
+
+class _Stopped(Exception):
+    """The speed layer is stopping: start no driver."""
+
+
+def _keep_running(
+    settings: Settings, driver: Driver, spawn: Callable[[], subprocess.Popen[bytes]],
+    stop: threading.Event,
+) -> int:  # fmt: skip
+    """One driver, started again after each failure (EXIT_RETRY) with backoff."""
+    queries = [QUERY_OF_JOB[j] for j in driver.jobs]
+    failures = 0
+    while True:
+        progress_before = _progress_of(settings, queries)
+        code = spawn().wait()
+        if stop.is_set() or code != EXIT_RETRY:
+            return code if code >= 0 else 128 - code  # killed by signal N: 128 + N
+        # Consecutive failures only: a driver that got work done starts the count anew.
+        progressed = _progress_of(settings, queries) != progress_before
+        failures = 1 if progressed else failures + 1
+        if failures > settings.speed_max_restarts:
+            log.error(
+                "%s failed %d times in a row (see above). Fix the cause and run "
+                "`pos-speed run` again: it resumes from its checkpoints under %s.",
+                ", ".join(queries), failures, settings.checkpoint_dir,
+            )  # fmt: skip
+            return 1
+        delay = min(2**failures, 30)
+        log.warning(
+            "%s: restarting from its checkpoint in %d s (%d of %d consecutive restarts)",
+            ", ".join(queries), delay, failures, settings.speed_max_restarts,
+        )  # fmt: skip
+        # A retry delay (giving Cassandra or Kafka time to come back), not synchronisation.
+        if stop.wait(delay):
+            return 0
+
+
+def _progress_of(settings: Settings, queries: list[str]) -> list[Any]:
+    """The last recorded micro-batch of each of `queries` (changes when they progress)."""
+    try:
+        recorded = json.loads(settings.speed_status_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return [None for _ in queries]
+    return [recorded.get(q) for q in queries]
+
+
+def die_with_supervisor() -> None:
+    """A driver dies with its supervisor (Linux), even by `kill -9`: no orphan driver
+    keeps a query's checkpoint while a restarted speed layer runs the same query."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    supervisor = os.environ.get(SUPERVISOR_PID_ENV)
+    if supervisor and os.getppid() != int(supervisor):  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
