@@ -232,7 +232,7 @@ def main() -> None:
             r.rounds.append(throughput)
             r.duplicates += duplicates
             print(f"round {n + 1}: {r.mode:<14} {r.interval_ms:>5} ms: {throughput:>8,.0f} "
-                  f"src/pos_lambda/alerts/s", flush=True)  # fmt: skip
+                  f"alerts/s", flush=True)  # fmt: skip
     for r in results:
         r.throughput = statistics.median(r.rounds)
         s = _config(base, r.mode, r.interval_ms, _topic(base, "in"))
@@ -266,7 +266,7 @@ def _write(args: argparse.Namespace, results: list[Result], count: int) -> None:
         at = f"{interval} ms"
         figures += [
             bench_results.vs_peer(
-                f"EOS throughput, {at}", eos.throughput, "src/pos_lambda/alerts/s",
+                f"EOS throughput, {at}", eos.throughput, "alerts/s",
                 f"ALO throughput, {at}", alo.throughput, anchor if interval == 100 else None,
             ),
             bench_results.baseline(f"ALO throughput, {at}", alo.throughput, "alerts/s"),
