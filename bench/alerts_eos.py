@@ -257,7 +257,7 @@ def main() -> None:
 
 def _write(args: argparse.Namespace, results: list[Result], count: int) -> None:
     """Per interval: EOS as a ratio to ALO (throughput, latency p50 and p99)."""
-    # The field's anchor, as a reference line rather than a promise (see the README).
+    # The field's anchor, as a reference line rather than a promise (see docs/alerts.md).
     anchor = bench_results.Goal(">=", 0.97, "the field: ~3 % overhead at 100 ms")
     figures = []
     for interval in INTERVALS_MS:

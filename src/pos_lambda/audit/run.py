@@ -11,7 +11,7 @@ Run it once the pipeline has drained the ledger's topic (`pos-speed run --availa
 a batch run over the data's days, `pos-alerts run` and `pos-alerts sink` caught up).
 Expectations come from the ledger only (pos_lambda.audit.expectations); the views are read as
 users read them (audit.readers); audit.compare counts the differences. Which views are
-exact, and when, is said per view below and in the README's "Audit" section.
+exact, and when, is said per view below and in docs/audit.md.
 
 It fails closed: without a piece of its evidence (the ledger's files, a ledger with
 messages, the speed layer's checkpoint for the views that need to know what the speed

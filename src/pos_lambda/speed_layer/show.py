@@ -2,7 +2,7 @@
 
     python -m pos_lambda.speed_layer.show [--limit 10]
 
-For anything else, query the views with CQL (see README, Querying the views).
+For anything else, query the views with CQL (`pos-serve cookbook`; docs/serving.md).
 """
 
 from __future__ import annotations
