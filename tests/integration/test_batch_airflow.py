@@ -37,7 +37,7 @@ def airflow(
     isolated: tuple[Settings, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Settings, Any]]:
     settings, cql = isolated
-    own = settings.model_copy(update={"state_dir": tmp_path / "state", "airflow_port": 18080})
+    own = settings.with_overrides(**{"state_dir": tmp_path / "state", "airflow_port": 18080})
     # Airflow's processes (and so spark-submit) take POS_* from the environment; the
     # topic too: await_archive checks the archiver's offsets on it.
     for name in (

@@ -24,7 +24,7 @@ def main() -> None:
 
     settings = load_settings()
     cluster = cassandra_client.cluster(settings)
-    session = cluster.connect(settings.cassandra_keyspace)
+    session = cluster.connect(settings.cassandra.keyspace)
     try:
         aggs = list(session.execute(f"SELECT * FROM {cql.AGG_SPEED_TABLE}"))
         receipts = session.execute(f"SELECT COUNT(*) FROM {cql.RAW_TABLE}").one()[0]
