@@ -197,8 +197,9 @@ class SparkSettings(_Section):
     scheduler_mode: Literal["FAIR", "FIFO"] = Field(
         default="FAIR",
         description="How a driver's concurrent jobs share the executors: FAIR gives the "
-        "speed layer's views query its cores ahead of the archiver's (infra/"
-        "spark-scheduler-pools.xml); FIFO is Spark's default, first job first.",
+        "speed layer's views query its cores ahead of the archiver's "
+        "(src/pos_lambda/adapters/spark-scheduler-pools.xml); FIFO is Spark's default, "
+        "first job first.",
     )
     python_daemon_module: str = Field(
         default="pos_lambda.adapters.spark_python_daemon",
@@ -587,12 +588,15 @@ class Settings(BaseSettings):
     )
     bind_host: str = Field(
         default="127.0.0.1",
-        description="Local services bind here only. Anything but a loopback address needs "
-        "Cassandra and Kafka authentication configured (see _exposed_needs_auth).",
+        description="Local services bind here only. Anything but a loopback address is "
+        "refused unless the Cassandra login and a Kafka SASL login are set "
+        "(docs/deploy.md, Security).",
     )
     data_dir: Path = Field(
         default=PROJECT_ROOT / ".state" / "data",
-        description="Master dataset and checkpoints (any Hadoop URI on a cluster).",
+        description="Master dataset and checkpoints. On a cluster, a path the driver and "
+        "every executor see (a shared mount): a filesystem path, not yet a URI "
+        "(s3a://bucket/x would arrive as s3a:/bucket/x).",
     )
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
