@@ -235,4 +235,4 @@ def test_every_alert_exactly_once_after_kill_9_and_a_broker_hard_restart(
     uncommitted = read_all(s.bootstrap_servers, s.topics.alerts, "read_uncommitted")
     assert len(uncommitted) > len(committed)
     assert {r.key for r in uncommitted} == set(ids)
-    assert log.read_text().count("crash point kill_after_produce reached") == 2
+    assert log.read_text().count("failpoint alerts.after_produce reached: kill -9") == 2

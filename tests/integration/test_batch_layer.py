@@ -447,7 +447,10 @@ def test_two_racing_commits_exactly_one_wins_and_the_served_rows_stay_exact(
         )  # fmt: skip
     try:
         assert wait_for(
-            lambda: "paused before commit" in log_file.read_text() or b.poll() is not None,
+            lambda: (
+                "failpoint batch.before_commit reached" in log_file.read_text()
+                or b.poll() is not None
+            ),
             timeout=600,
         )
         assert b.poll() is None, log_file.read_text()[-3000:]

@@ -149,4 +149,5 @@ def test_speed_and_batch_on_a_standalone_cluster_equal_the_ledger(
     # 4. Stopping leaves nothing behind: no daemon, no port.
     assert spark_service.stop(cluster)
     assert spark_service.status(cluster) == "stopped"
-    assert not any(port_open("127.0.0.1", getattr(cluster, p)) for p in SPARK_PORTS)
+    env = cluster.environment()
+    assert not any(port_open("127.0.0.1", int(env[f"POS_{p.upper()}"])) for p in SPARK_PORTS)
