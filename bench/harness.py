@@ -4,8 +4,9 @@ and its progress), the ledger check, the services' CPU, and the cleanup of what 
 created in the shared Kafka and Cassandra.
 
     parser = harness.parser(__doc__, "speed_backlog")  # --json PATH, --no-json
-    for rnd, (name, code) in harness.alternate(args.rounds, codes.items()):
-        status = harness.speed_once(settings, keyspace, data, "views", tree=code)
+    for rnd, (name, tree) in harness.alternate(args.rounds, codes.items()):
+        status = harness.speed_once(topic, keyspace, data, "views", tree)
+        rates[name].append(status[QUERY_OF_JOB["views"]]["processed_rows_per_second"])
     medians = harness.medians(rates)
 
 Another revision's code (`tree`) is run through bench.revisions, in whichever layout
