@@ -105,24 +105,24 @@ audit: $(INSTALLED) ## compare every view with a producer ledger (LEDGER, defaul
 
 bench: up ## every benchmark (side-by-side ratios), then the report in docs/bench/ (JSON, tables, charts)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
-	$(PY) bench/producer_idempotence.py
-	$(PY) bench/producer_clients.py  # confluent-kafka vs kafka-python, idempotent, same messages
-	$(PY) bench/speed_designs.py
-	$(PY) bench/batch_recompute.py --seconds 21600  # 6 h of 1 s micro-batch files (a whole day: --seconds 86400, ~4x longer)
-	$(PY) bench/batch_history.py  # one hourly run (10,000 new receipts) on 1M, 10M and 50M records of generated, folded history; rows written per new receipt (with/without late data); non-write time vs delta-rs + polars
-	$(PY) bench/speed_backlog.py --vs 587bde6  # speed views before/after the hostile-input hardening
-	$(PY) bench/speed_vs_plain.py  # speed layer (views query; both queries; one-shot cold and running warm after a 200k-message warm-up) vs a plain Python consumer, same topic (250k, faults), ledger-checked
-	$(PY) bench/speed_latency.py --vary POS_SPEED_DRIVERS=per-query,shared --warmup 210 --max-warmup 420  # produce-to-visible p50/p99 of `pos-speed run` (1 s trigger) at 10 and 1,000 events/s, a driver per query (shipped) vs both in one driver; micro-batch cost. at least 210 s of warm-up, and until the archiver has drained the cold start's backlog (at 1,000 events/s ~3-4 min), at most 420 s
-	$(PY) bench/speed_micro_batch.py  # a small views micro-batch's fixed cost, stage by stage; the project vs PySpark's own Python worker daemon (--baseline REV: vs an earlier revision)
-	$(PY) bench/speed_constant_cost.py  # the same 1,000-message micro-batch on 1M stored receipts vs empty tables (constant per-batch cost)
-	$(PY) bench/alerts_eos.py  # alerts: exactly once vs at least once, 10 ms / 100 ms / 1 s
+	$(PY) -m bench.producer_idempotence
+	$(PY) -m bench.producer_clients  # confluent-kafka vs kafka-python, idempotent, same messages
+	$(PY) -m bench.speed_designs
+	$(PY) -m bench.batch_recompute --seconds 21600  # 6 h of 1 s micro-batch files (a whole day: --seconds 86400, ~4x longer)
+	$(PY) -m bench.batch_history  # one hourly run (10,000 new receipts) on 1M, 10M and 50M records of generated, folded history; rows written per new receipt (with/without late data); non-write time vs delta-rs + polars
+	$(PY) -m bench.speed_backlog --vs 587bde6  # speed views before/after the hostile-input hardening
+	$(PY) -m bench.speed_vs_plain  # speed layer (views query; both queries; one-shot cold and running warm after a 200k-message warm-up) vs a plain Python consumer, same topic (250k, faults), ledger-checked
+	$(PY) -m bench.speed_latency --vary POS_SPEED_DRIVERS=per-query,shared --warmup 210 --max-warmup 420  # produce-to-visible p50/p99 of `pos-speed run` (1 s trigger) at 10 and 1,000 events/s, a driver per query (shipped) vs both in one driver; micro-batch cost. at least 210 s of warm-up, and until the archiver has drained the cold start's backlog (at 1,000 events/s ~3-4 min), at most 420 s
+	$(PY) -m bench.speed_micro_batch  # a small views micro-batch's fixed cost, stage by stage; the project vs PySpark's own Python worker daemon (--baseline REV: vs an earlier revision)
+	$(PY) -m bench.speed_constant_cost  # the same 1,000-message micro-batch on 1M stored receipts vs empty tables (constant per-batch cost)
+	$(PY) -m bench.alerts_eos  # alerts: exactly once vs at least once, 10 ms / 100 ms / 1 s
 	@bash infra/system-deps.sh wrk  # the HTTP load tool (Debian's)
-	$(PY) bench/serving_latency.py
-	$(PY) bench/report.py  # docs/bench/README.md + PNG charts from docs/bench/*.json
+	$(PY) -m bench.serving_latency
+	$(PY) -m bench.report  # docs/bench/README.md + PNG charts from docs/bench/*.json
 
 docs: $(INSTALLED) ## regenerate the README's settings table and docs/bench/README.md (+ charts) from their sources
 	$(PY) docs/settings_table.py
-	$(PY) bench/report.py
+	$(PY) -m bench.report
 
 screenshots: setup ## log in to the running Airflow UI in headless Chromium, trigger pos_batch, keep screenshots in docs/
 	@bash infra/system-deps.sh chromium

@@ -1,7 +1,7 @@
 """What exactly-once costs the alerts processor: transactional vs at-least-once, at
 transaction (commit) intervals of 10 ms, 100 ms and 1 s, measured in one run.
 
-    python bench/alerts_eos.py [--count 100000] [--rate 500] [--seconds 10]
+    python -m bench.alerts_eos [--count 100000] [--rate 500] [--seconds 10]
 
 Every configuration runs `pos-alerts run` as a separate process (as deployed), with a
 threshold that makes every receipt an alert (one alert per input record: the produce
@@ -32,6 +32,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -40,9 +41,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-import results as bench_results  # bench/, beside this script
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from bench import harness
+from bench import results as bench_results
 from pos_lambda.adapters import schema_apply
 from pos_lambda.producer.kafka_sink import produce, producer_config
 from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate
@@ -202,19 +204,16 @@ def _latency(s: Settings, rate: int, seconds: int, log: Path) -> tuple[float, fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "alerts_eos")
     parser.add_argument("--count", type=int, default=100_000, help="receipts, throughput runs")
     parser.add_argument("--rate", type=int, default=500, help="receipts/s, latency runs")
     parser.add_argument("--seconds", type=int, default=10, help="length of a latency run")
     parser.add_argument(
         "--rounds", type=int, default=3, help="throughput rounds (median; configurations alternate)"
     )
-    bench_results.add_json_argument(parser, "alerts_eos")
     args = parser.parse_args()
     base = load_settings()
-    log = Path(f"/tmp/bench-alerts-{uuid.uuid4().hex[:8]}.log")
+    log = Path(tempfile.gettempdir()) / f"bench-alerts-{uuid.uuid4().hex[:8]}.log"
     backlog = _topic(base, "in")
     messages = _messages(args.count, seed=1)
     produce(messages, base.bootstrap_servers, backlog, quiet=True)
@@ -222,14 +221,13 @@ def main() -> None:
     results = [Result(mode, interval) for interval in INTERVALS_MS for mode in MODES]
     # Rounds over every configuration in turn, modes alternating: drift on a shared
     # machine hits all of them; the median of the rounds is reported.
-    for n in range(args.rounds):
-        for r in results:
-            s = _config(base, r.mode, r.interval_ms, backlog)
-            throughput, duplicates = _throughput(s, len(messages), log)
-            r.rounds.append(throughput)
-            r.duplicates += duplicates
-            print(f"round {n + 1}: {r.mode:<14} {r.interval_ms:>5} ms: {throughput:>8,.0f} "
-                  f"alerts/s", flush=True)  # fmt: skip
+    for n, r in harness.alternate(args.rounds, results):
+        s = _config(base, r.mode, r.interval_ms, backlog)
+        throughput, duplicates = _throughput(s, len(messages), log)
+        r.rounds.append(throughput)
+        r.duplicates += duplicates
+        print(f"round {n}: {r.mode:<14} {r.interval_ms:>5} ms: {throughput:>8,.0f} "
+              f"alerts/s", flush=True)  # fmt: skip
     for r in results:
         r.throughput = statistics.median(r.rounds)
         s = _config(base, r.mode, r.interval_ms, _topic(base, "in"))

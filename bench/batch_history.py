@@ -1,6 +1,6 @@
 """History benchmark: one hourly batch run over 10,000 new receipts, whatever the history.
 
-    python bench/batch_history.py [--sizes 1000000,10000000,50000000] [--new 10000]
+    python -m bench.batch_history [--sizes 1000000,10000000,50000000] [--new 10000]
                                   [--no-json]
 
 Issue 46's "cost flat in the history", measured in one run with ratios:
@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -78,7 +77,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import results  # bench/, beside this script
+# Only what the floor's own process needs (it is timed from its start): the rest is
+# imported where it is used.
+from bench import results, revisions
 
 NEW_HOUR = datetime(2026, 11, 2, 12, tzinfo=UTC)  # a Monday, midday: 48 windows of its day
 GENERATION = "g0"
@@ -520,9 +521,9 @@ class Generated:
 def generate(spark: Any, shape: Shape, settings: Any) -> Generated:
     """The folded history: master dataset, index, H's day's receipts, two days of
     aggregates, the pointer (see the module's doc)."""
-    from batch_recompute import append  # bench/: the master dataset's append, reused
     from pyspark.sql import functions as F
 
+    from bench.batch_recompute import append  # the master dataset's append, reused
     from pos_lambda.adapters import cassandra, master_dataset
     from pos_lambda.schemas import cql
     from pos_lambda.views import records
@@ -661,20 +662,18 @@ def write_pointer(
 def run_batch(settings: Any, shape: Shape, event_dir: Path) -> dict[str, Any]:
     """`pos-batch run` over the new hour in a process of its own (a cold JVM), with
     Spark's event log on; its wall clock, exit code, JSON line and event log."""
+    from bench import harness
+
     start, end = shape.new_hour, shape.new_hour + timedelta(hours=1)
     event_dir.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "POS_CASSANDRA_KEYSPACE": settings.cassandra.keyspace,
-        "POS_DATA_DIR": str(settings.data_dir),
-        "PYSPARK_SUBMIT_ARGS": f"--conf spark.eventLog.enabled=true --conf "
-        f"spark.eventLog.dir=file://{event_dir} pyspark-shell",
-    }
-    cmd = [sys.executable, "-m", "pos_lambda.batch_layer.cli", "run",
-           "--start", start.isoformat(), "--end", end.isoformat()]  # fmt: skip
+    spark_args = (f"--conf spark.eventLog.enabled=true --conf "
+                  f"spark.eventLog.dir=file://{event_dir} pyspark-shell")  # fmt: skip
+    env = harness.pipeline_env(settings.cassandra.keyspace, settings.data_dir,
+                               extra={"PYSPARK_SUBMIT_ARGS": spark_args})  # fmt: skip
     began = time.time()
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, cwd=results.PROJECT_ROOT, capture_output=True, text=True)
+    done = harness.run_pipeline("pos-batch", "run", "--start", start.isoformat(),
+                                "--end", end.isoformat(), env=env, check=False)  # fmt: skip
     wall = time.perf_counter() - t0
     ended = time.time()
     line = next((ln for ln in reversed(done.stdout.splitlines()) if ln.startswith("{")), None)
@@ -979,9 +978,10 @@ def run_floor(table: Path, after: int, upto: int) -> dict[str, Any]:
     clock, the work's own time, and its aggregates (for the check)."""
     with tempfile.TemporaryDirectory(prefix="pos-bench-history-floor-") as d:
         out = Path(d) / "floor.json"
+        cmd, cwd = revisions.bench("batch_history", "--floor-of", f"{table},{after},{upto}",
+                                   "--floor-out", str(out))  # fmt: skip
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, __file__, "--floor-of", f"{table},{after},{upto}",
-                        "--floor-out", str(out)], check=True)  # fmt: skip
+        subprocess.run(cmd, cwd=cwd, check=True)
         wall = time.perf_counter() - t0
         doc = json.loads(out.read_text())
     return {"seconds": wall, "work_s": doc["work_s"], "aggregates": doc["aggregates"]}
@@ -1025,22 +1025,11 @@ def floor_differences(shape: Shape, rows: list[list[Any]]) -> list[str]:
 # --- one measurement ---------------------------------------------------------------------
 
 
-def drop_keyspace(settings: Any, keyspace: str) -> None:
-    from pos_lambda.adapters import cassandra_client
-
-    cluster = cassandra_client.cluster(settings, timeout=120)
-    try:
-        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
-    finally:
-        cluster.shutdown()
-
-
 def measure(
     spark: Any, base: Any, shape: Shape, floor: bool, tmp: Path, keep_events: Path | None = None
 ) -> dict[str, Any]:
     """Generate the state of one shape, run the hour, check and count: one `runs` row."""
-    from speed_constant_cost import compactions_idle  # bench/: awaits Cassandra's compactions
-
+    from bench.speed_constant_cost import compactions_idle  # awaits Cassandra's compactions
     from pos_lambda.adapters import master_dataset, schema_apply
 
     label = f"{shape.history:,} history" + (", late data" if shape.late else "")
@@ -1059,7 +1048,7 @@ def measure(
         if row["state_problems"]:
             raise SystemExit(f"{label}: the generated state is wrong: {row['state_problems']}")
         t0 = time.perf_counter()
-        from batch_recompute import append
+        from bench.batch_recompute import append
 
         append(master_rows(spark, shape, shape.hours, shape.hours + 1), settings)
         row["append_s"] = round(time.perf_counter() - t0, 1)
@@ -1099,7 +1088,9 @@ def measure(
                   f"{'exact' if not row['floor']['problems'] else row['floor']['problems']})",
                   flush=True)  # fmt: skip
     finally:
-        drop_keyspace(base, ks)
+        from bench import harness
+
+        harness.drop(base, [ks])
         shutil.rmtree(settings.data_dir, ignore_errors=True)
         if keep_events is not None and (tmp / f"{ks}-events").exists():
             keep_events.mkdir(parents=True, exist_ok=True)
@@ -1113,7 +1104,7 @@ def measure(
 # --- figures and the command line -----------------------------------------------------------
 
 
-CODE_DIRS = ("adapters", "batch_layer", "infra", "schemas", "views")
+CODE_DIRS = ("adapters", "batch_layer", "schemas", "views")  # what an hourly run runs
 
 
 def code_fingerprint() -> str:
@@ -1121,10 +1112,11 @@ def code_fingerprint() -> str:
     and a run compared with another must have run the same code."""
     import hashlib
 
+    code = revisions.layout(revisions.PROJECT_ROOT).code
     digest = hashlib.sha256()
     for d in CODE_DIRS:
-        for path in sorted((results.PROJECT_ROOT / d).rglob("*.py")):
-            digest.update(str(path.relative_to(results.PROJECT_ROOT)).encode())
+        for path in sorted((code / d).rglob("*.py")):
+            digest.update(str(path.relative_to(revisions.PROJECT_ROOT)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -1180,7 +1172,7 @@ def figures(runs: list[dict[str, Any]]) -> list[results.Figure]:
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    )  # not harness.parser: the floor's process, timed from its start, imports no more
     parser.add_argument("--sizes", default=DEFAULT_SIZES,
                         help=f"records of history per run (default {DEFAULT_SIZES}); the "
                         "smallest also gets the late-data run and the floor")  # fmt: skip

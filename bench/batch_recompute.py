@@ -1,6 +1,6 @@
 """Batch layer and master dataset, measured in one run with side-by-side ratios.
 
-    python bench/batch_recompute.py [--sizes 1000000,2000000] [--seconds 86400]
+    python -m bench.batch_recompute [--sizes 1000000,2000000] [--seconds 86400]
                                     [--baseline REV [--rounds 2]]
 
 1. Master dataset read time, before and after compaction: one day's partition as the
@@ -35,18 +35,19 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import results as bench_results  # bench/, beside this script
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bench import harness, revisions
+from bench import results as bench_results
 from pos_lambda.adapters import master_dataset, schema_apply
 from pos_lambda.adapters.spark_session import build_session
 from pos_lambda.batch_layer import job
@@ -114,12 +115,6 @@ def append(rows: DataFrame, settings: Settings) -> None:
     )
 
 
-def timed(fn: Any) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - t0, value
-
-
 def read_all(spark: SparkSession, settings: Settings) -> int:
     """A full scan: counts rows and sums a data column. A bare count() would be answered
     from the Delta log's file statistics without opening a single Parquet file."""
@@ -153,11 +148,11 @@ def compaction(spark: SparkSession, base: Settings, seconds: int) -> dict[str, A
     print(f"  wrote {seconds:,} files in {time.perf_counter() - t0:.0f} s" + " " * 20)
     files_before = len(master_dataset.snapshot(spark, s).rows.inputFiles())
     read_all(spark, s)  # warm the JVM and the file listing cache equally for both reads
-    before, count = timed(lambda: read_all(spark, s))
-    optimize_s, _ = timed(lambda: master_dataset.optimize(spark, s))
+    before, count = harness.timed(lambda: read_all(spark, s))
+    optimize_s, _ = harness.timed(lambda: master_dataset.optimize(spark, s))
     files_after = len(master_dataset.snapshot(spark, s).rows.inputFiles())
     read_all(spark, s)
-    after, count_after = timed(lambda: read_all(spark, s))
+    after, count_after = harness.timed(lambda: read_all(spark, s))
     assert count == count_after == n, (count, count_after, n)
     print(
         f"master dataset, one day of {seconds:,} 1 s micro-batches ({n:,} records): "
@@ -185,8 +180,8 @@ def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> list[dict[st
         schema_apply.apply_cql(s)
         append(master_rows(spark, n), s)
         floor(spark, s)  # warm-up (JIT, file listing) before either measurement
-        floor_s, _ = timed(lambda s=s: floor(spark, s))
-        job_s, result = timed(lambda s=s: job.run(spark, s, interval))
+        floor_s, _ = harness.timed(partial(floor, spark, s))
+        job_s, result = harness.timed(partial(job.run, spark, s, interval))
         results[n] = job_s
         runs.append({"part": "batch", "records": n, "job_s": job_s, "floor_s": floor_s,
                      "receipts": result.receipts,
@@ -263,9 +258,7 @@ def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "batch_recompute")
     parser.add_argument(
         "--sizes", default="1000000,2000000", help="master records per batch-job run ('' skips)"
     )
@@ -284,13 +277,12 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=2, help="with --baseline: runs of each code per size"
     )
-    bench_results.add_json_argument(parser, "batch_recompute")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     name = None
     if args.baseline:
-        with bench_results.code_at(args.baseline) as (name, tree):
+        with revisions.code_at(args.baseline) as (name, tree):
             runs = side_by_side(args, name, tree)
     else:
         runs = measure(args)
@@ -324,16 +316,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             runs += batch(spark, settings, sizes)
     finally:
         spark.stop()
-        from cassandra.cluster import Cluster
-
-        cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra.port)
-        session = cluster.connect()
-        for name in [
-            settings.cassandra.keyspace,
-            *(f"{settings.cassandra.keyspace}_{n}" for n in sizes),
-        ]:
-            session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
-        cluster.shutdown()
+        ks = settings.cassandra.keyspace
+        harness.drop(settings, [ks, *(f"{ks}_{n}" for n in sizes)])
         shutil.rmtree(tmp, ignore_errors=True)
     return runs
 
@@ -343,28 +327,25 @@ def side_by_side(args: argparse.Namespace, name: str, tree: Path) -> list[dict[s
     (every other round the baseline first), each run this script (or the baseline's own)
     in a fresh process; the compaction once, with this checkout's code. The runs carry
     `code` ("this" or the baseline's name) and `round`."""
-    here = Path(__file__).resolve()
     runs: list[dict[str, Any]] = []
     if args.seconds:
-        runs += child_runs(here, None, ["--sizes", "", "--seconds", str(args.seconds)])
-    codes = [("this", here, None), (name, tree / "bench" / here.name, tree)]
+        runs += child_runs(None, ["--sizes", "", "--seconds", str(args.seconds)])
+    codes: list[tuple[str, Path | None]] = [("this", None), (name, tree)]
     for n in [int(x) for x in args.sizes.split(",") if x]:
-        for rnd in range(args.rounds):
-            for code, script, root in codes[::-1] if rnd % 2 else codes:
-                print(f"round {rnd + 1}, {n:,} records: {code}", flush=True)
-                for r in child_runs(script, root, ["--sizes", str(n), "--seconds", "0"]):
-                    runs.append({**r, "code": code, "round": rnd + 1})
+        for rnd, (code, root) in harness.alternate(args.rounds, codes, reverse_odd=True):
+            print(f"round {rnd}, {n:,} records: {code}", flush=True)
+            for r in child_runs(root, ["--sizes", str(n), "--seconds", "0"]):
+                runs.append({**r, "code": code, "round": rnd})
     return runs
 
 
-def child_runs(script: Path, tree: Path | None, argv: list[str]) -> list[dict[str, Any]]:
-    """Run a batch_recompute script (tree: another revision's, with that revision's
-    modules) in a process of its own; its `runs`."""
+def child_runs(tree: Path | None, argv: list[str]) -> list[dict[str, Any]]:
+    """Run this benchmark of `tree` (None: this checkout), with that tree's modules, in a
+    process of its own; its `runs`."""
     with tempfile.TemporaryDirectory(prefix="pos-bench-batch-run-") as d:
         out = Path(d) / "runs.json"
-        env = bench_results.code_env(tree) if tree else None
-        subprocess.run([sys.executable, str(script), *argv, "--json", str(out)],
-                       cwd=tree or bench_results.PROJECT_ROOT, env=env, check=True)  # fmt: skip
+        cmd, cwd = revisions.bench("batch_recompute", *argv, "--json", str(out), tree=tree)
+        subprocess.run(cmd, cwd=cwd, env=revisions.code_env(tree), check=True)
         return list(json.loads(out.read_text())["runs"])
 
 

@@ -13,7 +13,7 @@ it gives up for its speed: its dedup state lives in memory, so a restart forgets
 which receipts it has seen (a replay after a crash double-counts), and nothing beyond
 one process scales it. It records no conflicts and no `receipt_keys`.
 
-    python bench/plain_consumer.py --topic T --keyspace K [--ledger DIR]
+    python -m bench.plain_consumer --topic T --keyspace K [--ledger DIR]
 
 reads T from the beginning to its end (as `pos-speed run --available-now`), prints
 a JSON line with events/s, and with --ledger checks its tables against the producer's
@@ -22,7 +22,6 @@ ledger (exit 1 when they differ: its numbers count only when exact).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -31,8 +30,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from pos_lambda.adapters import cassandra_client, schema_apply
-from pos_lambda.producer.ledger import expected_aggregates, load_receipts
 from pos_lambda.schemas import contract, cql
 from pos_lambda.schemas.contract import Invalid, parse_message
 from pos_lambda.settings import Settings, load_settings
@@ -154,55 +153,8 @@ def consume(settings: Settings, keyspace: str, max_lateness_hours: float = 48.0)
             "started_at": started_at, "ended_at": ended_at}  # fmt: skip
 
 
-def check_ledger(settings: Settings, keyspace: str, ledger: Path) -> list[str]:
-    """Differences between the views in `keyspace` and the producer's ledger (none: exact)."""
-    cluster = cassandra_client.cluster(settings)
-    session = cluster.connect(keyspace)
-    try:
-        rows = session.execute(
-            f"SELECT operation_id, vendor_fiscal_module, transaction_id, item_quantity, revenue,"
-            f" late FROM {cql.RAW_TABLE}"
-        ).all()
-        aggs = session.execute(
-            f"SELECT operation_id, window_start, receipt_count, item_quantity, revenue,"
-            f" late_count FROM {cql.AGG_SPEED_TABLE}"
-        ).all()
-    finally:
-        cluster.shutdown()
-    problems = []
-    stored = {(r.operation_id, r.vendor_fiscal_module, r.transaction_id): r for r in rows}
-    if len(stored) != len(rows):
-        problems.append(f"{len(rows) - len(stored)} natural keys stored twice")
-    expected = load_receipts(ledger)
-    if set(stored) != set(expected):
-        missing, extra = len(set(expected) - set(stored)), len(set(stored) - set(expected))
-        problems.append(f"raw rows: {missing} missing, {extra} extra")
-    for key in set(stored) & set(expected):
-        row, want = stored[key], expected[key]
-        got = (row.item_quantity, Decimal(row.revenue), row.late)
-        if got != (int(want["item_quantity"]), Decimal(want["revenue"]), want["late"]):
-            problems.append(f"raw row {key}: {got} != ledger")
-            break
-    want_aggs = {(s, ws.replace(tzinfo=None)): tuple(a) for (s, ws), a in
-                 expected_aggregates(ledger).items()}  # fmt: skip
-    got_aggs = {
-        (a.operation_id, a.window_start): (
-            a.receipt_count, a.item_quantity, Decimal(a.revenue), a.late_count
-        )
-        for a in aggs
-    }  # fmt: skip
-    if got_aggs != want_aggs:
-        wrong = sum(
-            1 for k in set(got_aggs) | set(want_aggs) if got_aggs.get(k) != want_aggs.get(k)
-        )
-        problems.append(f"aggregates: {wrong} of {len(want_aggs)} windows differ")
-    return problems
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--keyspace", required=True, help="created with the views' tables")
     parser.add_argument("--ledger", type=Path, help="the producer's ledger to check against")
@@ -213,7 +165,7 @@ def main() -> None:
     schema_apply.apply_cql(settings, args.keyspace)
     result = consume(settings, args.keyspace, settings.speed.max_lateness_hours)
     if args.ledger is not None:
-        problems = check_ledger(settings, args.keyspace, args.ledger)
+        problems = harness.check_ledger(settings, args.keyspace, args.ledger)
         result["exact"] = not problems
         result["problems"] = problems
     print(json.dumps(result, default=str))

@@ -1,7 +1,7 @@
 """Producer throughput of confluent-kafka (the project's client) vs kafka-python (the one the
 mission named), idempotent, on the same messages, alternated in one run.
 
-    python bench/producer_clients.py [--count 200000] [--rounds 3] [--no-json]
+    python -m bench.producer_clients [--count 200000] [--rounds 3] [--no-json]
 
 The simulator's receipts are encoded once (src/pos_lambda/producer/simulation.py: keys, JSON values,
 record timestamps); each run sends all of them into a fresh topic of its own. Both clients
@@ -18,7 +18,6 @@ alternate which client goes first. Writes docs/bench/producer_clients.json
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import sys
@@ -29,10 +28,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import results  # bench/, beside this script
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
+from bench import harness, results
 from pos_lambda.adapters import schema_apply
 from pos_lambda.producer.kafka_sink import produce, producer_config
 from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate
@@ -83,7 +81,7 @@ def run_kafka_python(
     batch_bytes: int = KAFKA_PYTHON_BATCH_BYTES,
 ) -> tuple[float, float]:
     """The same with kafka-python: per-message callbacks count acks, as produce() does."""
-    from kafka import KafkaProducer  # type: ignore[import-untyped]  # the bench extra
+    from kafka import KafkaProducer  # the bench extra
 
     created = time.perf_counter()
     client = KafkaProducer(
@@ -138,11 +136,6 @@ def end_offsets(settings: Settings, topic: str) -> int:
         consumer.close()
 
 
-def order(rnd: int) -> tuple[str, ...]:
-    """Alternate who goes first, so neither client always runs on a fresher machine."""
-    return CLIENTS if rnd % 2 == 0 else CLIENTS[::-1]
-
-
 def figures(runs: Sequence[Run]) -> list[results.Figure]:
     """Medians of the verified runs per client, confluent-kafka as a ratio to kafka-python."""
     med: dict[str, dict[str, float]] = {}
@@ -170,9 +163,7 @@ def figures(runs: Sequence[Run]) -> list[results.Figure]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "producer_clients")
     parser.add_argument("--count", type=int, default=200_000, help="receipts per run")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (each runs both clients)")
     parser.add_argument(
@@ -181,7 +172,6 @@ def main() -> None:
         default=KAFKA_PYTHON_BATCH_BYTES,
         help="kafka-python's batch_size (default: librdkafka's batch.size; its own is 16384)",
     )
-    results.add_json_argument(parser, "producer_clients")
     args = parser.parse_args()
     if args.count < 1 or args.rounds < 1:
         parser.error("--count and --rounds must be >= 1")
@@ -201,22 +191,22 @@ def main() -> None:
     }
     runs: list[Run] = []
     topics: list[str] = []
-    for rnd in range(args.rounds):
-        for client in order(rnd):
-            topic = f"bench.clients.{uuid.uuid4().hex[:8]}"
-            schema_apply.create_topics(settings, {topic: settings.topics.partitions})
-            topics.append(topic)
-            print(f"round {rnd + 1}: {client:<15} ...", end=" ", flush=True)
-            seconds, connect_ms = runners[client](settings, topic, messages)
-            offsets = end_offsets(settings, topic)
-            run = Run(
-                rnd + 1, client, topic, len(messages), seconds, connect_ms, offsets,
-                verified=offsets == len(messages) + 1,
-            )  # fmt: skip
-            runs.append(run)
-            check = "all arrived" if run.verified else f"END OFFSETS {offsets:,}: NOT COUNTED"
-            print(f"{run.events_per_s:>9,.0f} events/s, connect {connect_ms:4.0f} ms, {check}")
-    _delete_topics(settings, topics)
+    # Every other round the other client first: neither always runs on a fresher machine.
+    for rnd, client in harness.alternate(args.rounds, CLIENTS, reverse_odd=True):
+        topic = f"bench.clients.{uuid.uuid4().hex[:8]}"
+        schema_apply.create_topics(settings, {topic: settings.topics.partitions})
+        topics.append(topic)
+        print(f"round {rnd}: {client:<15} ...", end=" ", flush=True)
+        seconds, connect_ms = runners[client](settings, topic, messages)
+        offsets = end_offsets(settings, topic)
+        run = Run(
+            rnd, client, topic, len(messages), seconds, connect_ms, offsets,
+            verified=offsets == len(messages) + 1,
+        )  # fmt: skip
+        runs.append(run)
+        check = "all arrived" if run.verified else f"END OFFSETS {offsets:,}: NOT COUNTED"
+        print(f"{run.events_per_s:>9,.0f} events/s, connect {connect_ms:4.0f} ms, {check}")
+    harness.drop(settings, [], topics)  # this run's topics only (the broker is shared)
     figs = figures(runs)
     head = figs[0]
     print(
@@ -239,16 +229,6 @@ def main() -> None:
 
 def _run_json(r: Run) -> dict[str, Any]:
     return {**asdict(r), "events_per_s": round(r.events_per_s, 1)}
-
-
-def _delete_topics(settings: Settings, topics: list[str]) -> None:
-    """This run's topics only (the checkout and broker are shared)."""
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, "log_level": 2})
-    for topic, future in admin.delete_topics(topics, operation_timeout=30).items():
-        try:
-            future.result()
-        except Exception as exc:  # a leftover topic is harmless; say so and go on
-            print(f"could not delete {topic}: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Producer throughput with idempotence on and off, side by side in one run.
 
-    python bench/producer_idempotence.py [--count 200000] [--rounds 3]
+    python -m bench.producer_idempotence [--count 200000] [--rounds 3]
 
 Generates the receipts once (the pure simulator is not what we measure), then
 sends them to fresh topics alternating on/off per round, and reports per round
@@ -16,15 +16,14 @@ Needs Kafka (`make up`).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-import results  # bench/, beside this script
 from confluent_kafka import Producer
 
+from bench import harness, results
 from pos_lambda.adapters import schema_apply
 from pos_lambda.producer.kafka_sink import DeliveryStats, produce, producer_config
 from pos_lambda.producer.simulation import SimulationConfig, simulate
@@ -32,12 +31,9 @@ from pos_lambda.settings import Settings, load_settings
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "producer_idempotence")
     parser.add_argument("--count", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
-    results.add_json_argument(parser, "producer_idempotence")
     args = parser.parse_args()
     settings = load_settings()
     messages = simulate(
@@ -46,30 +42,29 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     cold: dict[bool, list[DeliveryStats]] = {True: [], False: []}
     warm: dict[bool, list[DeliveryStats]] = {True: [], False: []}
-    for rnd in range(args.rounds):
-        for idempotence in (True, False):
-            mode = "on " if idempotence else "off"
-            topic = _topic(settings)
-            stats = produce(
-                messages, settings.bootstrap_servers, topic, idempotence=idempotence, quiet=True
-            )
-            cold[idempotence].append(stats)
-            topic = _topic(settings)
-            client = Producer(producer_config(settings.bootstrap_servers, idempotence))
-            client.produce(topic, b"warm-up")
-            client.flush(30)
-            warm_stats = produce(messages, "", topic, quiet=True, producer=client)
-            warm[idempotence].append(warm_stats)
-            for kind, st in (("cold", stats), ("warm", warm_stats)):
-                runs.append(
-                    {"round": rnd + 1, "idempotence": idempotence, "client": kind,
-                     "messages": st.acked, "seconds": st.seconds, "events_per_s": _rate(st),
-                     "first_ack_ms": _first_ack_ms(st)}
-                )  # fmt: skip
-            print(
-                f"round {rnd + 1}: idempotence={mode} cold {_rate(stats):,.0f} events/s "
-                f"(first ack {_first_ack_ms(stats):.0f} ms), warm {_rate(warm_stats):,.0f} events/s"
-            )
+    for rnd, idempotence in harness.alternate(args.rounds, (True, False)):
+        mode = "on " if idempotence else "off"
+        topic = _topic(settings)
+        stats = produce(
+            messages, settings.bootstrap_servers, topic, idempotence=idempotence, quiet=True
+        )
+        cold[idempotence].append(stats)
+        topic = _topic(settings)
+        client = Producer(producer_config(settings.bootstrap_servers, idempotence))
+        client.produce(topic, b"warm-up")
+        client.flush(30)
+        warm_stats = produce(messages, "", topic, quiet=True, producer=client)
+        warm[idempotence].append(warm_stats)
+        for kind, st in (("cold", stats), ("warm", warm_stats)):
+            runs.append(
+                {"round": rnd, "idempotence": idempotence, "client": kind,
+                 "messages": st.acked, "seconds": st.seconds, "events_per_s": _rate(st),
+                 "first_ack_ms": _first_ack_ms(st)}
+            )  # fmt: skip
+        print(
+            f"round {rnd}: idempotence={mode} cold {_rate(stats):,.0f} events/s "
+            f"(first ack {_first_ack_ms(stats):.0f} ms), warm {_rate(warm_stats):,.0f} events/s"
+        )
     figures: list[results.Figure] = []
     # Warm first, the report's headline: the per-message cost; cold adds the handshake.
     for name, unit, by_mode, metric in (

@@ -1,6 +1,6 @@
 """Render the benchmark report: docs/bench/*.json -> docs/bench/README.md and a PNG each.
 
-    python bench/report.py [--dir docs/bench]
+    python -m bench.report [--dir docs/bench]
 
 The last step of `make bench`; also run it alone after any one benchmark. It lists what is
 present: one markdown table per benchmark (figure, value, its peer or floor, the ratio, the
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import results  # bench/, beside this script
+from bench import results
 
 Doc = dict[str, Any]
 

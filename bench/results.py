@@ -2,14 +2,12 @@
 
 Every figure is a ratio to a peer (another implementation, same work, same run) or a floor
 (the least the work can cost here, same run), so the report compares runs from a busy,
-shared machine by their ratios, not their absolute numbers. Use it from a benchmark script
-(scripts in bench/ import it as `results`, the directory of the script being on sys.path):
+shared machine by their ratios, not their absolute numbers. Use it from a benchmark
+(a module of the `bench` package, run as `python -m bench.NAME`):
 
-    import argparse
-    import results
+    from bench import harness, results
 
-    parser = argparse.ArgumentParser(description=__doc__)
-    results.add_json_argument(parser, "producer_clients")  # --json PATH, --no-json
+    parser = harness.parser(__doc__, "producer_clients")  # --json PATH, --no-json
     args = parser.parse_args()
     ...  # measure; keep the raw per-round numbers
     figures = [
@@ -38,16 +36,14 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from bench.revisions import PROJECT_ROOT, git
+
 DOCS_BENCH = PROJECT_ROOT / "docs" / "bench"
 
 Op = Literal[">=", "<="]
@@ -182,40 +178,6 @@ def document(
         "figures": [f.to_json() for f in figures],
         "runs": runs,
     }
-
-
-def git(*cmd: str, strict: bool = False) -> str:
-    """`git cmd...` in this checkout: its output; strict: a failure stops the benchmark."""
-    done = subprocess.run(["git", *cmd], cwd=PROJECT_ROOT, capture_output=True, text=True)
-    if strict and done.returncode:
-        raise SystemExit(f"git {' '.join(cmd)}: {done.stderr.strip()}")
-    return done.stdout
-
-
-@contextmanager
-def code_at(rev: str) -> Iterator[tuple[str, Path]]:
-    """(a name for it, a detached worktree of `rev`), removed on exit: another
-    revision's code to run beside this checkout's (a benchmark's `--baseline`). The
-    tree has no jars or state of its own: point it at this checkout's (code_env)."""
-    commit = git("rev-parse", "--short", f"{rev}^{{commit}}", strict=True).strip()
-    name = f"code at {commit}" + (f" ({rev})" if rev != commit else "")
-    tree = Path(tempfile.mkdtemp(prefix="pos-bench-baseline-")) / "tree"
-    git("worktree", "add", "--detach", str(tree), commit, strict=True)
-    try:
-        yield name, tree
-    finally:
-        git("worktree", "remove", "--force", str(tree), strict=True)
-
-
-def code_env(tree: Path, env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment that runs `tree`'s modules (ahead of this checkout's editable
-    install) with this checkout's jars and service state. Run a script of the tree, or
-    `python -m` in the tree's directory: -m puts the working directory first."""
-    from pos_lambda.settings import load_settings
-
-    here = load_settings()
-    return {**(env or os.environ), "PYTHONPATH": str(tree), "POS_JARS_DIR": str(here.jars_dir),
-            "POS_STATE_DIR": str(here.state_dir)}  # fmt: skip
 
 
 def git_commit() -> Commit:

@@ -1,7 +1,7 @@
 """Serving latency: a store-day of 15-minute windows through the HTTP API (wrk against a
 running uvicorn) next to the same reads straight through cassandra-driver, one run.
 
-    python bench/serving_latency.py [--seconds 15] [--connections 1] [--stores 20]
+    python -m bench.serving_latency [--seconds 15] [--connections 1] [--stores 20]
 
 1. Seeds its own keyspace with what the layers write for a day: 20 stores, each with a
    committed batch version up to 14:00 (56 windows) and the speed view's 96 windows,
@@ -22,7 +22,6 @@ Needs Cassandra (`make up`); drops its keyspace at the end.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -36,8 +35,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import results  # bench/, beside this script
-
+from bench import harness, results
 from pos_lambda.adapters import schema_apply
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.schemas import cql
@@ -179,13 +177,10 @@ def port_free(settings: Settings) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "serving_latency")
     parser.add_argument("--seconds", type=int, default=15, help="per measurement")
     parser.add_argument("--connections", type=int, default=1, help="wrk connections")
     parser.add_argument("--stores", type=int, default=20)
-    results.add_json_argument(parser, "serving_latency")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: bash infra/system-deps.sh wrk (make bench does it)")
@@ -227,8 +222,8 @@ def main() -> None:
         if server is not None:
             server.terminate()
             server.wait(timeout=30)
-        session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
         cluster.shutdown()
+        harness.drop(settings, [settings.cassandra.keyspace])
     print(
         f"serving latency, one store-day (96 windows: 56 batch + 40 speed), {args.seconds} s each"
     )

@@ -1,6 +1,6 @@
 """Where one views micro-batch spends its time: a breakdown per stage.
 
-    python bench/speed_breakdown.py --topic T [--repeat 2] [--native-first]
+    python -m bench.speed_breakdown --topic T [--repeat 2] [--native-first]
 
 Reads topic T (e.g. the one bench/speed_vs_plain.py filled; see --help of that
 script, or produce one with `pos-producer simulate`) as one batch, the same columns
@@ -19,23 +19,22 @@ keyspace in the same session (warm JVM). Drops its keyspaces.
 
 from __future__ import annotations
 
-import argparse
 import time
 import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from pos_lambda.adapters import cassandra_client, schema_apply
+from bench import harness
+from pos_lambda.adapters import schema_apply
 from pos_lambda.settings import Settings, load_settings
 
 Timings = dict[str, float]
 
 
 def _timed(timings: Timings, stage: str, fn: Callable[[], Any]) -> Any:
-    t0 = time.perf_counter()
-    out = fn()
-    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - t0
+    seconds, out = harness.timed(fn)
+    timings[stage] = timings.get(stage, 0.0) + seconds
     return out
 
 
@@ -116,9 +115,7 @@ def one_round(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument(
@@ -146,11 +143,7 @@ def main() -> None:
                 print(f"| {stage} | {secs:.2f} | {secs / total:.0%} |")
     finally:
         spark.stop()
-        cluster = cassandra_client.cluster(settings, writes=True)
-        session = cluster.connect()
-        for ks in keyspaces:
-            session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
-        cluster.shutdown()
+        harness.drop(settings, keyspaces)
 
 
 if __name__ == "__main__":

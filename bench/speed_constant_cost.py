@@ -1,6 +1,6 @@
 """Constant per-batch cost: the same 1,000-message micro-batch on 1M stored receipts vs empty.
 
-    python bench/speed_constant_cost.py [--preload 1000000] [--rounds 2] [--json PATH]
+    python -m bench.speed_constant_cost [--preload 1000000] [--rounds 2] [--json PATH]
 
 1. The micro-batch: exactly `--messages` simulated messages (resends, malformed, late,
    bursts and reordering among them; the producer's ledger beside them) on one topic.
@@ -37,11 +37,8 @@ of issue 11: <= 1.2). Needs `make up`; drops its keyspaces and its topic.
 
 from __future__ import annotations
 
-import argparse
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,16 +50,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import results  # bench/, beside this script
-from speed_latency import QUERY_OF_JOB, drop  # bench/, beside this script
-
+from bench import harness, results
+from bench.harness import QUERY_OF_JOB, drop
 from pos_lambda.adapters import cassandra_client, schema_apply
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer import ledger as ledger_files
 from pos_lambda.producer.kafka_sink import produce
 from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, SimulationResult, simulate
 from pos_lambda.schemas import contract, cql
-from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
+from pos_lambda.settings import Settings, load_settings
 
 GOAL_RATIO = 1.2
 WINDOW_S = int(contract.WINDOW.total_seconds())
@@ -274,26 +270,12 @@ def compactions_idle(settings: Settings, timeout: float = 600) -> bool:
 def run_speed(settings: Settings, topic: str, keyspace: str) -> dict[str, Any]:
     """One `pos-speed run --available-now --jobs views` (fresh checkpoints); its batch."""
     data = Path(tempfile.mkdtemp(prefix="bench-cc-"))
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(PROJECT_ROOT),
-        "POS_TOPIC_TRANSACTIONS": topic,
-        "POS_CASSANDRA_KEYSPACE": keyspace,
-        "POS_DATA_DIR": str(data),
-        "POS_SPEED_MAX_OFFSETS_PER_TRIGGER": "1000000",  # the whole topic, one micro-batch
-    }
     started = time.perf_counter()
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "pos_lambda.speed_layer.cli", "run", "--available-now",
-             "--jobs", "views"],
-            env=env, cwd=PROJECT_ROOT, capture_output=True, text=True,
-        )  # fmt: skip
+        harness.speed_once(topic, keyspace, data, "views")  # the whole topic, one micro-batch
     finally:
         shutil.rmtree(data, ignore_errors=True)
     wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"pos-speed failed:\n{done.stderr[-3000:]}")
     cluster = cassandra_client.cluster(settings)
     try:
         session = cluster.connect(keyspace)
@@ -383,14 +365,11 @@ def check(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "speed_constant_cost")
     parser.add_argument("--preload", type=int, default=1_000_000, help="stored receipts")
     parser.add_argument("--messages", type=int, default=1000, help="the micro-batch's messages")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each kind (alternating)")
     parser.add_argument("--seed", type=int, default=5)
-    results.add_json_argument(parser, "speed_constant_cost")
     args = parser.parse_args()
     if args.preload < 1 or args.messages < 10 or args.rounds < 1:
         parser.error("--preload >= 1, --messages >= 10 and --rounds >= 1 please")
@@ -432,29 +411,28 @@ def main() -> None:
         spark.stop()
 
         runs: list[dict[str, Any]] = []
-        for n in range(args.rounds):
-            for kind in ("empty", "preloaded"):
-                if kind == "empty":
-                    ks = f"bench_cc_empty_{uuid.uuid4().hex[:6]}"
-                    keyspaces.append(ks)
-                    schema_apply.apply_cql(base, ks)
-                else:
-                    ks = loads[n][0]
-                idle = compactions_idle(base)
-                batch = run_speed(base, topic, ks)
-                problems = check(base, ks, ledger, preloaded if kind == "preloaded" else {},
-                                 batch)  # fmt: skip
-                runs.append({
-                    "round": n + 1, "kind": kind, "keyspace": ks,
-                    "stored_receipts": args.preload if kind == "preloaded" else 0,
-                    "preload_s": round(loads[n][1], 1) if kind == "preloaded" else None,
-                    "duration_ms": batch["duration_ms"], "input_rows": batch["input_rows"],
-                    "process_s": batch["process_s"], "compactions_idle_before": idle,
-                    "exact": not problems, "problems": problems,
-                })  # fmt: skip
-                verdict = "exact" if not problems else f"NOT EXACT: {problems}"
-                print(f"round {n + 1}: {kind:<9} micro-batch of {batch['input_rows']} messages "
-                      f"in {batch['duration_ms']:,} ms ({verdict})", flush=True)  # fmt: skip
+        for rnd, kind in harness.alternate(args.rounds, ("empty", "preloaded")):
+            if kind == "empty":
+                ks = f"bench_cc_empty_{uuid.uuid4().hex[:6]}"
+                keyspaces.append(ks)
+                schema_apply.apply_cql(base, ks)
+            else:
+                ks = loads[rnd - 1][0]
+            idle = compactions_idle(base)
+            batch = run_speed(base, topic, ks)
+            problems = check(base, ks, ledger, preloaded if kind == "preloaded" else {},
+                             batch)  # fmt: skip
+            runs.append({
+                "round": rnd, "kind": kind, "keyspace": ks,
+                "stored_receipts": args.preload if kind == "preloaded" else 0,
+                "preload_s": round(loads[rnd - 1][1], 1) if kind == "preloaded" else None,
+                "duration_ms": batch["duration_ms"], "input_rows": batch["input_rows"],
+                "process_s": batch["process_s"], "compactions_idle_before": idle,
+                "exact": not problems, "problems": problems,
+            })  # fmt: skip
+            verdict = "exact" if not problems else f"NOT EXACT: {problems}"
+            print(f"round {rnd}: {kind:<9} micro-batch of {batch['input_rows']} messages "
+                  f"in {batch['duration_ms']:,} ms ({verdict})", flush=True)  # fmt: skip
     finally:
         drop(base, keyspaces, [topic])
         shutil.rmtree(ledger, ignore_errors=True)

@@ -1,6 +1,6 @@
 """Speed-layer designs measured side by side on the same Kafka topic, in one run.
 
-    python bench/speed_designs.py [--count 30000] [--batch 1000]
+    python -m bench.speed_designs [--count 30000] [--batch 1000]
 
 (a) watermark + dropDuplicatesWithinWatermark + windowed aggregation on the RocksDB
     state store, append mode (Spark 3.5 requires it for chained stateful operators);
@@ -26,12 +26,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import results as bench_results  # bench/, beside this script
 from cassandra.cluster import Cluster
 from confluent_kafka import Producer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from bench import harness
+from bench import results as bench_results
 from pos_lambda.adapters import cassandra as cassandra_io
 from pos_lambda.adapters import schema_apply
 from pos_lambda.adapters.kafka import read_transactions
@@ -186,12 +187,9 @@ def latency(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "speed_designs")
     parser.add_argument("--count", type=int, default=30_000, help="unique receipts")
     parser.add_argument("--batch", type=int, default=1000, help="max records per micro-batch")
-    bench_results.add_json_argument(parser, "speed_designs")
     args = parser.parse_args()
     settings = load_settings()
     topic = f"bench.speed.{uuid.uuid4().hex[:8]}"

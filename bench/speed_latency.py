@@ -1,6 +1,6 @@
 """Produce-to-visible latency of the speed layer as users run it, and its fixed per-batch cost.
 
-    python bench/speed_latency.py [--rates 10,1000] [--archive-trigger-seconds 30,1]
+    python -m bench.speed_latency [--rates 10,1000] [--archive-trigger-seconds 30,1]
                                   [--scheduler-modes FAIR,FIFO]
                                   [--delta-snapshot-partitions 4,50]
                                   [--vary POS_SETTING=value,value ...]
@@ -67,12 +67,8 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -83,21 +79,17 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, get_args
 
-import results  # bench/, beside this script
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
+from bench import harness, results, revisions
+from bench.harness import QUERIES, QUERY_OF_JOB, SpeedLayer, drop, progress_rows
 from pos_lambda.adapters import cassandra_client, schema_apply
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer.kafka_sink import produce, producer_config
 from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate, window_start
 from pos_lambda.schemas import cql
-from pos_lambda.settings import PROJECT_ROOT, Settings, SparkSettings, load_settings
-from pos_lambda.speed_layer import archiver_job, views_job
+from pos_lambda.settings import Settings, SparkSettings, load_settings
 
-# `pos-speed run --jobs` names -> their streaming queries' names (views first).
-QUERY_OF_JOB = {"views": views_job.QUERY_NAME, "archiver": archiver_job.QUERY_NAME}
-QUERIES = tuple(QUERY_OF_JOB.values())
 ARCHIVER, VIEWS = QUERY_OF_JOB["archiver"], QUERY_OF_JOB["views"]
 # Goals of issue 11: p99 (s) per rate; the fixed cost of a micro-batch of <= 10 rows.
 P99_GOALS_S = {10: 2.0, 1000: 3.0}
@@ -106,7 +98,7 @@ SMALL_BATCH_GOAL_MS = 1000.0
 FIXED_COST_RATE = 10  # the rate whose small batches give the fixed cost
 
 
-# --- helpers (shared with bench/speed_constant_cost.py) ---------------------------------
+# --- helpers ----------------------------------------------------------------------------
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -115,120 +107,6 @@ def percentile(values: list[float], q: float) -> float:
         return math.nan
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
-# --- the speed layer as a process -----------------------------------------------------
-
-
-class SpeedLayer:
-    """`pos-speed run` (supervisor + driver) in its own process group, logging to a file."""
-
-    def __init__(
-        self, env: dict[str, str], args: list[str], log: Path, tree: Path | None = None
-    ) -> None:
-        """tree: a checkout of other code to run (a `--baseline`); None: this one."""
-        self.log = log
-        # One log for every run of the benchmark: this run's lines start here (an earlier
-        # run's "query ... started" must not count as this one's start).
-        self.start = log.stat().st_size if log.exists() else 0
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pos_lambda.speed_layer.cli", "run", *args],
-                env=results.code_env(tree, env) if tree else env, cwd=tree or PROJECT_ROOT,
-                stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: the driver child is stopped with it
-            )  # fmt: skip
-
-    def logged(self, text: str) -> bool:
-        try:
-            with open(self.log, "rb") as f:
-                f.seek(self.start)
-                return text in f.read().decode(errors="replace")
-        except FileNotFoundError:
-            return False
-
-    def await_started(self, timeout: float, queries: tuple[str, ...] = QUERIES) -> None:
-        def started() -> bool:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"pos-speed exited ({self.proc.returncode}):\n{self.tail()}")
-            return all(self.logged(f"query {q} started") for q in queries)
-
-        if not wait_for(started, timeout=timeout, interval=0.5):
-            raise RuntimeError(f"pos-speed queries not started in {timeout:.0f} s:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # the supervisor forwards it to the driver
-            try:
-                self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the group we started, by its id
-                self.proc.wait(timeout=30)
-
-
-def speed_env(settings: Settings, topic: str, keyspace: str, data: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(PROJECT_ROOT),
-        "POS_TOPIC_TRANSACTIONS": topic,
-        "POS_CASSANDRA_KEYSPACE": keyspace,
-        "POS_DATA_DIR": str(data),
-    }
-
-
-class ProgressReader:
-    """Reads `speed_progress` over one Cassandra session, kept for as long as a wait
-    polls it (a connection per poll would take CPU from the layer being measured)."""
-
-    def __init__(self, settings: Settings, keyspace: str) -> None:
-        self._cluster = cassandra_client.cluster(settings)
-        try:
-            self._session = self._cluster.connect(keyspace)
-            self._stmt = self._session.prepare(
-                f"SELECT query_name, batch_id, finished_at, input_rows, duration_ms "
-                f"FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ?"
-            )
-        except Exception:
-            self._cluster.shutdown()
-            raise
-
-    def rows(self) -> list[dict[str, Any]]:
-        """Every micro-batch the speed layer recorded so far."""
-        return [r._asdict() for q in QUERIES for r in self._session.execute(self._stmt, (q,))]
-
-    def __enter__(self) -> ProgressReader:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._cluster.shutdown()
-
-
-def progress_rows(settings: Settings, keyspace: str) -> list[dict[str, Any]]:
-    """Every micro-batch the speed layer recorded in `speed_progress` (one read)."""
-    with ProgressReader(settings, keyspace) as reader:
-        return reader.rows()
-
-
-def drop(settings: Settings, keyspaces: list[str], topics: list[str]) -> None:
-    """This run's keyspaces and topics only (Cassandra and Kafka are shared)."""
-    cluster = cassandra_client.cluster(settings, writes=True)
-    try:
-        session = cluster.connect()
-        for ks in keyspaces:
-            session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
-    finally:
-        cluster.shutdown()
-    if topics:
-        admin = AdminClient({**settings.kafka.security_config,
-                             "bootstrap.servers": settings.bootstrap_servers})  # fmt: skip
-        for topic, done in admin.delete_topics(topics, operation_timeout=30).items():
-            try:
-                done.result()
-            except Exception as exc:  # left behind: say so, the results still stand
-                print(f"could not delete topic {topic}: {exc}", file=sys.stderr)
 
 
 # --- load and visibility ----------------------------------------------------------------
@@ -465,7 +343,7 @@ def run_rate(
     )
     speed = SpeedLayer(
         {
-            **speed_env(base, topic, keyspace, data),
+            **harness.pipeline_env(keyspace, data, topic),
             "POS_SPARK_SCHEDULER_MODE": scheduler,
             "POS_SPARK_DELTA_SNAPSHOT_PARTITIONS": str(snapshot_partitions),
             **varied,
@@ -733,9 +611,7 @@ def report(runs: list[dict[str, Any]], waited_s: float) -> list[results.Figure]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "speed_latency")
     parser.add_argument("--rates", default="10,1000", help="events/s, comma-separated")
     parser.add_argument("--archive-trigger-seconds", default="30",
                         help="the archiver's interval(s), comma-separated: each rate "
@@ -764,7 +640,6 @@ def main() -> None:
                         help="also run the project's code at this git revision (e.g. "
                         "HEAD~1), same settings: each rate with each code, side by side, "
                         "this checkout's first")  # fmt: skip
-    results.add_json_argument(parser, "speed_latency")
     args = parser.parse_args()
     try:
         rates = [int(x) for x in args.rates.split(",") if x.strip()]
@@ -811,7 +686,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         codes: list[tuple[str, Path | None]] = [("", None)]
         if args.baseline:
-            codes.append(stack.enter_context(results.code_at(args.baseline)))
+            codes.append(stack.enter_context(revisions.code_at(args.baseline)))
         try:
             for rate in rates:
                 variants = itertools.product(

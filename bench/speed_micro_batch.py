@@ -1,6 +1,6 @@
 """The fixed cost of a small views micro-batch, stage by stage, and what a change buys.
 
-    python bench/speed_micro_batch.py [--step 3] [--batches 10] [--warmup 4] [--rounds 2]
+    python -m bench.speed_micro_batch [--step 3] [--batches 10] [--warmup 4] [--rounds 2]
 
 A micro-batch of a few records (latency's case: 10 events/s with a 1 s trigger) costs
 seconds whatever its size; this benchmark says where they go. It produces a fresh
@@ -43,19 +43,16 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import results  # bench/, beside this script
-
+from bench import harness, results, revisions
 from pos_lambda.adapters import cassandra_client, schema_apply
 from pos_lambda.settings import Settings, load_settings
 
@@ -148,10 +145,10 @@ def child(args: argparse.Namespace) -> None:
         return timed(DRIVER_READS, real_rows, self, *a, **k)
 
     cassandra.upsert = upsert  # type: ignore[assignment]
-    DataFrame.collect = collect  # type: ignore[method-assign]
+    DataFrame.collect = collect  # type: ignore[method-assign,assignment]
     winners.Resolution.materialised = materialised  # type: ignore[method-assign]
     driver_lookup.DriverLookup.rows = rows  # type: ignore[method-assign]
-    driver_writes.DriverWriter.upsert_each = driver_upsert  # type: ignore[method-assign]
+    driver_writes.DriverWriter.upsert_each = driver_upsert  # type: ignore[method-assign,assignment]
 
     # The views query as `pos-speed run --available-now --jobs views` starts it, capped
     # at `--step` records per partition and micro-batch; micro-batches past `--batches`
@@ -203,7 +200,7 @@ def child(args: argparse.Namespace) -> None:
         return len(lines) >= args.batches and last is not None and last["batchId"] >= len(lines) - 1
 
     while query.isActive and not measured():
-        query.awaitTermination(0.5)
+        query.awaitTermination(0.5)  # type: ignore[arg-type]  # seconds, a float too
     query.stop()
     # Spark's own account of each micro-batch: the time around foreachBatch too.
     progress = {p["batchId"]: p for p in query.recentProgress}
@@ -243,13 +240,18 @@ def expected(
         msg = consumer.poll(10)
         if msg is None:
             raise SystemExit(f"topic {topic}: fewer records than the driver read ({ends})")
-        if msg.error() or msg.offset() >= ends.get(msg.partition(), 0):
+        if msg.error():
             continue
-        seen[msg.partition()] += 1
-        if kinds[msg.value()].startswith("malformed"):
+        partition, offset, value = msg.partition(), msg.offset(), msg.value()
+        if partition is None or offset is None or value is None:
+            raise SystemExit(f"topic {topic}: a record without a partition, offset or value")
+        if offset >= ends.get(partition, 0):
+            continue
+        seen[partition] += 1
+        if kinds[value].startswith("malformed"):
             malformed += 1
         else:
-            r = json.loads(msg.value())
+            r = json.loads(value)
             keys.add((r["operation_id"], r["vendor_fiscal_module"], r["transaction_id"]))
     consumer.close()
     return {"receipts": len(keys), "dead_letters": malformed}
@@ -280,21 +282,20 @@ def run_driver(
     tree: a checkout of other code to drive (its modules come first on the path, ahead
     of the editable install of this one); None: this checkout.
     """
-    script = (tree / "bench" if tree else Path(__file__).resolve().parent) / Path(__file__).name
     # A variant's POS_ settings reach the driver as the project reads them: from its
     # environment; the rest are Spark settings.
     spark = {k: v for k, v in conf.items() if not k.startswith("POS_")}
-    cmd = [
-        sys.executable, str(script), "--child", "--topic", topic,
+    cmd, cwd = revisions.bench(
+        "speed_micro_batch", "--child", "--topic", topic,
         "--keyspace", keyspace, "--step", str(args.step), "--batches", str(args.batches),
-        "--conf", json.dumps(spark),
-    ]  # fmt: skip
-    env = results.code_env(tree) if tree else dict(os.environ)  # this checkout's jars, services
+        "--conf", json.dumps(spark), tree=tree,
+    )  # fmt: skip
+    env = revisions.code_env(tree)  # the tree's code, this checkout's jars and services
     env.update({k: v for k, v in conf.items() if k.startswith("POS_")})
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     if done.returncode:
         tail = "\n".join(done.stderr.splitlines()[-15:])
-        raise SystemExit(f"the driver ({script}) exited {done.returncode}:\n{tail}")
+        raise SystemExit(f"the driver ({' '.join(cmd[1:3])}) exited {done.returncode}:\n{tail}")
     out = done.stdout
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     ends = {int(p): o for p, o in lines.pop()["end_offsets"].items()}
@@ -302,9 +303,7 @@ def run_driver(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "speed_micro_batch")
     parser.add_argument("--step", type=int, default=3, help="records per partition and batch")
     parser.add_argument("--batches", type=int, default=10, help="micro-batches per driver")
     parser.add_argument("--warmup", type=int, default=4, help="first micro-batches left out")
@@ -326,7 +325,6 @@ def main() -> None:
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--keyspace", help=argparse.SUPPRESS)
     parser.add_argument("--conf", default="{}", help=argparse.SUPPRESS)
-    results.add_json_argument(parser, "speed_micro_batch")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -337,7 +335,7 @@ def main() -> None:
         peers = dict(args.variant or ())
         trees: dict[str, Path] = {}
         if args.baseline:
-            name, tree = stack.enter_context(results.code_at(args.baseline))
+            name, tree = stack.enter_context(revisions.code_at(args.baseline))
             peers[name], trees[name] = {}, tree
         variants = {PROJECT: {}, **(peers or PEERS)}
         runs = measure(args, variants, trees)
@@ -350,7 +348,7 @@ def measure(
     args: argparse.Namespace, variants: dict[str, dict[str, str]], trees: dict[str, Path]
 ) -> list[dict[str, Any]]:
     """Alternating drivers, one per variant and round, on one fresh faulted topic."""
-    from faulted_topic import produce_faulted_topic
+    from bench.faulted_topic import produce_faulted_topic
 
     base = load_settings()
     # More than the micro-batches read (devices spread unevenly over partitions).
@@ -363,28 +361,23 @@ def measure(
     runs: list[dict[str, Any]] = []
     keyspaces: list[str] = []
     try:
-        for rnd in range(1, args.rounds + 1):
-            for name, conf in variants.items():
-                ks = f"bench_mb_{uuid.uuid4().hex[:6]}"
-                keyspaces.append(ks)
-                schema_apply.apply_cql(base, ks)
-                batches, ends = run_driver(args, topic, ks, conf, trees.get(name))
-                want = expected(settings, topic, kinds, ends)
-                got = observed(base, ks)
-                exact = got == {**want, "windowed": want["receipts"]}
-                warm = batches[args.warmup :]
-                ms = statistics.median(b["ms"] for b in warm)
-                print(f"round {rnd}, {name}: warm median {ms:,.0f} ms in foreachBatch "
-                      f"({statistics.median(b['rows'] for b in warm):.0f} records); "
-                      f"{'exact' if exact else f'NOT EXACT: {got}'}", flush=True)  # fmt: skip
-                runs.append({"round": rnd, "variant": name, "conf": conf, "exact": exact,
-                             "observed": got, "expected": want, "batches": batches})  # fmt: skip
+        for rnd, (name, conf) in harness.alternate(args.rounds, variants.items()):
+            ks = f"bench_mb_{uuid.uuid4().hex[:6]}"
+            keyspaces.append(ks)
+            schema_apply.apply_cql(base, ks)
+            batches, ends = run_driver(args, topic, ks, conf, trees.get(name))
+            want = expected(settings, topic, kinds, ends)
+            got = observed(base, ks)
+            exact = got == {**want, "windowed": want["receipts"]}
+            warm = batches[args.warmup :]
+            ms = statistics.median(b["ms"] for b in warm)
+            print(f"round {rnd}, {name}: warm median {ms:,.0f} ms in foreachBatch "
+                  f"({statistics.median(b['rows'] for b in warm):.0f} records); "
+                  f"{'exact' if exact else f'NOT EXACT: {got}'}", flush=True)  # fmt: skip
+            runs.append({"round": rnd, "variant": name, "conf": conf, "exact": exact,
+                         "observed": got, "expected": want, "batches": batches})  # fmt: skip
     finally:
-        cluster = cassandra_client.cluster(base, writes=True)
-        session = cluster.connect()
-        for ks in keyspaces:
-            session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
-        cluster.shutdown()
+        harness.drop(base, keyspaces)
     return runs
 
 

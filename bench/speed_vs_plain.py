@@ -1,6 +1,6 @@
 """The speed layer vs the plain Python consumer, same topic, same run.
 
-    python bench/speed_vs_plain.py [--count 50000] [--warmup 200000] [--rounds 2] [--baseline REV]
+    python -m bench.speed_vs_plain [--count 50000] [--warmup 200000] [--rounds 2] [--baseline REV]
 
 Produces one topic of simulated receipts with faults (resends, malformed, late;
 the producer's ledger beside it; `--warmup` receipts, then `--count` more), then
@@ -40,7 +40,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -49,19 +48,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import results  # bench/, beside this script
-from cpu_meter import CpuMeter, needed_core_ms_per_1k
-from faulted_topic import produce_faulted_topic
-from plain_consumer import check_ledger
-from speed_latency import QUERY_OF_JOB, ProgressReader, SpeedLayer, drop
-
+from bench import harness, results, revisions
+from bench.cpu_meter import CpuMeter, needed_core_ms_per_1k
+from bench.faulted_topic import produce_faulted_topic
+from bench.harness import ONE_BATCH, QUERY_OF_JOB, ProgressReader, SpeedLayer, check_ledger, drop
 from pos_lambda.adapters import schema_apply
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer import ledger as ledger_files
 from pos_lambda.producer.kafka_sink import produce
 from pos_lambda.producer.simulation import OutgoingMessage
-from pos_lambda.runtime import cassandra_service, kafka_service
-from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
+from pos_lambda.settings import Settings, load_settings
 
 # The running contenders' warm-up (see run_speed_warm): the stream's first messages,
 # taken in micro-batches of WARMUP_STEP before the measured rest. A JVM gets faster over
@@ -74,26 +70,17 @@ WARMUP_STEP = 25_000
 
 
 def _env(settings: Settings, keyspace: str, data: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(PROJECT_ROOT),
-        "POS_TOPIC_TRANSACTIONS": settings.topics.transactions,
-        "POS_CASSANDRA_KEYSPACE": keyspace,
-        "POS_DATA_DIR": str(data),
-        "POS_SPEED_MAX_OFFSETS_PER_TRIGGER": "1000000",  # the whole backlog, one batch
-    }
+    return harness.pipeline_env(keyspace, data, settings.topics.transactions, extra=ONE_BATCH)
 
 
-def run_plain(settings: Settings, keyspace: str, ledger: Path) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "bench/plain_consumer.py", "--topic", settings.topics.transactions,
-         "--keyspace", keyspace, "--ledger", str(ledger)],
-        env=_env(settings, keyspace, Path(tempfile.gettempdir())), cwd=PROJECT_ROOT,
-        capture_output=True, text=True,
-    )  # fmt: skip
+def run_plain(settings: Settings, keyspace: str, ledger: Path) -> dict[str, Any]:
+    argv, cwd = revisions.bench("plain_consumer", "--topic", settings.topics.transactions,
+                                "--keyspace", keyspace, "--ledger", str(ledger))  # fmt: skip
+    env = _env(settings, keyspace, Path(tempfile.gettempdir()))
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"plain consumer failed:\n{done.stderr[-3000:]}")
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -128,25 +115,13 @@ def _cpu_line(cpu: dict[str, float]) -> str:
 
 def run_speed(
     settings: Settings, keyspace: str, ledger: Path, jobs: str, tree: Path | None = None
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """`pos-speed run --available-now` with `jobs` ("views" or "archiver,views"), of
     this checkout or of the code in `tree` (another revision's worktree)."""
     data = Path(tempfile.mkdtemp(prefix="bench-svp-"))
-    env = _env(settings, keyspace, data)
-    if tree:
-        env = results.code_env(tree, env)
     try:
         schema_apply.apply_cql(settings, keyspace)
-        # In the tree's directory: `python -m` puts the working directory first on
-        # sys.path, ahead of PYTHONPATH (from here it would run this checkout's code).
-        done = subprocess.run(
-            [sys.executable, "-m", "pos_lambda.speed_layer.cli", "run", "--available-now",
-             "--jobs", jobs],
-            env=env, cwd=tree or PROJECT_ROOT, capture_output=True, text=True,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise SystemExit(f"pos-speed failed:\n{done.stderr[-3000:]}")
-        status = json.loads((data / "speed_status.json").read_text())
+        status = harness.speed_once(settings.topics.transactions, keyspace, data, jobs, tree)
     finally:
         shutil.rmtree(data, ignore_errors=True)
     batches = [status[QUERY_OF_JOB[job]] for job in jobs.split(",")]
@@ -175,7 +150,7 @@ def run_speed_warm(
     messages: list[OutgoingMessage],
     topics: list[str],
     warmup: int = WARMUP_MESSAGES,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """A running speed layer catching up a backlog: `pos-speed run --jobs JOBS` (no
     --available-now; both queries every 5 s, the views query's default interval) on a
     topic of its own, fed the stream's first `warmup` messages WARMUP_STEP at a time,
@@ -260,7 +235,7 @@ def cpu_figures(
     cores = os.cpu_count() or 1
 
     def median(name: str, part: str) -> float:
-        return statistics.median(r["cpu_core_ms_per_1k"][part] for r in runs[name])
+        return float(statistics.median(r["cpu_core_ms_per_1k"][part] for r in runs[name]))
 
     figures = []
     unit = "core-ms per 1k events"
@@ -283,9 +258,7 @@ def cpu_figures(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__, "speed_vs_plain")
     parser.add_argument(
         "--count", type=int, default=50_000,
         help="unique receipts the running contenders are measured on (after the warm-up)",
@@ -303,10 +276,9 @@ def main() -> None:
         help="also run both speed contenders with the project's code at this git revision "
         "(e.g. HEAD~1): what a change buys, side by side",
     )
-    results.add_json_argument(parser, "speed_vs_plain")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
-        baseline = stack.enter_context(results.code_at(args.baseline)) if args.baseline else None
+        baseline = stack.enter_context(revisions.code_at(args.baseline)) if args.baseline else None
         compare(args, baseline)
 
 
@@ -322,7 +294,7 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
 
     topics: list[str] = []
     warm = partial(run_speed_warm, messages=result.messages, topics=topics, warmup=args.warmup)
-    contenders: dict[str, Callable[[Settings, str, Path], dict[str, object]]] = {
+    contenders: dict[str, Callable[[Settings, str, Path], dict[str, Any]]] = {
         "plain": run_plain,
         "views": partial(run_speed, jobs="views"),
         "both": partial(run_speed, jobs="archiver,views"),
@@ -335,31 +307,29 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
         contenders[f"both, {name}"] = partial(run_speed, jobs="archiver,views", tree=tree)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
     keyspaces: list[str] = []
-    # The local services' own CPU, beside the machine's (on a cluster: the machine's only).
-    pids = {"kafka": kafka_service.process(settings).pid(),
-            "cassandra": cassandra_service.process(settings).pid()}  # fmt: skip
     try:
-        with CpuMeter({n: pid for n, pid in pids.items() if pid is not None}) as meter:
-            for rnd in range(args.rounds):
-                # Every other round in reverse order: no contender always runs right after
-                # the same one (Cassandra still flushing the last run's writes, say).
-                order = list(contenders.items())
-                for name, run in order[::-1] if rnd % 2 else order:
-                    ks = f"bench_svp_{name.split(',')[0]}_{uuid.uuid4().hex[:6]}"
-                    keyspaces.append(ks)
-                    out = run(settings, ks, ledger)
-                    out["cpu_core_ms_per_1k"] = cpu_per_1k(meter, out)
-                    runs[name].append(out)
-                    verdict = "exact" if out["exact"] else f"NOT EXACT {out['problems']}"
-                    print(f"round {rnd + 1}: {name}: {float(out['events_per_second']):,.0f} "
-                          f"events/s ({verdict}); {_cpu_line(out['cpu_core_ms_per_1k'])}",
-                          flush=True)  # fmt: skip
+        # The local services' own CPU, beside the machine's.
+        with CpuMeter(harness.service_pids(settings)) as meter:
+            # Every other round in reverse order: no contender always runs right after the
+            # same one.
+            for rnd, (name, run) in harness.alternate(
+                args.rounds, contenders.items(), reverse_odd=True
+            ):
+                ks = f"bench_svp_{name.split(',')[0]}_{uuid.uuid4().hex[:6]}"
+                keyspaces.append(ks)
+                out = run(settings, ks, ledger)
+                out["cpu_core_ms_per_1k"] = cpu_per_1k(meter, out)
+                runs[name].append(out)
+                verdict = "exact" if out["exact"] else f"NOT EXACT {out['problems']}"
+                print(f"round {rnd}: {name}: {float(out['events_per_second']):,.0f} "
+                      f"events/s ({verdict}); {_cpu_line(out['cpu_core_ms_per_1k'])}",
+                      flush=True)  # fmt: skip
     finally:
         drop(settings, keyspaces, topics)
         shutil.rmtree(ledger, ignore_errors=True)
     exact = all(r["exact"] for rs in runs.values() for r in rs)
-    rates = {n: [float(r["events_per_second"]) for r in rs] for n, rs in runs.items()}  # type: ignore[arg-type]
-    medians = {n: statistics.median(r) for n, r in rates.items()}
+    rates = {n: [float(r["events_per_second"]) for r in rs] for n, rs in runs.items()}
+    medians = harness.medians(rates)
     plain = medians["plain"]
     print(f"median: plain {plain:,.0f} events/s; "
           + "; ".join(f"{name} {medians[name]:,.0f} events/s: {name}/plain = "

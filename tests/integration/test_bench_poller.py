@@ -4,22 +4,15 @@ of whatever day, must come back, and nothing of a store-day it does not watch.""
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.speed_latency import Poller
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.schemas import cql as tables
 from pos_lambda.settings import Settings
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH) not in sys.path:  # bench/ holds scripts that import each other by name
-    sys.path.insert(0, str(BENCH))
-
-from speed_latency import Poller  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

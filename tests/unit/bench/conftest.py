@@ -1,5 +1,5 @@
-"""bench/ holds scripts, not a package: its modules import each other as top-level names
-(`import results`), so the tests put bench/ on sys.path the same way running a script does."""
+"""bench/ is a package run from the checkout's root (`python -m bench.NAME`); the tests
+import it from there too (the root is on sys.path: pytest's rootdir, tests/ a package)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,18 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
 def refusal() -> Callable[..., str]:
-    """refusal(script, *args): run bench/<script> with args, expect argparse's refusal
-    (exit 2), and return what it said on stderr."""
+    """refusal(name, *args): run `python -m bench.<name>` with args, expect argparse's
+    refusal (exit 2), and return what it said on stderr."""
 
-    def run(script: str, *args: str) -> str:
+    def run(name: str, *args: str) -> str:
         done = subprocess.run(
-            [sys.executable, str(BENCH / script), *args],
-            capture_output=True, text=True, timeout=120,
+            [sys.executable, "-m", f"bench.{name}", *args],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
         )  # fmt: skip
         assert done.returncode == 2, done.stdout + done.stderr
         return done.stderr

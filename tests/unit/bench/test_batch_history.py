@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
-import batch_history  # bench/, on sys.path by conftest.py
-from batch_history import Shape
+from bench import batch_history
+from bench.batch_history import Shape
 
 NOON = datetime(2026, 11, 2, 12, tzinfo=UTC)
 
@@ -178,13 +178,13 @@ def test_shapes_it_cannot_generate_are_refused_with_what_to_do(
     refusal: Callable[..., str],
 ) -> None:
     assert "must be a positive multiple of the 500 devices" in refusal(
-        "batch_history.py", "--new", "10001"
+        "batch_history", "--new", "10001"
     )
     assert "must be a positive multiple of --new 10,000 (whole hours)" in refusal(
-        "batch_history.py", "--sizes", "15000"
+        "batch_history", "--sizes", "15000"
     )
-    assert "--sizes names no history size" in refusal("batch_history.py", "--sizes", "")
-    assert "comma-separated whole numbers" in refusal("batch_history.py", "--sizes", "1M")
+    assert "--sizes names no history size" in refusal("batch_history", "--sizes", "")
+    assert "comma-separated whole numbers" in refusal("batch_history", "--sizes", "1M")
 
 
 def test_the_late_shift_lands_on_the_previous_day() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import batch_recompute  # bench/, on sys.path by conftest.py
-from results import Figure
+from bench import batch_recompute
+from bench.results import Figure
 
 OTHER = "code at f6ec5ac"
 
@@ -48,4 +48,4 @@ def test_without_a_baseline_a_run_stands_for_itself() -> None:
 
 
 def test_rounds_below_one_are_refused_with_what_to_do(refusal: Callable[..., str]) -> None:
-    assert "--rounds must be at least 1" in refusal("batch_recompute.py", "--rounds", "0")
+    assert "--rounds must be at least 1" in refusal("batch_recompute", "--rounds", "0")

@@ -7,7 +7,8 @@ import sys
 import time
 
 import pytest
-from cpu_meter import CpuMeter, CpuUse, Sample, needed_core_ms_per_1k, span
+
+from bench.cpu_meter import CpuMeter, CpuUse, Sample, needed_core_ms_per_1k, span
 
 
 def test_span_subtracts_the_first_sample_from_the_last() -> None:

@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import report
-import results
+from bench import report, results
 
 MACHINE = {
     "cores": 2,

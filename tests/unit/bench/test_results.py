@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-import results
+
+from bench import results
 
 
 def test_peer_ratio_and_goal_met_either_way() -> None:
@@ -100,24 +100,3 @@ def test_modified_paths_keep_their_first_letter() -> None:
         "README.md",
     ]
     assert results.modified_paths("") == []
-
-
-def test_code_at_a_revision_is_a_worktree_of_it_removed_afterwards() -> None:
-    root = Path(results.__file__).resolve().parents[1]
-    short = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD~1"], cwd=root, capture_output=True, text=True
-    ).stdout.strip()
-    with results.code_at("HEAD~1") as (name, tree):
-        assert name == f"code at {short} (HEAD~1)"
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree,
-                              capture_output=True, text=True).stdout.strip()  # fmt: skip
-        assert head == short
-        assert results.code_env(tree, {})["PYTHONPATH"] == str(tree)
-    assert not tree.exists()
-    listed = subprocess.run(["git", "worktree", "list"], cwd=root, capture_output=True, text=True)
-    assert str(tree) not in listed.stdout
-
-
-def test_code_at_an_unknown_revision_stops_with_gits_reason() -> None:
-    with pytest.raises(SystemExit, match="rev-parse"), results.code_at("no-such-revision"):
-        pass

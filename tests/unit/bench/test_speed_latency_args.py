@@ -7,5 +7,5 @@ from collections.abc import Callable
 
 
 def test_a_warm_up_above_the_cap_is_refused_with_what_to_do(refusal: Callable[..., str]) -> None:
-    stderr = refusal("speed_latency.py", "--warmup", "210")
+    stderr = refusal("speed_latency", "--warmup", "210")
     assert "--warmup 210 exceeds --max-warmup 180: raise --max-warmup too" in stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from speed_latency import bodies, caught_up_after
+from bench.speed_latency import bodies, caught_up_after
 
 
 def test_the_repeated_simulation_never_repeats_a_natural_key() -> None:
