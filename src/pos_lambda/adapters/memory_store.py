@@ -15,7 +15,8 @@ sets the cells it names of the row with its primary key and leaves the others, a
 INSERT does; instants are kept to the millisecond, as Cassandra keeps them.
 tests/integration/test_view_store.py holds it to the real adapters' behaviour.
 
-Every read and write is logged as (path, "read" or "write", table), in order; `via`
+Every read and write is logged as (path, "read" or "write", table, the key columns
+read by or () for a write), in order; `via`
 gives a view of the same tables that logs under another path name, so that a test
 can hand the micro-batch a "driver" and a "connector" store and see which it used.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import (
@@ -147,6 +148,8 @@ def layouts(tables: Iterable[str] = SPEED_TABLES) -> dict[str, Layout]:
     types: dict[str, StructType] = {}
     found: dict[str, Layout] = {}
     for statement in cql.table_ddl("ks"):
+        if not statement.startswith(("CREATE TYPE", "CREATE TABLE")):
+            continue  # an index: no rows of its own
         name, body = _named_body(statement)
         if statement.startswith("CREATE TYPE"):
             fields = [part.split(None, 1) for part in _split(body)]
@@ -181,13 +184,22 @@ def _stored(value: Any) -> Any:
     return value
 
 
+class Call(NamedTuple):
+    """A read or write of the store, as logged."""
+
+    path: str  # the store's `via` name
+    op: str  # "read" or "write"
+    table: str
+    by: tuple[str, ...]  # a read's key columns; () for a write
+
+
 @dataclass
 class _Tables:
     """What every view of one store shares: the rows, and the log of calls."""
 
     layouts: dict[str, Layout]
     rows: dict[str, dict[tuple[Any, ...], dict[str, Any]]]
-    log: list[tuple[str, str, str]] = field(default_factory=list)
+    log: list[Call] = field(default_factory=list)
 
 
 def _nothing(table: str) -> None:
@@ -216,14 +228,14 @@ class InMemoryViewStore:
         return InMemoryViewStore(self.spark, path=path, _shared=self._tables)
 
     @property
-    def log(self) -> list[tuple[str, str, str]]:
-        """Every call so far, in order: (path, "read" or "write", table)."""
+    def log(self) -> list[Call]:
+        """Every call so far, in order: (path, "read" or "write", table, key columns)."""
         return list(self._tables.log)
 
     @property
     def writes(self) -> list[str]:
         """The tables written so far, in order (once per target written)."""
-        return [table for _, op, table in self._tables.log if op == "write"]
+        return [call.table for call in self._tables.log if call.op == "write"]
 
     def table(self, name: str) -> list[dict[str, Any]]:
         """A copy of the rows `name` holds, in the order they were first written."""
@@ -243,7 +255,7 @@ class InMemoryViewStore:
             for row in self._table(table).values()
             if tuple(row.get(c) for c in key_columns) in wanted
         ]
-        self._tables.log.append((self.path, "read", table))
+        self._tables.log.append(Call(self.path, "read", table, key_columns))
         return self._frame(table, found, columns)
 
     def lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
@@ -274,7 +286,7 @@ class InMemoryViewStore:
                 if None in key:
                     raise ValueError(f"{target.table}: a null in the primary key {key}")
                 stored.setdefault(key, {}).update(values)
-            self._tables.log.append((self.path, "write", target.table))
+            self._tables.log.append(Call(self.path, "write", target.table, ()))
             written(target.table)
 
     def _layout(self, table: str) -> Layout:
