@@ -71,19 +71,19 @@ def one_round(
     job = views_batch.ViewsBatch(
         store=Timed(spark, keyspace),
         late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
         limits=Thresholds(
             driver_reads_below=0,
             driver_writes_below=0,
-            bucket_reads_from=settings.speed_bucket_reads_from,
-            native_check_from=settings.speed_native_check_from,
+            bucket_reads_from=settings.speed.bucket_reads_from,
+            native_check_from=settings.speed.native_check_from,
         ),
     )
     cassandra.await_tables(spark, keyspace, [cql.RAW_TABLE, cql.AGG_SPEED_TABLE])
     reader = (
         spark.read.format("kafka")
         .options(**settings.spark_kafka_options)
-        .option("subscribe", settings.topic_transactions)
+        .option("subscribe", settings.topics.transactions)
         .option("kafka.isolation.level", "read_committed")
         .option("startingOffsets", "earliest")
         .load()
@@ -139,7 +139,7 @@ def main() -> None:
 
     from pos_lambda.adapters.spark_session import build_session
 
-    settings = load_settings().model_copy(update={"topic_transactions": args.topic})
+    settings = load_settings().with_overrides(**{"topic_transactions": args.topic})
     spark = build_session(settings, "pos-speed-breakdown")
     keyspaces = []
     try:

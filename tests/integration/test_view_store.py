@@ -39,10 +39,10 @@ STORES = {"connector": 9701, "driver": 9702, "memory": 9703}
 def driver_store(spark: Any, settings: Settings) -> Iterator[DriverStore]:
     cluster = cassandra_client.cluster(settings)
     session = cluster.connect()
-    ks = settings.cassandra_keyspace
+    ks = settings.cassandra.keyspace
     yield DriverStore(
         DriverLookup(spark, session, ks),
-        DriverWriter(session, ks, settings.cassandra_write_consistency),
+        DriverWriter(session, ks, settings.cassandra.write_consistency),
     )
     cluster.shutdown()
 
@@ -54,7 +54,7 @@ def store(
     name = request.param
     found: ViewStore
     if name == "connector":
-        found = ConnectorStore(spark, settings.cassandra_keyspace)
+        found = ConnectorStore(spark, settings.cassandra.keyspace)
     elif name == "driver":
         found = request.getfixturevalue("driver_store")
     else:
@@ -75,7 +75,7 @@ def test_the_in_memory_tables_are_typed_as_the_connector_reads_them(
     spark: Any, settings: Settings
 ) -> None:
     for table, layout in layouts(SPEED_TABLES).items():
-        read = cassandra.read_table(spark, settings.cassandra_keyspace, table).schema
+        read = cassandra.read_table(spark, settings.cassandra.keyspace, table).schema
         assert sorted(read.names) == sorted(layout.schema.names), table
         for column in layout.schema.names:
             expected = read[column].dataType.simpleString()
@@ -86,7 +86,7 @@ def test_writes_replace_by_primary_key_and_reads_by_key_give_the_same_rows(
     spark: Any, settings: Settings, store: tuple[ViewStore, int]
 ) -> None:
     views, op = store
-    read = cassandra.read_table(spark, settings.cassandra_keyspace, "agg_15m_speed").schema
+    read = cassandra.read_table(spark, settings.cassandra.keyspace, "agg_15m_speed").schema
     schema = T.StructType([read[c] for c in SPEED_AGGREGATE_COLUMNS])
     first = [
         (op, DAY, datetime(2026, 3, 29, 1, 45, 0, 123456, tzinfo=UTC), 3, BIG,
@@ -149,7 +149,7 @@ def test_a_raw_row_is_read_by_its_whole_primary_key_where_the_driver_refuses_it(
     spark: Any, settings: Settings, store: tuple[ViewStore, int]
 ) -> None:
     views, op = store
-    read = cassandra.read_table(spark, settings.cassandra_keyspace, "receipts_by_store_day").schema
+    read = cassandra.read_table(spark, settings.cassandra.keyspace, "receipts_by_store_day").schema
     key = ("operation_id", "day", "happened_at", "vendor_fiscal_module", "transaction_id")
     columns = (*key, "revenue", "line_items")
     at = datetime(2026, 3, 29, 9, 3, 0, 250000, tzinfo=UTC)

@@ -9,9 +9,6 @@ small micro-batches; an in-memory one in unit tests (tests/unit/speed_layer).
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Protocol
@@ -21,8 +18,9 @@ from pyspark.sql import functions as F
 
 from pos_lambda.adapters.cassandra import Target
 from pos_lambda.adapters.view_store import ViewStore
+from pos_lambda.failpoints import NONE as NO_FAILPOINTS
+from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import cql
-from pos_lambda.speed_layer import SUPERVISOR_PID_ENV
 from pos_lambda.speed_layer.batch_plan import (
     KEY_BUCKET,
     KEY_COLUMNS,
@@ -50,8 +48,6 @@ from pos_lambda.views.winners import (
     with_winner_content,
 )
 
-log = logging.getLogger("pos.speed")
-
 
 # Built once per driver, not per micro-batch (see src/pos_lambda/views/records.py).
 @cache
@@ -70,11 +66,11 @@ class Write(Protocol):
     def __call__(self, df: DataFrame, *targets: Target) -> None: ...
 
 
-# Testing only: the crash point reached once each table is written (speed_crash_point).
-CRASH_AFTER = {
-    cql.AGG_SPEED_TABLE: "after_aggregates",
-    cql.RAW_TABLE: "after_raw_rows",
-    cql.RECEIPT_KEYS_TABLE: "after_receipt_keys",
+# The failpoint reached once each table is written (pos_lambda.failpoints).
+FAILPOINT_AFTER = {
+    cql.AGG_SPEED_TABLE: "speed.after_aggregates",
+    cql.RAW_TABLE: "speed.after_raw_rows",
+    cql.RECEIPT_KEYS_TABLE: "speed.after_receipt_keys",
 }
 
 
@@ -91,9 +87,9 @@ class ViewsBatch:
     # The driver's store, for micro-batches small enough (limits); required when the
     # limits let any micro-batch use it.
     driver: ViewStore | None = None
-    # Testing only (POS_SPEED_CRASH_POINT): kill -9 the speed layer at this point of the
-    # first micro-batch that writes receipts, to prove the replay converges.
-    crash_point: str | None = None
+    # Testing only (POS_SPEED_CRASH_POINT): kill -9 the speed layer between two of a
+    # micro-batch's writes, to prove the replay converges.
+    failpoints: Failpoints = NO_FAILPOINTS
 
     def __post_init__(self) -> None:
         if self.driver is None and self.limits.uses_driver:
@@ -118,16 +114,8 @@ class ViewsBatch:
         return write
 
     def _written(self, table: str) -> None:
-        if table in CRASH_AFTER:
-            self._maybe_crash(CRASH_AFTER[table])
-
-    def _maybe_crash(self, point: str) -> None:
-        if self.crash_point == point:
-            log.warning("crash point %s reached: kill -9 of the speed layer (testing)", point)
-            supervisor = os.environ.get(SUPERVISOR_PID_ENV)
-            if supervisor:  # the whole speed layer dies, as with `kill -9` of both
-                os.kill(int(supervisor), signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
+        if table in FAILPOINT_AFTER:
+            self.failpoints.hit(FAILPOINT_AFTER[table])
 
     def process(
         self, batch: DataFrame, native_first: bool = False, collect_keys: bool = False

@@ -29,13 +29,14 @@ speed views: the batch layer takes them.
 
 Reads and writes go through a `ViewStore` (pos_lambda.adapters.view_store): the
 connector's, and the driver's for small micro-batches. This module wires them: the
-stores, the thresholds (Settings.speed_*) and the streaming query.
+stores, the thresholds (Settings.speed) and the streaming query.
 
 Run it with `pos-speed run` (see src/pos_lambda/speed_layer/cli.py).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -45,9 +46,10 @@ from pos_lambda.adapters import cassandra, cassandra_client, kafka
 from pos_lambda.adapters.driver_lookup import DriverLookup
 from pos_lambda.adapters.driver_writes import DriverWriter
 from pos_lambda.adapters.view_store import ConnectorStore, DriverStore
+from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer import QUERY_OF_JOB
+from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
 from pos_lambda.speed_layer.batch_plan import Thresholds, modes
 from pos_lambda.speed_layer.listening import RunCloser
 from pos_lambda.speed_layer.progress import ProgressRecorder
@@ -66,7 +68,7 @@ def start(
     """Start the named views query; returns the StreamingQuery."""
     cassandra.await_tables(
         spark,
-        settings.cassandra_keyspace,
+        settings.cassandra.keyspace,
         [
             cql.RAW_TABLE,
             cql.RECEIPT_KEYS_TABLE,
@@ -76,12 +78,12 @@ def start(
         ],
     )
     limits = Thresholds(
-        driver_reads_below=settings.speed_driver_reads_below,
-        driver_writes_below=settings.speed_driver_writes_below,
-        bucket_reads_from=settings.speed_bucket_reads_from,
-        native_check_from=settings.speed_native_check_from,
+        driver_reads_below=settings.speed.driver_reads_below,
+        driver_writes_below=settings.speed.driver_writes_below,
+        bucket_reads_from=settings.speed.bucket_reads_from,
+        native_check_from=settings.speed.native_check_from,
     )
-    keyspace = settings.cassandra_keyspace
+    keyspace = settings.cassandra.keyspace
     # A CQL session of its own for the driver's reads and writes, closed with the query.
     session = None
     driver = None
@@ -89,21 +91,21 @@ def start(
         session = cassandra_client.cluster(settings).connect()
         driver = DriverStore(
             DriverLookup(spark, session, keyspace),
-            DriverWriter(session, keyspace, settings.cassandra_write_consistency),
+            DriverWriter(session, keyspace, settings.cassandra.write_consistency),
         )
     job = ViewsBatch(
         store=ConnectorStore(spark, keyspace),
         late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
         limits=limits,
         driver=driver,
-        crash_point=settings.speed_crash_point,
+        failpoints=Failpoints.from_settings(settings.faults, supervisor_pid=_supervisor()),
     )
 
     # The size of a micro-batch is known only once it has been read (batch_plan.modes):
     # the first micro-batch of a run counts as a full one, as it takes what came since
     # the last.
-    previous_records = settings.speed_max_offsets_per_trigger
+    previous_records = settings.speed.max_offsets_per_trigger
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         nonlocal previous_records
@@ -120,7 +122,7 @@ def start(
     )
     try:
         query = start_in_pool(
-            spark, stream, QUERY_NAME, settings.speed_trigger_seconds, available_now
+            spark, stream, QUERY_NAME, settings.speed.trigger_seconds, available_now
         )
     except BaseException:
         if session is not None:
@@ -136,3 +138,9 @@ def _close_after(spark: SparkSession, query: StreamingQuery, close: Callable[[],
     spark.streams.addListener(RunCloser(query.runId, close))
     if not query.isActive:  # it ended before the listener was there to hear it
         close()
+
+
+def _supervisor() -> int | None:
+    """The supervisor that restarts this driver (killed with it at a failpoint)."""
+    pid = os.environ.get(SUPERVISOR_PID_ENV)
+    return int(pid) if pid else None
