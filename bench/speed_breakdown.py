@@ -5,7 +5,7 @@
 Reads topic T (e.g. the one bench/speed_vs_plain.py filled; see --help of that
 script, or produce one with `pos-producer simulate`) as one batch, the same columns
 the streaming source gives `foreachBatch`, and runs the views job's own micro-batch
-(`pos_lambda.speed_layer.views_job.ViewsBatch.process`) into a fresh keyspace with every stage
+(`pos_lambda.speed_layer.views_batch.ViewsBatch.process`) into a fresh keyspace with every stage
 forced and timed on its own: Kafka read, validation (the contract's validator in an
 Arrow-optimised Python UDF; with --native-first, Spark's own expressions first, as
 the views query validates a backlog), the counts, each write, the stored-row reads
@@ -45,29 +45,38 @@ def one_round(
     from pyspark.sql import DataFrame
 
     from pos_lambda.adapters import cassandra
+    from pos_lambda.adapters.view_store import ConnectorStore
     from pos_lambda.schemas import contract, cql
-    from pos_lambda.speed_layer import views_job
+    from pos_lambda.speed_layer import views_batch
+    from pos_lambda.speed_layer.batch_plan import Thresholds
     from pos_lambda.views import records
 
     t: Timings = {}
 
-    class Timed(views_job.ViewsBatch):
-        def _lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
-            rows = super()._lookup(table, keys, columns).persist()
+    class Timed(ConnectorStore):
+        def lookup(self, table: str, keys: DataFrame, columns: tuple[str, ...]) -> DataFrame:
+            rows = super().lookup(table, keys, columns).persist()
             _timed(t, f"read stored rows: {table}", rows.count)
             return rows
 
-        def _connector_write(self, df: DataFrame, targets: Any, written: Any) -> None:
-            write = super()._connector_write
+        def upsert_each(
+            self, df: DataFrame, targets: Any, written: Any = lambda table: None
+        ) -> None:
+            write = super().upsert_each
             for target in targets:  # each table's write timed by itself
                 _timed(t, f"write {target.table}", partial(write, df, (target,), written))
 
-    job = Timed(
-        spark=spark,
-        keyspace=keyspace,
+    # The connector's paths only: the driver's serve small micro-batches, not this one.
+    job = views_batch.ViewsBatch(
+        store=Timed(spark, keyspace),
         late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
         max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
-        bucket_reads_from=settings.speed.bucket_reads_from,
+        limits=Thresholds(
+            driver_reads_below=0,
+            driver_writes_below=0,
+            bucket_reads_from=settings.speed.bucket_reads_from,
+            native_check_from=settings.speed.native_check_from,
+        ),
     )
     cassandra.await_tables(spark, keyspace, [cql.RAW_TABLE, cql.AGG_SPEED_TABLE])
     reader = (
@@ -78,7 +87,7 @@ def one_round(
         .option("startingOffsets", "earliest")
         .load()
     )
-    real_decide = views_job.decide_batch  # type: ignore[attr-defined]
+    real_decide = views_batch.decide_batch
 
     def decide(incoming: DataFrame, stored: DataFrame) -> Any:
         resolution = real_decide(incoming, stored)
@@ -99,13 +108,13 @@ def one_round(
     checked = records.check(batch, native_first).persist()
     validation = "validation (native first)" if native_first else "validation (Python UDF)"
     _timed(t, validation, checked.count)
-    views_job.decide_batch = decide  # type: ignore[attr-defined]
+    views_batch.decide_batch = decide
     try:
         inner_start = time.perf_counter()
         counts = job._process_checked(checked, collect_keys=False)
         inner = time.perf_counter() - inner_start
     finally:
-        views_job.decide_batch = real_decide  # type: ignore[attr-defined]
+        views_batch.decide_batch = real_decide
     total = time.perf_counter() - start
     checked.unpersist()
     batch.unpersist()

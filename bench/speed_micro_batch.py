@@ -88,7 +88,7 @@ def child(args: argparse.Namespace) -> None:
 
     import pos_lambda.adapters.spark_session as spark_setup
     from pos_lambda.adapters import cassandra, driver_lookup, driver_writes
-    from pos_lambda.speed_layer import views_job
+    from pos_lambda.speed_layer import views_batch, views_job
     from pos_lambda.speed_layer.progress import BatchCounts, ProgressRecorder
     from pos_lambda.views import winners
 
@@ -163,7 +163,7 @@ def child(args: argparse.Namespace) -> None:
             "speed_max_offsets_per_trigger": args.step * parts,
         }
     )
-    real_process = views_job.ViewsBatch.process
+    real_process = views_batch.ViewsBatch.process
     lines: list[dict[str, Any]] = []
 
     # Whatever the views job passes on (the micro-batch, how to validate it) goes through.
@@ -190,7 +190,7 @@ def child(args: argparse.Namespace) -> None:
         )
         return counts
 
-    views_job.ViewsBatch.process = process  # type: ignore[method-assign]
+    views_batch.ViewsBatch.process = process  # type: ignore[method-assign]
     recorder = ProgressRecorder(data_dir / "status.json")
     query = views_job.start(spark, settings, recorder, available_now=True)
 

@@ -11,7 +11,7 @@ import pytest
 
 from pos_lambda.adapters.driver_lookup import DriverLookup
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer.views_job import RECEIPT_KEY, STORE_DAY
+from pos_lambda.speed_layer.batch_plan import RECEIPT_KEY, STORE_DAY
 from pos_lambda.views.increments import SPEED_AGGREGATE_COLUMNS
 
 BIG = 2**62 + 7  # a bigint that a float64 would round (to 2**62 + 8)

@@ -17,7 +17,7 @@ from pos_lambda.adapters import cassandra
 from pos_lambda.adapters.cassandra import Target
 from pos_lambda.adapters.driver_writes import MAX_BATCH_ROWS, DriverWriter
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer.views_job import KEY_COLUMNS, RAW_COLUMNS
+from pos_lambda.speed_layer.batch_plan import KEY_COLUMNS, RAW_COLUMNS
 from pos_lambda.views.increments import SPEED_AGGREGATE_COLUMNS
 
 BIG = 2**62 + 7  # a bigint that a float64 would round

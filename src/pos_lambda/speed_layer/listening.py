@@ -14,6 +14,7 @@ parse is the dict `StreamingQuery.lastProgress` gives; Spark made the same chang
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql.streaming.listener import (
@@ -69,3 +70,21 @@ class _JsonProgress(JStreamingQueryListener):
 
     def onQueryProgress(self, jevent: Any) -> None:  # a py4j JavaObject
         self.pylistener.on_progress(json.loads(jevent.progress().json()))
+
+
+class RunCloser(ProgressListener):
+    """Calls `close` when the query run `run_id` terminates.
+
+    By run id, not query id: a query restarted from its checkpoint keeps its id, and
+    Spark's listener bus delivers events asynchronously, so the previous run's
+    termination can reach the listener of the next run, whose session it then closed
+    mid-micro-batch ("Pool is shutdown" in the driver's writes).
+    """
+
+    def __init__(self, run_id: str, close: Callable[[], None]) -> None:
+        self.run_id = run_id
+        self.close = close
+
+    def onQueryTerminated(self, event: Any) -> None:
+        if str(event.runId) == self.run_id:  # a UUID here, its text there
+            self.close()

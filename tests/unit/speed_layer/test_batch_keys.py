@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from pos_lambda.speed_layer.views_job import BatchKeys, batch_keys
+from pos_lambda.speed_layer.batch_plan import BatchKeys, batch_keys
 
 MAR_2, MAR_3 = date(2026, 3, 2), date(2026, 3, 3)
 

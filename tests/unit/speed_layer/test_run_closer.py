@@ -6,7 +6,7 @@ import uuid
 
 from pyspark.sql.streaming.listener import QueryTerminatedEvent
 
-from pos_lambda.speed_layer.views_job import RunCloser
+from pos_lambda.speed_layer.listening import RunCloser
 
 
 def test_only_the_runs_own_termination_closes_it() -> None:
