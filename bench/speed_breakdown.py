@@ -87,7 +87,8 @@ def one_round(
         .option("startingOffsets", "earliest")
         .load()
     )
-    real_decide = views_batch.decide_batch
+    # The shell calls the winner rule by its module-level name: timed by replacing it there.
+    real_decide = getattr(views_batch, "decide_batch")  # noqa: B009
 
     def decide(incoming: DataFrame, stored: DataFrame) -> Any:
         resolution = real_decide(incoming, stored)
@@ -108,13 +109,13 @@ def one_round(
     checked = records.check(batch, native_first).persist()
     validation = "validation (native first)" if native_first else "validation (Python UDF)"
     _timed(t, validation, checked.count)
-    views_batch.decide_batch = decide
+    setattr(views_batch, "decide_batch", decide)  # noqa: B010
     try:
         inner_start = time.perf_counter()
         counts = job._process_checked(checked, collect_keys=False)
         inner = time.perf_counter() - inner_start
     finally:
-        views_batch.decide_batch = real_decide
+        setattr(views_batch, "decide_batch", real_decide)  # noqa: B010
     total = time.perf_counter() - start
     checked.unpersist()
     batch.unpersist()
