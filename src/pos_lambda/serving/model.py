@@ -13,7 +13,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Literal
 
-from pos_lambda.schemas.contract import WINDOW
+from pos_lambda.views.windows import WINDOW
 
 Source = Literal["batch", "speed"]
 
