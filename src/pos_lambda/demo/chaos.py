@@ -335,6 +335,17 @@ class Chaos:
 
     def batch_kill(self) -> str:
         start, end = self.interval
+        # The job dies mid-write only if it has a master dataset to read: the archiver
+        # creates it with its first micro-batch, which on a loaded machine (or after an
+        # early fault hit the drivers' start) can come after the plan's point.
+        log = self.settings.master_dataset_dir / "_delta_log"
+        if not any(log.glob("*.json")):
+            self.say("fault: awaiting the archiver's first commit (the master dataset) ...")
+            await_or_fail(
+                lambda: any(log.glob("*.json")),
+                self.args.step_timeout,
+                "the archiver to create the master dataset",
+            )
         env = self.env | {"POS_BATCH_CRASH_POINT": "after_receipts"}
         code = run_logged(
             [str(VENV_BIN / "pos-batch"), "run", "--start", start.isoformat(), "--end",
@@ -582,8 +593,8 @@ def gather(
         outcomes=sorted(chaos.outcomes, key=lambda o: o.at_message),
         planned=len(chaos.plan.faults) + len(chaos.plan.alerts_crash_at),
         restarts=chaos.restarts,
-        duplicates_removed=row.duplicates_removed,
-        conflicts_found=row.conflicts,
+        duplicates_removed=row.duplicates_removed or 0,
+        conflicts_found=row.conflicts or 0,
         conflict_rows=conflict_rows,
         conflict_alerts=rules.get("conflict", 0),
         dead_letters=dead,
