@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos audit bench screenshots screenshots-dashboard lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos audit bench screenshots screenshots-dashboard docs lock clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -120,6 +120,10 @@ bench: up ## every benchmark (side-by-side ratios), then the report in docs/benc
 	@bash infra/system-deps.sh wrk  # the HTTP load tool (Debian's)
 	$(PY) bench/serving_latency.py
 	$(PY) bench/report.py  # docs/bench/README.md + PNG charts from docs/bench/*.json
+
+docs: $(INSTALLED) ## regenerate the README's settings table and docs/bench/README.md (+ charts) from their sources
+	$(PY) docs/settings_table.py
+	$(PY) bench/report.py
 
 screenshots: setup ## log in to the running Airflow UI in headless Chromium, trigger pos_batch, keep screenshots in docs/
 	@bash infra/system-deps.sh chromium

@@ -66,7 +66,7 @@ class Result:
 
 def _topic(settings: Settings, kind: str) -> str:
     name = f"bench.alerts.{kind}.{uuid.uuid4().hex[:8]}"
-    schema_apply.create_topics(settings, {name: settings.topic_partitions})
+    schema_apply.create_topics(settings, {name: settings.topics.partitions})
     return name
 
 
@@ -77,10 +77,7 @@ def _messages(count: int, seed: int) -> list[OutgoingMessage]:
 
 
 def _start(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ)
-    for name, value in settings.model_dump(mode="json").items():
-        if value is not None:
-            env[f"POS_{name.upper()}"] = str(value)
+    env = dict(os.environ) | settings.environment()
     return subprocess.Popen(
         [str(BIN / "pos-alerts"), "run"],
         env=env,
@@ -108,11 +105,11 @@ class AlertReader:
                 "fetch.wait.max.ms": 5,
             }
         )
-        md = self.consumer.list_topics(settings.topic_alerts, timeout=30)
+        md = self.consumer.list_topics(settings.topics.alerts, timeout=30)
         self.consumer.assign(
             [
-                TopicPartition(settings.topic_alerts, p, OFFSET_BEGINNING)
-                for p in md.topics[settings.topic_alerts].partitions
+                TopicPartition(settings.topics.alerts, p, OFFSET_BEGINNING)
+                for p in md.topics[settings.topics.alerts].partitions
             ]
         )
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -150,8 +147,8 @@ class AlertReader:
 
 
 def _config(base: Settings, mode: str, interval_ms: int, input_topic: str) -> Settings:
-    return base.model_copy(
-        update={
+    return base.with_overrides(
+        **{
             "topic_transactions": input_topic,
             "topic_alerts": _topic(base, "out"),
             "alerts_group_id": f"bench-alerts-{uuid.uuid4().hex[:8]}",
@@ -188,11 +185,11 @@ def _latency(s: Settings, rate: int, seconds: int, log: Path) -> tuple[float, fl
         # for its producer-id handshake (~0.5 s), which is not the processor's latency.
         producer = Producer(producer_config(s.bootstrap_servers))
         warm = _messages(1, seed=99)
-        produce(warm, s.bootstrap_servers, s.topic_transactions, quiet=True, producer=producer)
+        produce(warm, s.bootstrap_servers, s.topics.transactions, quiet=True, producer=producer)
         if not reader.wait_for(1, timeout=120):  # the processor is assigned and running
             raise RuntimeError(f"processor not running; see {log}")
         paced = _messages(rate * seconds, seed=7)
-        produce(paced, s.bootstrap_servers, s.topic_transactions, rate=rate, quiet=True,
+        produce(paced, s.bootstrap_servers, s.topics.transactions, rate=rate, quiet=True,
                 producer=producer)  # fmt: skip
         if not reader.wait_for(1 + len(paced), timeout=120):
             raise RuntimeError(f"only {len(reader.seen)} alerts; see {log}")
@@ -257,7 +254,7 @@ def main() -> None:
 
 def _write(args: argparse.Namespace, results: list[Result], count: int) -> None:
     """Per interval: EOS as a ratio to ALO (throughput, latency p50 and p99)."""
-    # The field's anchor, as a reference line rather than a promise (see the README).
+    # The field's anchor, as a reference line rather than a promise (see docs/alerts.md).
     anchor = bench_results.Goal(">=", 0.97, "the field: ~3 % overhead at 100 ms")
     figures = []
     for interval in INTERVALS_MS:

@@ -393,7 +393,7 @@ def receipt_rows(spark: Any, shape: Shape, lo: int, hi: int, settings: Any,
 
 def thresholds(settings: Any) -> tuple[int, int]:
     return (LATE_THRESHOLD_S * 1_000_000,
-            int(settings.speed_max_lateness_hours * 3600 * 1_000_000))  # fmt: skip
+            int(settings.speed.max_lateness_hours * 3600 * 1_000_000))  # fmt: skip
 
 
 def judged_receipt_rows(master: Any, settings: Any) -> Any:
@@ -529,7 +529,7 @@ def generate(spark: Any, shape: Shape, settings: Any) -> Generated:
     from pos_lambda.views.batch import batch_aggregates
     from pos_lambda.views.winners import INDEX_COLUMNS, resolve
 
-    ks = settings.cassandra_keyspace
+    ks = settings.cassandra.keyspace
     seconds: dict[str, float] = {}
     chunks = [(lo, min(lo + CHUNK_HOURS, shape.hours)) for lo in range(0, shape.hours, CHUNK_HOURS)]
 
@@ -630,7 +630,7 @@ def write_pointer(
 
     cluster = cassandra_client.cluster(settings, writes=True)
     try:
-        session = cluster.connect(settings.cassandra_keyspace)
+        session = cluster.connect(settings.cassandra.keyspace)
         insert = session.prepare(
             f"INSERT INTO {cql.BATCH_POINTER_TABLE} (view_name, day, version, covered_until, "
             "run_id, delta_version, receipt_count, aggregate_rows, committed_at) "
@@ -665,7 +665,7 @@ def run_batch(settings: Any, shape: Shape, event_dir: Path) -> dict[str, Any]:
     event_dir.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        "POS_CASSANDRA_KEYSPACE": settings.cassandra_keyspace,
+        "POS_CASSANDRA_KEYSPACE": settings.cassandra.keyspace,
         "POS_DATA_DIR": str(settings.data_dir),
         "PYSPARK_SUBMIT_ARGS": f"--conf spark.eventLog.enabled=true --conf "
         f"spark.eventLog.dir=file://{event_dir} pyspark-shell",
@@ -755,7 +755,7 @@ def _session(settings: Any) -> tuple[Any, Any]:
     from pos_lambda.adapters import cassandra_client
 
     cluster = cassandra_client.cluster(settings, timeout=300)
-    return cluster, cluster.connect(settings.cassandra_keyspace)
+    return cluster, cluster.connect(settings.cassandra.keyspace)
 
 
 def count_rows(settings: Any, shape: Shape, generations: Iterable[str]) -> dict[str, int]:
@@ -1045,7 +1045,7 @@ def measure(
 
     label = f"{shape.history:,} history" + (", late data" if shape.late else "")
     ks = f"bench_hist_{uuid.uuid4().hex[:8]}"
-    settings = base.model_copy(update={"cassandra_keyspace": ks,
+    settings = base.with_overrides(**{"cassandra_keyspace": ks,
                                        "data_dir": tmp / ks})  # fmt: skip
     schema_apply.apply_cql(settings)
     row: dict[str, Any] = {"history": shape.history, "new": shape.new, "late": shape.late,
@@ -1218,7 +1218,7 @@ def main(argv: list[str] | None = None) -> None:
 
     base = load_settings()
     # The generator writes tens of millions of index rows: more writes in flight.
-    gen_settings = base.model_copy(update={"cassandra_concurrent_writes": 128})
+    gen_settings = base.with_overrides(**{"cassandra_concurrent_writes": 128})
     tmp = Path(tempfile.mkdtemp(prefix="pos-bench-history-"))
     spark = build_session(gen_settings, "pos-bench-batch-history")
     plan = [Shape(n, args.new) for n in args.size_list]

@@ -141,7 +141,7 @@ def floor(spark: SparkSession, settings: Settings) -> int:
 
 
 def compaction(spark: SparkSession, base: Settings, seconds: int) -> dict[str, Any]:
-    s = base.model_copy(update={"data_dir": base.data_dir / "compaction"})
+    s = base.with_overrides(**{"data_dir": base.data_dir / "compaction"})
     per_second, per_commit = 10, 600
     n = seconds * per_second
     t0 = time.perf_counter()
@@ -176,10 +176,10 @@ def batch(spark: SparkSession, base: Settings, sizes: list[int]) -> list[dict[st
     runs = []
     for n in sizes:
         # Its own keyspace and table per size: the sizes never share rows.
-        s = base.model_copy(
-            update={
+        s = base.with_overrides(
+            **{
                 "data_dir": base.data_dir / f"batch-{n}",
-                "cassandra_keyspace": f"{base.cassandra_keyspace}_{n}",
+                "cassandra_keyspace": f"{base.cassandra.keyspace}_{n}",
             }
         )
         schema_apply.apply_cql(s)
@@ -310,8 +310,8 @@ def main() -> None:
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     """This checkout's compaction and batch runs, in this process."""
     tmp = Path(tempfile.mkdtemp(prefix="pos-bench-batch-"))
-    settings = load_settings().model_copy(
-        update={"data_dir": tmp, "cassandra_keyspace": f"bench_{uuid.uuid4().hex[:8]}"}
+    settings = load_settings().with_overrides(
+        **{"data_dir": tmp, "cassandra_keyspace": f"bench_{uuid.uuid4().hex[:8]}"}
     )
     schema_apply.apply_cql(settings)
     spark = build_session(settings, "pos-bench-batch")
@@ -326,11 +326,11 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         spark.stop()
         from cassandra.cluster import Cluster
 
-        cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+        cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra.port)
         session = cluster.connect()
         for name in [
-            settings.cassandra_keyspace,
-            *(f"{settings.cassandra_keyspace}_{n}" for n in sizes),
+            settings.cassandra.keyspace,
+            *(f"{settings.cassandra.keyspace}_{n}" for n in sizes),
         ]:
             session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
         cluster.shutdown()

@@ -30,7 +30,7 @@ def produce_faulted_topic(
     Returns the settings pointed at that topic, and the simulation (messages, ledger).
     """
     topic = f"{prefix}.{uuid.uuid4().hex[:8]}"
-    schema_apply.create_topics(base, {topic: base.topic_partitions})
+    schema_apply.create_topics(base, {topic: base.topics.partitions})
     result = simulate(SimulationConfig(count=count, seed=seed, faults=FAULTS, start=START))
     produce(result.messages, base.bootstrap_servers, topic, quiet=True)
-    return base.model_copy(update={"topic_transactions": topic}), result
+    return base.with_overrides(**{"topic_transactions": topic}), result

@@ -71,7 +71,7 @@ def consume(settings: Settings, keyspace: str, max_lateness_hours: float = 48.0)
     dead_stmt = session.prepare(_insert(keyspace, cql.DEAD_LETTERS_TABLE, DEAD))
     consumer = Consumer(
         {
-            **settings.kafka_security_config,
+            **settings.kafka.security_config,
             "bootstrap.servers": settings.bootstrap_servers,
             "group.id": f"plain-{keyspace}",
             "isolation.level": "read_committed",
@@ -80,7 +80,7 @@ def consume(settings: Settings, keyspace: str, max_lateness_hours: float = 48.0)
             "auto.offset.reset": "earliest",
         }
     )
-    topic = settings.topic_transactions
+    topic = settings.topics.transactions
     partitions = list(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])  # from the start
     max_lateness_us = int(max_lateness_hours * 3600 * 1_000_000)
@@ -207,11 +207,11 @@ def main() -> None:
     parser.add_argument("--keyspace", required=True, help="created with the views' tables")
     parser.add_argument("--ledger", type=Path, help="the producer's ledger to check against")
     args = parser.parse_args()
-    settings = load_settings().model_copy(
-        update={"topic_transactions": args.topic, "cassandra_keyspace": args.keyspace}
+    settings = load_settings().with_overrides(
+        **{"topic_transactions": args.topic, "cassandra_keyspace": args.keyspace}
     )
     schema_apply.apply_cql(settings, args.keyspace)
-    result = consume(settings, args.keyspace, settings.speed_max_lateness_hours)
+    result = consume(settings, args.keyspace, settings.speed.max_lateness_hours)
     if args.ledger is not None:
         problems = check_ledger(settings, args.keyspace, args.ledger)
         result["exact"] = not problems

@@ -186,7 +186,7 @@ def main() -> None:
     if args.count < 1 or args.rounds < 1:
         parser.error("--count and --rounds must be >= 1")
     settings = load_settings()
-    if settings.kafka_security_protocol != "PLAINTEXT":
+    if settings.kafka.security_protocol != "PLAINTEXT":
         parser.error("this benchmark runs against a plaintext local broker (no POS_KAFKA_SASL/TLS)")
     messages = simulate(
         SimulationConfig(count=args.count, seed=1, start=datetime(2026, 3, 2, tzinfo=UTC))
@@ -204,7 +204,7 @@ def main() -> None:
     for rnd in range(args.rounds):
         for client in order(rnd):
             topic = f"bench.clients.{uuid.uuid4().hex[:8]}"
-            schema_apply.create_topics(settings, {topic: settings.topic_partitions})
+            schema_apply.create_topics(settings, {topic: settings.topics.partitions})
             topics.append(topic)
             print(f"round {rnd + 1}: {client:<15} ...", end=" ", flush=True)
             seconds, connect_ms = runners[client](settings, topic, messages)

@@ -96,7 +96,7 @@ def main() -> None:
 
 def _topic(settings: Settings) -> str:
     topic = f"bench.producer.{uuid.uuid4().hex[:8]}"
-    schema_apply.create_topics(settings, {topic: settings.topic_partitions})
+    schema_apply.create_topics(settings, {topic: settings.topics.partitions})
     return topic
 
 

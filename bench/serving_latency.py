@@ -148,12 +148,12 @@ def wrk(url: str, seconds: int, connections: int) -> tuple[float, float, float]:
 
 
 def start_server(settings: Settings) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, POS_CASSANDRA_KEYSPACE=settings.cassandra_keyspace)
+    env = dict(os.environ, POS_CASSANDRA_KEYSPACE=settings.cassandra.keyspace)
     proc = subprocess.Popen(
         [os.path.join(os.path.dirname(sys.executable), "pos-serve"), "http"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
-    url = f"http://{settings.bind_host}:{settings.serve_port}/openapi.json"
+    url = f"http://{settings.bind_host}:{settings.serve.port}/openapi.json"
 
     def answers() -> bool:
         if proc.poll() is not None:
@@ -175,7 +175,7 @@ def port_free(settings: Settings) -> bool:
     import socket
 
     with socket.socket() as s:
-        return s.connect_ex((settings.bind_host, settings.serve_port)) != 0
+        return s.connect_ex((settings.bind_host, settings.serve.port)) != 0
 
 
 def main() -> None:
@@ -189,18 +189,18 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: bash infra/system-deps.sh wrk (make bench does it)")
-    settings = load_settings().model_copy(
-        update={"cassandra_keyspace": f"bench_serve_{uuid.uuid4().hex[:8]}"}
+    settings = load_settings().with_overrides(
+        **{"cassandra_keyspace": f"bench_serve_{uuid.uuid4().hex[:8]}"}
     )
     if not port_free(settings):
         raise SystemExit(
-            f"port {settings.serve_port} is taken (a `make serve`?): stop it or set POS_SERVE_PORT"
+            f"port {settings.serve.port} is taken (a `make serve`?): stop it or set POS_SERVE_PORT"
         )
     from cassandra.cluster import Cluster
 
     schema_apply.apply_cql(settings)
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
-    session = cluster.connect(settings.cassandra_keyspace)
+    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra.port)
+    session = cluster.connect(settings.cassandra.keyspace)
     server = None
     try:
         seed(session, args.stores)
@@ -216,7 +216,7 @@ def main() -> None:
             library = percentiles(library_s)
         server = start_server(settings)
         url = (
-            f"http://{settings.bind_host}:{settings.serve_port}/stores/{STORE}/windows"
+            f"http://{settings.bind_host}:{settings.serve.port}/stores/{STORE}/windows"
             "?start=2026-03-02T00:00:00Z&end=2026-03-03T00:00:00Z"
         )
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -227,7 +227,7 @@ def main() -> None:
         if server is not None:
             server.terminate()
             server.wait(timeout=30)
-        session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra_keyspace}", timeout=60)
+        session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
         cluster.shutdown()
     print(
         f"serving latency, one store-day (96 windows: 56 batch + 40 speed), {args.seconds} s each"

@@ -36,7 +36,7 @@ def _env(settings: Settings, code: Path, keyspace: str, data: Path) -> dict[str,
         "PYTHONPATH": str(code),
         "POS_JARS_DIR": str(settings.jars_dir),
         "POS_STATE_DIR": str(settings.state_dir),
-        "POS_TOPIC_TRANSACTIONS": settings.topic_transactions,
+        "POS_TOPIC_TRANSACTIONS": settings.topics.transactions,
         "POS_CASSANDRA_KEYSPACE": keyspace,
         "POS_DATA_DIR": str(data),
         "POS_SPEED_MAX_OFFSETS_PER_TRIGGER": "1000000",  # the whole backlog, one batch
@@ -71,7 +71,7 @@ def main() -> None:
     bench_results.add_json_argument(parser, "speed_backlog")
     args = parser.parse_args()
     settings, result = produce_faulted_topic(load_settings(), "bench.backlog", args.count)
-    print(f"{len(result.messages)} messages in {settings.topic_transactions}", flush=True)
+    print(f"{len(result.messages)} messages in {settings.topics.transactions}", flush=True)
 
     codes = {"this": PROJECT_ROOT}
     worktree = None

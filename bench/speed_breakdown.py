@@ -67,14 +67,14 @@ def one_round(
         spark=spark,
         keyspace=keyspace,
         late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
-        bucket_reads_from=settings.speed_bucket_reads_from,
+        max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
+        bucket_reads_from=settings.speed.bucket_reads_from,
     )
     cassandra.await_tables(spark, keyspace, [cql.RAW_TABLE, cql.AGG_SPEED_TABLE])
     reader = (
         spark.read.format("kafka")
         .options(**settings.spark_kafka_options)
-        .option("subscribe", settings.topic_transactions)
+        .option("subscribe", settings.topics.transactions)
         .option("kafka.isolation.level", "read_committed")
         .option("startingOffsets", "earliest")
         .load()
@@ -130,7 +130,7 @@ def main() -> None:
 
     from pos_lambda.adapters.spark_session import build_session
 
-    settings = load_settings().model_copy(update={"topic_transactions": args.topic})
+    settings = load_settings().with_overrides(**{"topic_transactions": args.topic})
     spark = build_session(settings, "pos-speed-breakdown")
     keyspaces = []
     try:

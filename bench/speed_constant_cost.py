@@ -401,10 +401,10 @@ def main() -> None:
     try:
         sim = the_batch(args.messages, args.seed)
         ledger_files.write(ledger, sim.receipts, sim.faults, sim.summary)
-        schema_apply.create_topics(base, {topic: base.topic_partitions})
+        schema_apply.create_topics(base, {topic: base.topics.partitions})
         produce(sim.messages, base.bootstrap_servers, topic, quiet=True,
-                security=base.kafka_security_config)  # fmt: skip
-        plan = Preload.of(sim.receipts, args.preload, base.topic_partitions)
+                security=base.kafka.security_config)  # fmt: skip
+        plan = Preload.of(sim.receipts, args.preload, base.topics.partitions)
         touched = {(op, ws.astimezone(UTC)) for op, ws in
                    ledger_files.expected_aggregates(ledger)}  # fmt: skip
         preloaded = plan.expected(touched)

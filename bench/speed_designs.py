@@ -64,18 +64,18 @@ def _stored(session: Any) -> dict[tuple[int, datetime], tuple[Any, ...]]:
 
 
 def _fresh(settings: Settings, topic: str, tag: str) -> tuple[Settings, Any]:
-    s = settings.model_copy(update={
+    s = settings.with_overrides(**{
         "cassandra_keyspace": f"bench_{tag}_{uuid.uuid4().hex[:6]}",
         "topic_transactions": topic,
         "data_dir": Path(tempfile.mkdtemp(prefix=f"bench-{tag}-")),
     })  # fmt: skip
     schema_apply.apply_cql(s)
-    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
-    return s, cluster.connect(s.cassandra_keyspace)
+    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra.port)
+    return s, cluster.connect(s.cassandra.keyspace)
 
 
 def design_a(spark: Any, settings: Settings, available_now: bool = True) -> Any:
-    cassandra_io.await_tables(spark, settings.cassandra_keyspace, [tables.AGG_SPEED_TABLE])
+    cassandra_io.await_tables(spark, settings.cassandra.keyspace, [tables.AGG_SPEED_TABLE])
     spark.conf.set(
         "spark.sql.streaming.stateStore.providerClass",
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -101,7 +101,7 @@ def design_a(spark: Any, settings: Settings, available_now: bool = True) -> Any:
     )  # fmt: skip
 
     def write(batch: DataFrame, _: int) -> None:
-        cassandra_io.upsert(batch, settings.cassandra_keyspace, tables.AGG_SPEED_TABLE)
+        cassandra_io.upsert(batch, settings.cassandra.keyspace, tables.AGG_SPEED_TABLE)
 
     writer = (
         aggregates.writeStream.queryName("bench-design-a")
@@ -124,7 +124,7 @@ def backlog(
     }
     results = {}
     for tag in ("a", "b"):
-        s, session = _fresh(settings, settings.topic_transactions, tag)
+        s, session = _fresh(settings, settings.topics.transactions, tag)
         t0 = time.perf_counter()
         if tag == "a":
             q = design_a(spark, s)
@@ -150,8 +150,8 @@ def latency(
     """Produce one receipt at a time (event time = now) and await it in its window; the
     seconds each took (fewer than `samples` when one was not visible within 30 s)."""
     topic = f"bench.latency.{uuid.uuid4().hex[:8]}"
-    schema_apply.create_topics(settings, {topic: settings.topic_partitions})
-    s, session = _fresh(settings.model_copy(update={"speed_trigger_seconds": 1.0}), topic, tag)
+    schema_apply.create_topics(settings, {topic: settings.topics.partitions})
+    s, session = _fresh(settings.with_overrides(**{"speed_trigger_seconds": 1.0}), topic, tag)
     if tag == "a":
         q = design_a(spark, s, available_now=False)
     else:
@@ -195,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     settings = load_settings()
     topic = f"bench.speed.{uuid.uuid4().hex[:8]}"
-    schema_apply.create_topics(settings, {topic: settings.topic_partitions})
+    schema_apply.create_topics(settings, {topic: settings.topics.partitions})
     result = simulate(SimulationConfig(
         count=args.count, seed=9, start=datetime(2026, 3, 2, 6, tzinfo=UTC),
         faults=FaultConfig(resend_rate=0.006, late_rate=0.02, late_max_delay_s=4 * 3600,
@@ -204,8 +204,8 @@ def main() -> None:
     produce(result.messages, settings.bootstrap_servers, topic, quiet=True)
     print(f"produced {len(result.messages)} messages ({args.count} unique receipts) to {topic}")
     # The backlog drains in micro-batches of --batch records, as a stream would take it.
-    stream = settings.model_copy(
-        update={"topic_transactions": topic, "speed_max_offsets_per_trigger": args.batch}
+    stream = settings.with_overrides(
+        **{"topic_transactions": topic, "speed_max_offsets_per_trigger": args.batch}
     )
     spark = build_session(stream, "bench")
     ledger_dir = Path(tempfile.mkdtemp(prefix="bench-ledger-"))

@@ -92,7 +92,7 @@ from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer.kafka_sink import produce, producer_config
 from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate, window_start
 from pos_lambda.schemas import cql
-from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
+from pos_lambda.settings import PROJECT_ROOT, Settings, SparkSettings, load_settings
 from pos_lambda.speed_layer import archiver_job, views_job
 
 # `pos-speed run --jobs` names -> their streaming queries' names (views first).
@@ -222,7 +222,7 @@ def drop(settings: Settings, keyspaces: list[str], topics: list[str]) -> None:
     finally:
         cluster.shutdown()
     if topics:
-        admin = AdminClient({**settings.kafka_security_config,
+        admin = AdminClient({**settings.kafka.security_config,
                              "bootstrap.servers": settings.bootstrap_servers})  # fmt: skip
         for topic, done in admin.delete_topics(topics, operation_timeout=30).items():
             try:
@@ -451,7 +451,7 @@ def run_rate(
     """One rate, one variant; code: (its name, a checkout of it), or ("", None) for this
     checkout's."""
     data = Path(tempfile.mkdtemp(prefix="bench-lat-"))
-    schema_apply.create_topics(base, {topic: base.topic_partitions})
+    schema_apply.create_topics(base, {topic: base.topics.partitions})
     schema_apply.apply_cql(base, keyspace)
     planned = bodies(seed=11)
     sent = Sent()
@@ -461,7 +461,7 @@ def run_rate(
         sent.acked_at[index[value]] = time.time()
 
     producer = TimedProducer(
-        producer_config(base.bootstrap_servers, security=base.kafka_security_config), on_ack
+        producer_config(base.bootstrap_servers, security=base.kafka.security_config), on_ack
     )
     speed = SpeedLayer(
         {
@@ -776,7 +776,7 @@ def main() -> None:
         parser.error(f"--archive-trigger-seconds: comma-separated seconds, got "
                      f"{args.archive_trigger_seconds!r}")  # fmt: skip
     schedulers = [x.strip().upper() for x in args.scheduler_modes.split(",") if x.strip()]
-    modes = get_args(Settings.model_fields["spark_scheduler_mode"].annotation)
+    modes = get_args(SparkSettings.model_fields["scheduler_mode"].annotation)
     if not schedulers or not set(schedulers) <= set(modes):
         parser.error(f"--scheduler-modes: one or more of {', '.join(modes)}, "
                      f"got {args.scheduler_modes!r}")  # fmt: skip
@@ -784,7 +784,7 @@ def main() -> None:
     try:
         partitions = [
             int(x) for x in (args.delta_snapshot_partitions or "").split(",") if x.strip()
-        ] or [base.spark_delta_snapshot_partitions]
+        ] or [base.spark.delta_snapshot_partitions]
     except ValueError:
         parser.error(f"--delta-snapshot-partitions: comma-separated integers, got "
                      f"{args.delta_snapshot_partitions!r}")  # fmt: skip

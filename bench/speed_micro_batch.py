@@ -102,7 +102,7 @@ def child(args: argparse.Namespace) -> None:
         return {**project_conf(settings, app_name), **conf_over}
 
     spark_setup.spark_conf = conf  # type: ignore[assignment]  # the variant's settings
-    settings = load_settings().model_copy(update={"topic_transactions": args.topic})
+    settings = load_settings().with_overrides(**{"topic_transactions": args.topic})
     spark = spark_setup.build_session(settings, "pos-bench-micro-batch")
     marks: list[tuple[str, float, float]] = []  # (stage, seconds, when it ended)
 
@@ -156,10 +156,10 @@ def child(args: argparse.Namespace) -> None:
     # The views query as `pos-speed run --available-now --jobs views` starts it, capped
     # at `--step` records per partition and micro-batch; micro-batches past `--batches`
     # do nothing (the views then hold exactly the first ones) and stop the query.
-    parts = settings.topic_partitions
+    parts = settings.topics.partitions
     data_dir = Path(tempfile.mkdtemp(prefix="pos-bench-micro-"))
-    settings = settings.model_copy(
-        update={
+    settings = settings.with_overrides(
+        **{
             "cassandra_keyspace": args.keyspace,
             "data_dir": data_dir,
             "speed_starting_offsets": "earliest",
@@ -237,8 +237,8 @@ def expected(
             "isolation.level": "read_committed",
         }
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.topic_partitions)])
-    keys, malformed, seen = set(), 0, {p: 0 for p in range(settings.topic_partitions)}
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(settings.topics.partitions)])
+    keys, malformed, seen = set(), 0, {p: 0 for p in range(settings.topics.partitions)}
     while any(seen[p] < ends.get(p, 0) for p in seen):
         msg = consumer.poll(10)
         if msg is None:
@@ -354,9 +354,9 @@ def measure(
 
     base = load_settings()
     # More than the micro-batches read (devices spread unevenly over partitions).
-    count = args.step * args.batches * base.topic_partitions * 3
+    count = args.step * args.batches * base.topics.partitions * 3
     settings, sim = produce_faulted_topic(base, "bench.micro", count)
-    topic = settings.topic_transactions
+    topic = settings.topics.transactions
     kinds = {m.value: m.kind for m in sim.messages}
     print(f"topic {topic}: {args.batches} micro-batches of up to {args.step} records per "
           f"partition", flush=True)  # fmt: skip

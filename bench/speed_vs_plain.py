@@ -77,7 +77,7 @@ def _env(settings: Settings, keyspace: str, data: Path) -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONPATH": str(PROJECT_ROOT),
-        "POS_TOPIC_TRANSACTIONS": settings.topic_transactions,
+        "POS_TOPIC_TRANSACTIONS": settings.topics.transactions,
         "POS_CASSANDRA_KEYSPACE": keyspace,
         "POS_DATA_DIR": str(data),
         "POS_SPEED_MAX_OFFSETS_PER_TRIGGER": "1000000",  # the whole backlog, one batch
@@ -86,7 +86,7 @@ def _env(settings: Settings, keyspace: str, data: Path) -> dict[str, str]:
 
 def run_plain(settings: Settings, keyspace: str, ledger: Path) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "bench/plain_consumer.py", "--topic", settings.topic_transactions,
+        [sys.executable, "bench/plain_consumer.py", "--topic", settings.topics.transactions,
          "--keyspace", keyspace, "--ledger", str(ledger)],
         env=_env(settings, keyspace, Path(tempfile.gettempdir())), cwd=PROJECT_ROOT,
         capture_output=True, text=True,
@@ -184,16 +184,16 @@ def run_speed_warm(
     while), the rest of the stream is produced at once and the micro-batches that take
     it are measured: messages / their span. The views are checked against the ledger of
     the whole stream."""
-    topic = f"{settings.topic_transactions}.warm.{uuid.uuid4().hex[:6]}"
+    topic = f"{settings.topics.transactions}.warm.{uuid.uuid4().hex[:6]}"
     topics.append(topic)
-    warm = settings.model_copy(update={"topic_transactions": topic})
-    schema_apply.create_topics(settings, {topic: settings.topic_partitions})
+    warm = settings.with_overrides(**{"topic_transactions": topic})
+    schema_apply.create_topics(settings, {topic: settings.topics.partitions})
     schema_apply.apply_cql(settings, keyspace)
     names = tuple(QUERY_OF_JOB[job] for job in jobs.split(","))
     data = Path(tempfile.mkdtemp(prefix="bench-svp-warm-"))
     env = {**_env(warm, keyspace, data), "POS_SPEED_TRIGGER_SECONDS": "5",
            "POS_SPEED_ARCHIVE_TRIGGER_SECONDS": "5"}  # fmt: skip
-    security = settings.kafka_security_config
+    security = settings.kafka.security_config
 
     def taken(layer: SpeedLayer, progress: ProgressReader, n: int) -> Callable[[], bool]:
         def done() -> bool:
@@ -317,7 +317,7 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
     ledger = Path(tempfile.mkdtemp(prefix="bench-svp-ledger-"))
     ledger_files.write(ledger, result.receipts, result.faults, result.summary)
     summary = result.summary
-    print(f"{len(result.messages)} messages in {settings.topic_transactions} "
+    print(f"{len(result.messages)} messages in {settings.topics.transactions} "
           f"({summary.get('faults', summary)})", flush=True)  # fmt: skip
 
     topics: list[str] = []

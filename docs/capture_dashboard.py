@@ -50,8 +50,8 @@ TOPIC_PREFIX = "pos.dashboard."
 def _env(settings: Settings) -> dict[str, str]:
     return dict(
         os.environ,
-        POS_CASSANDRA_KEYSPACE=settings.cassandra_keyspace,
-        POS_TOPIC_TRANSACTIONS=settings.topic_transactions,
+        POS_CASSANDRA_KEYSPACE=settings.cassandra.keyspace,
+        POS_TOPIC_TRANSACTIONS=settings.topics.transactions,
         POS_DATA_DIR=str(settings.data_dir),
     )
 
@@ -68,8 +68,8 @@ def seed(base: Settings) -> Settings:
 
     from pos_lambda.adapters import kafka_admin, schema_apply
 
-    settings = base.model_copy(
-        update={
+    settings = base.with_overrides(
+        **{
             "cassandra_keyspace": KEYSPACE,
             "topic_transactions": f"{TOPIC_PREFIX}{time.strftime('%Y%m%d%H%M%S')}",
             "data_dir": base.state_dir / "dashboard",
@@ -77,7 +77,7 @@ def seed(base: Settings) -> Settings:
     )
     # Start from nothing: the previous seed's keyspace, data dir (checkpoints, master
     # dataset) and topics go; a fresh topic name avoids waiting for a deletion.
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
+    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra.port)
     try:
         cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {KEYSPACE}", timeout=120)
     finally:
@@ -93,7 +93,7 @@ def seed(base: Settings) -> Settings:
         for future in admin.delete_topics(old, operation_timeout=30).values():  # type: ignore[attr-defined]
             future.result()
     schema_apply.apply_cql(settings)
-    schema_apply.create_topics(settings, {settings.topic_transactions: settings.topic_partitions})
+    schema_apply.create_topics(settings, {settings.topics.transactions: settings.topics.partitions})
 
     _run(
         settings,

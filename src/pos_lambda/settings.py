@@ -9,14 +9,15 @@ effective configuration.
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import json
 from datetime import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The checkout this package is installed from (editable, as `make setup` and the image do).
@@ -39,12 +40,540 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class Settings(BaseSettings):
-    """Endpoints, paths and tuning knobs of the pipeline (see README, Configuration)."""
+class _Section(BaseSettings):
+    """One frozen section of the settings; it reads its own POS_<SECTION>_* variables."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+
+class KafkaSettings(_Section):
+    """Kafka: the brokers every client reaches, and the local broker."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_KAFKA_", frozen=True, extra="forbid")
+
+    port: int = Field(default=9092, ge=1, le=65535, description="The local broker's client port.")
+    controller_port: int = Field(
+        default=9093, ge=1, le=65535, description="The local broker's KRaft controller port."
+    )
+    bootstrap_servers: str = Field(
+        default="",
+        description="Clients connect here; defaults to bind_host:kafka_port.",
+    )
+    heap: str = Field(default="512m", description="Local broker JVM heap (-Xmx).")
+    security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="How every client talks to Kafka; SASL_* sends the SASL login below "
+        "(SASL_SSL on any network you do not own).",
+    )
+    sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = Field(
+        default="SCRAM-SHA-512", description="SASL mechanism of the login (SASL_* protocols)."
+    )
+    sasl_username: str = Field(
+        default="", description="SASL username of every client (SASL_* protocols)."
+    )
+    sasl_password: SecretStr = Field(
+        default=SecretStr(""), description="SASL password of every client (SASL_* protocols)."
+    )
+    ssl_ca_location: str = Field(
+        default="", description="CA bundle (PEM) that signed the brokers' certificates (SASL_SSL)."
+    )
+
+    @property
+    def sasl(self) -> bool:
+        """Whether clients log in (a SASL protocol with a username and password)."""
+        return (
+            self.security_protocol.startswith("SASL_")
+            and bool(self.sasl_username)
+            and bool(self.sasl_password.get_secret_value())
+        )
+
+    @property
+    def security_config(self) -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings every client adds to its own."""
+        conf = {"security.protocol": self.security_protocol.lower()}
+        if self.security_protocol.startswith("SASL_"):
+            conf |= {
+                "sasl.mechanisms": self.sasl_mechanism,
+                "sasl.username": self.sasl_username,
+                "sasl.password": self.sasl_password.get_secret_value(),
+            }
+        if self.ssl_ca_location:
+            conf["ssl.ca.location"] = self.ssl_ca_location
+        return conf
+
+
+class TopicSettings(_Section):
+    """The pipeline's Kafka topics."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_TOPIC_", frozen=True, extra="forbid")
+
+    transactions: str = Field(
+        default="pos.transactions",
+        description="The input topic the POS terminals (the simulator) produce receipts to.",
+    )
+    dead_letters: str = Field(
+        default="pos.dead_letters",
+        description="Where records the contract refuses are copied, with the reason.",
+    )
+    alerts: str = Field(
+        default="pos.alerts", description="The alerts processor's output (transactional)."
+    )
+    partitions: int = Field(default=4, ge=1, description="Partitions of new topics.")
+    replication_factor: int = Field(default=1, ge=1, description="3 on a real cluster.")
+
+
+class CassandraSettings(_Section):
+    """Cassandra: the views' store, and the local node."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_CASSANDRA_", frozen=True, extra="forbid")
+
+    port: int = Field(
+        default=9042, ge=1, le=65535, description="CQL native port (local node and clients)."
+    )
+    storage_port: int = Field(
+        default=7000, ge=1, le=65535, description="The local node's inter-node port."
+    )
+    jmx_port: int = Field(
+        default=7199, ge=1, le=65535, description="The local node's JMX port (nodetool)."
+    )
+    hosts: str = Field(
+        default="",
+        description="Comma-separated contact points; defaults to bind_host.",
+    )
+    keyspace: str = Field(
+        default="pos",
+        pattern=r"^[a-z][a-z0-9_]{0,47}$",
+        description="Keyspace of every view table (created by `pos-infra schema`).",
+    )
+    replication_factor: int = Field(
+        default=1, ge=1, description="Replication factor of a new keyspace; 3 on a real cluster."
+    )
+    username: str = Field(
+        default="", description="Role for PasswordAuthenticator; empty: no login is sent."
+    )
+    password: SecretStr = Field(
+        default=SecretStr(""), description="Password of the role in POS_CASSANDRA_USERNAME."
+    )
+    read_consistency: Consistency = Field(
+        default="LOCAL_QUORUM",
+        description=(
+            "Every read (Spark connector and driver sessions). The speed layer reads back what "
+            "its previous micro-batch wrote, so read and write levels must overlap (LOCAL_QUORUM "
+            "+ LOCAL_QUORUM) on a replicated keyspace; on one node every level is the same."
+        ),
+    )
+    write_consistency: Consistency = Field(
+        default="LOCAL_QUORUM", description="Every write (Spark connector and driver sessions)."
+    )
+    local_dc: str = Field(
+        default="",
+        description="The data centre the pipeline's clients treat as local (LOCAL_* "
+        "consistency levels count replicas there); empty: the contact points' data centre. "
+        "Name it on a multi-DC cluster.",
+    )
+    heap: str = Field(default="1G", description="Local Cassandra JVM heap.")
+    concurrent_writes: int = Field(
+        default=32, ge=1, description="Concurrent write batches per Spark task (connector)."
+    )
+
+
+class SparkSettings(_Section):
+    """Spark: the jobs' sessions, and the local standalone cluster (`make spark`)."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_SPARK_", frozen=True, extra="forbid")
+
+    master: str = Field(default="local[*]", description="Any Spark master URL.")
+    shuffle_partitions: int = Field(
+        default=4, ge=1, description="Small on one machine; raise on a cluster."
+    )
+    delta_snapshot_partitions: int = Field(
+        default=4,
+        ge=1,
+        description="Partitions of the job in which Delta rebuilds a table's state "
+        "(spark.databricks.delta.snapshotPartitions, 50 by Delta's default): the "
+        "archiver's every micro-batch rebuilds the master dataset's to check its "
+        "idempotency id. Small on one machine; raise on a cluster with a large table.",
+    )
+    scheduler_mode: Literal["FAIR", "FIFO"] = Field(
+        default="FAIR",
+        description="How a driver's concurrent jobs share the executors: FAIR gives the "
+        "speed layer's views query its cores ahead of the archiver's "
+        "(src/pos_lambda/adapters/spark-scheduler-pools.xml); FIFO is Spark's default, "
+        "first job first.",
+    )
+    python_daemon_module: str = Field(
+        default="pos_lambda.adapters.spark_python_daemon",
+        description="The module Spark starts its Python workers through "
+        "(spark.python.daemon.module): the project's, PySpark's own daemon without two "
+        "costs per task on Python 3.11 (adapters/spark_python_daemon.py); pyspark.daemon is "
+        "PySpark's (benchmarks compare the two).",
+    )
+    driver_memory: str = Field(default="2g", description="Spark driver heap (spark.driver.memory).")
+    driver_java_options: str = Field(
+        default="-XX:+UseParallelGC",
+        description=(
+            "JVM options of the Spark driver, after the project's log configuration. The default,"
+            " the throughput collector, leaves the CPU to the tasks, which in local mode run in "
+            "the driver (docs/speed-performance.md); empty: the JVM's default (G1)."
+        ),
+    )
+    class_archives: bool = Field(
+        default=True,
+        description=(
+            "Keep the Spark driver JVM's loaded classes from one run to the next (JDK 17 class "
+            "data sharing) in STATE_DIR/class-archives: a driver's first run writes its archive "
+            "at exit, later runs start from it. Off by itself for a JVM with a Java agent or a "
+            "flight recording, which JDK 17 cannot combine with an archive."
+        ),
+    )
+    master_port: int = Field(
+        default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."
+    )
+    master_webui_port: int = Field(
+        default=8081, ge=1, le=65535, description="Its web UI and JSON state (`/json/`)."
+    )
+    worker_port: int = Field(default=7078, ge=1, le=65535, description="Local worker.")
+    worker_webui_port: int = Field(
+        default=8082, ge=1, le=65535, description="The local worker's web UI."
+    )
+    worker_cores: int = Field(default=2, ge=1, description="Cores the local worker offers.")
+    worker_memory: str = Field(
+        default="2g", description="Memory the local worker offers its executors."
+    )
+
+
+class AirflowSettings(_Section):
+    """Airflow: the local batch scheduler (`pos-infra airflow up`)."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_AIRFLOW_", frozen=True, extra="forbid")
+
+    port: int = Field(
+        default=8080, ge=1, le=65535, description="Airflow API server and UI (bind_host only)."
+    )
+    parallelism: int = Field(
+        default=2,
+        ge=1,
+        description="Task slots of the LocalExecutor; it forks this many workers at start, "
+        "so keep it near the core count.",
+    )
+    admin_user: str = Field(
+        default="admin",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Admin login of Airflow's simple auth manager; its password is generated "
+        "once into $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated.",
+    )
+    dags_dir: Path = Field(
+        default=PROJECT_ROOT / "dags", description="The DAGs folder Airflow parses."
+    )
+    sql_alchemy_conn: str = Field(
+        default="",
+        description="Airflow metadata DB; empty means SQLite under the state dir (local "
+        "development only: use PostgreSQL for anything real).",
+    )
+
+
+class SpeedSettings(_Section):
+    """The speed layer (`pos-speed run`)."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_SPEED_", frozen=True, extra="forbid")
+
+    trigger_seconds: float = Field(
+        default=5.0, gt=0, description="Micro-batch trigger interval of the views query."
+    )
+    archive_trigger_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Micro-batch trigger interval of the archiver (Kafka -> master "
+        "dataset). Only the hourly batch layer reads the master dataset, so it need not "
+        "be fresh to the second: a longer interval writes fewer, larger files and Delta "
+        "commits, and leaves the cores to the views query, whose latency users see.",
+    )
+    archiver_group: str = Field(
+        default="pos-archiver",
+        min_length=1,
+        description="Kafka consumer group to which the archiver commits each micro-batch's "
+        "end offsets once the master dataset holds them (Spark keeps its own in the "
+        "checkpoint): Kafka's tools show the archiver's lag by it, and the batch DAG's "
+        "await_archive waits on it (src/pos_lambda/adapters/archive_offsets.py).",
+    )
+    starting_offsets: str = Field(
+        default="earliest",
+        pattern=r"^(earliest|latest|\{.*\})$",
+        description="Where a new checkpoint starts: earliest, latest or Spark's JSON form.",
+    )
+    max_offsets_per_trigger: int = Field(
+        default=50_000, ge=1, description="Caps a micro-batch so a backlog drains in steps."
+    )
+    kafka_fetch_max_wait_ms: int = Field(
+        default=10,
+        ge=0,
+        description=(
+            "fetch.max.wait.ms of the speed layer's Kafka consumers: how long the broker holds a "
+            "fetch that finds no new data. A micro-batch reads to the end of the log, so Kafka's "
+            "500 ms default would be paid in nearly every micro-batch."
+        ),
+    )
+    max_lateness_hours: float = Field(
+        default=48.0,
+        gt=0,
+        description="Receipts arriving later than this after they happened skip the speed "
+        "views (counted in progress) and are left to the batch layer.",
+    )
+    bucket_reads_from: float = Field(
+        default=50.0,
+        gt=0,
+        description=(
+            "A views micro-batch with at least this many receipts per receipt_keys partition on "
+            "average (a backlog) reads whole partitions instead of one row per receipt."
+        ),
+    )
+    native_check_from: int = Field(
+        default=4_000,
+        ge=0,
+        description=(
+            "A views micro-batch after one of at least this many Kafka records (a backlog; a "
+            "run's first micro-batch counts as a full one) validates natively in Spark first and "
+            "sends only what that path does not accept to the contract's Python validator. 0: "
+            "always; above max_offsets_per_trigger: never."
+        ),
+    )
+    driver_reads_below: int = Field(
+        default=4_000,
+        ge=0,
+        description=(
+            "A views micro-batch after one of fewer than this many Kafka records reads the stored"
+            " rows it needs from the driver, one CQL query per partition, instead of a Spark join"
+            " per table (cheaper to plan). 0: never."
+        ),
+    )
+    driver_writes_below: int = Field(
+        default=3_000,
+        ge=0,
+        description=(
+            "A views micro-batch of fewer than this many Kafka records writes its rows from the "
+            "driver (prepared INSERTs, a partition's rows in one unlogged batch) instead of a "
+            "connector job per table. 0: never."
+        ),
+    )
+    drivers: Literal["auto", "per-query", "shared"] = Field(
+        default="auto",
+        description=(
+            "How `pos-speed run` runs its two queries: per-query, a Spark driver each, the "
+            "archiver's at a lower CPU priority (speed_archiver_nice) so the views query goes "
+            "first; shared, both in one driver (fair-scheduler pools). auto: per-query in local "
+            "mode, shared on a cluster master and for --available-now."
+        ),
+    )
+    archiver_nice: int = Field(
+        default=19,
+        ge=0,
+        le=19,
+        description=(
+            "The archiver driver's niceness when the queries run per-query: the master dataset "
+            "feeds the hourly batch layer, so it yields the CPU to the views query, whose latency"
+            " users see. 0: same priority."
+        ),
+    )
+    max_restarts: int = Field(
+        default=5,
+        ge=0,
+        description="A failed streaming query (Cassandra or Kafka unreachable) restarts from "
+        "its checkpoint this many times in a row, with backoff, before pos-speed exits.",
+    )
+
+
+class BatchSettings(_Section):
+    """The batch layer (`pos-batch`, scheduled by dags/)."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_BATCH_", frozen=True, extra="forbid")
+
+    lookback_hours: float = Field(
+        default=48.0,
+        ge=0,
+        description="A pinned run (`--delta-version`) recomputes whole UTC days back to its "
+        "start minus this. Hourly runs fold every newly archived record into its own day, "
+        "however late, so this no longer bounds what converges.",
+    )
+    vacuum_retain_hours: float = Field(
+        default=168.0,
+        ge=168.0,
+        description="VACUUM keeps the master dataset's files this long: batch reruns pinned "
+        "to an older table version (time travel) work within it. Delta refuses less than "
+        "7 days by default.",
+    )
+
+
+class ServeSettings(_Section):
+    """The serving layer (`pos-serve`, `make serve`)."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_SERVE_", frozen=True, extra="forbid")
+
+    port: int = Field(
+        default=8000, ge=1, le=65535, description="HTTP API and dashboard (bind_host only)."
+    )
+    max_range_days: int = Field(
+        default=31,
+        ge=1,
+        description="Largest time range one request may ask for (a day is 96 windows); "
+        "larger ones are refused with 422 so one request cannot read a store's history.",
+    )
+    page_size: int = Field(
+        default=100, ge=1, le=1000, description="Receipts per page when the caller names none."
+    )
+    timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="Cassandra connect and request timeout of the serving layer; past it a "
+        "request answers 503 with the reason instead of hanging.",
+    )
+    page_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="Secret that signs the receipts' page tokens (every serving instance "
+        "behind one address must share it); empty: a key generated once into "
+        "$POS_STATE_DIR/serve/page.key.",
+    )
+    dead_letter_scan_limit: int = Field(
+        default=100_000,
+        ge=1,
+        description="Pipeline health counts dead letters by reason over at most this many "
+        "rows (and says so when it stopped there).",
+    )
+
+
+class AlertsSettings(_Section):
+    """The real-time alerts (`pos-alerts`)."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_ALERTS_", frozen=True, extra="forbid")
+
+    group_id: str = Field(
+        default="pos-alerts",
+        description="Consumer group of the alerts processors: instances in it share the "
+        "input's partitions.",
+    )
+    instance_id: str = Field(
+        default="1",
+        pattern=r"^[A-Za-z0-9._-]{1,100}$",
+        description="Stable id of one processor instance, unique among those running: its "
+        "transactional.id is pos-alerts-<instance id>, so a restarted instance fences its "
+        "predecessor.",
+    )
+    mode: Literal["exactly_once", "at_least_once"] = Field(
+        default="exactly_once",
+        description="exactly_once: alerts and input offsets in one Kafka transaction. "
+        "at_least_once: no transactions, offsets committed after the alerts are acked "
+        "(duplicates after a crash; for comparison only).",
+    )
+    transaction_max_ms: int = Field(
+        default=100,
+        ge=1,
+        description="A transaction (or, at least once, an offset commit) closes this many ms "
+        "after its first input message: the latency/throughput trade-off.",
+    )
+    transaction_max_messages: int = Field(
+        default=1000, ge=1, description="... or after this many input messages, if sooner."
+    )
+    transaction_timeout_ms: int = Field(
+        default=60_000,
+        ge=1000,
+        description="The broker aborts a transaction left open this long (an instance that "
+        "died and is not restarted): read_committed readers of the alerts topic and the next "
+        "owner of its partitions wait at most this.",
+    )
+    session_timeout_ms: int = Field(
+        default=45_000,
+        ge=6000,
+        description="Consumer-group session timeout: a silent or stopped instance's "
+        "partitions move to the others after this (static membership: a restarted instance "
+        "with the same id takes them back at once).",
+    )
+    high_value_threshold: Decimal = Field(
+        default=Decimal("100.00"), description="Alert on a receipt whose total exceeds this."
+    )
+    large_return_threshold: Decimal = Field(
+        default=Decimal("10.00"),
+        ge=0,
+        description="Alert on a receipt whose returned lines (negative quantities) are worth "
+        "more than this.",
+    )
+    silence_minutes: float = Field(
+        default=30.0,
+        gt=0,
+        description="Alert when a device's next receipt comes more than this many minutes of "
+        "store hours after its previous one (event time: happened_at).",
+    )
+    store_opens_at: time = Field(
+        default=time(7, 0), description="Store hours (UTC) for the silence rule: opening."
+    )
+    store_closes_at: time = Field(
+        default=time(21, 0),
+        description="Store hours (UTC): closing, after the opening on the same day.",
+    )
+    lease_ttl_s: int = Field(
+        default=15,
+        ge=3,
+        le=3600,
+        description="An instance holds a lease on its id in Cassandra (alerts_leases), "
+        "renewed every third of this: a second instance with the same id refuses to start "
+        "(exit 5) while the holder renews; after a crash, the restarted instance waits at "
+        "most this long for the dead holder's lease to expire.",
+    )
+    max_restarts_in_place: int = Field(
+        default=5,
+        ge=0,
+        description="The watchdog restarts an instance whose Kafka call hung "
+        "(librdkafka#5456) at most this many times in a row without a committed "
+        "transaction in between; then it exits 6 for a supervisor to act (0: never).",
+    )
+    sink_group_id: str = Field(
+        default="pos-alerts-sink", description="Consumer group of `pos-alerts sink`."
+    )
+
+
+class FaultSettings(_Section):
+    """Testing only: where a test or the chaos run makes a process die (pos_lambda.failpoints)."""
 
     model_config = SettingsConfigDict(env_prefix="POS_", frozen=True, extra="forbid")
 
-    # --- local runtime -------------------------------------------------------
+    speed_crash_point: str | None = Field(
+        default=None,
+        pattern=r"^(after_aggregates|after_raw_rows|after_receipt_keys)$",
+        description="Testing only: SIGKILL the speed layer at this point of a micro-batch "
+        "(after_aggregates, after_raw_rows, after_receipt_keys: its writes in order) to prove "
+        "that the replay converges.",
+    )
+    batch_crash_point: str | None = Field(
+        default=None,
+        pattern=r"^(after_receipts)$",
+        description="Testing only: SIGKILL the batch job at this point of a run (after its "
+        "receipts are written, before its aggregates and pointer) to prove that readers "
+        "keep the previous version.",
+    )
+    batch_pause_before_commit: Path | None = Field(
+        default=None,
+        description="Testing only: before committing the pointer, wait until this file "
+        "exists, so that a test can make another run commit in between (a race).",
+    )
+    alerts_crash_point: str | None = Field(
+        default=None,
+        pattern=r"^(kill_after_produce|stop_after_produce)$",
+        description="Testing only: in the transaction numbered alerts_crash_at_transaction "
+        "that produced alerts, once they are on the broker and before the commit, SIGKILL "
+        "(kill_after_produce) or SIGSTOP (stop_after_produce: a zombie to fence) the processor.",
+    )
+    alerts_crash_at_transaction: int = Field(
+        default=1, ge=1, description="Testing only: see alerts_crash_point."
+    )
+
+
+class Settings(BaseSettings):
+    """Endpoints, paths and tuning knobs of the pipeline, one frozen section each.
+
+    Environment variables keep their flat names (POS_KAFKA_PORT is `settings.kafka.port`);
+    so do the keyword overrides of `load_settings` and `with_overrides`.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="POS_", frozen=True, extra="forbid")
+
     state_dir: Path = Field(
         default=PROJECT_ROOT / ".state",
         description="Data, logs and pid files of the local Kafka and Cassandra.",
@@ -59,425 +588,52 @@ class Settings(BaseSettings):
     )
     bind_host: str = Field(
         default="127.0.0.1",
-        description="Local services bind here only. Anything but a loopback address needs "
-        "Cassandra and Kafka authentication configured (see _exposed_needs_auth).",
-    )
-
-    # --- Kafka ---------------------------------------------------------------
-    kafka_port: int = Field(default=9092, ge=1, le=65535)
-    kafka_controller_port: int = Field(default=9093, ge=1, le=65535)
-    kafka_bootstrap_servers: str = Field(
-        default="",
-        description="Clients connect here; defaults to bind_host:kafka_port.",
-    )
-    kafka_heap: str = Field(default="512m", description="Local broker JVM heap (-Xmx).")
-    topic_transactions: str = "pos.transactions"
-    topic_dead_letters: str = "pos.dead_letters"
-    topic_alerts: str = "pos.alerts"
-    topic_partitions: int = Field(default=4, ge=1, description="Partitions of new topics.")
-    topic_replication_factor: int = Field(default=1, ge=1, description="3 on a real cluster.")
-    kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        default="PLAINTEXT",
-        description="How every client talks to Kafka; SASL_* sends the SASL login below "
-        "(SASL_SSL on any network you do not own).",
-    )
-    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
-    kafka_sasl_username: str = ""
-    kafka_sasl_password: SecretStr = SecretStr("")
-    kafka_ssl_ca_location: str = Field(
-        default="", description="CA bundle (PEM) that signed the brokers' certificates (SASL_SSL)."
-    )
-
-    # --- Cassandra -----------------------------------------------------------
-    cassandra_port: int = Field(default=9042, ge=1, le=65535)
-    cassandra_storage_port: int = Field(default=7000, ge=1, le=65535)
-    cassandra_jmx_port: int = Field(default=7199, ge=1, le=65535)
-    cassandra_hosts: str = Field(
-        default="",
-        description="Comma-separated contact points; defaults to bind_host.",
-    )
-    cassandra_keyspace: str = Field(default="pos", pattern=r"^[a-z][a-z0-9_]{0,47}$")
-    cassandra_replication_factor: int = Field(default=1, ge=1)
-    cassandra_username: str = Field(
-        default="", description="Role for PasswordAuthenticator; empty: no login is sent."
-    )
-    cassandra_password: SecretStr = SecretStr("")
-    cassandra_read_consistency: Consistency = Field(
-        default="LOCAL_QUORUM",
-        description="Every read (Spark connector and driver sessions). The speed layer reads "
-        "back what its previous micro-batch wrote: read + write levels must overlap "
-        "(LOCAL_QUORUM + LOCAL_QUORUM) on a replicated keyspace. On one node any level is 1.",
-    )
-    cassandra_write_consistency: Consistency = Field(
-        default="LOCAL_QUORUM", description="Every write (Spark connector and driver sessions)."
-    )
-    cassandra_local_dc: str = Field(
-        default="",
-        description="The data centre the pipeline's clients treat as local (LOCAL_* "
-        "consistency levels count replicas there); empty: the contact points' data centre. "
-        "Name it on a multi-DC cluster.",
-    )
-    cassandra_heap: str = Field(default="1G", description="Local Cassandra JVM heap.")
-    cassandra_concurrent_writes: int = Field(
-        default=32, ge=1, description="Concurrent write batches per Spark task (connector)."
-    )
-
-    # --- Spark ---------------------------------------------------------------
-    spark_master: str = Field(default="local[*]", description="Any Spark master URL.")
-    spark_shuffle_partitions: int = Field(
-        default=4, ge=1, description="Small on one machine; raise on a cluster."
-    )
-    spark_delta_snapshot_partitions: int = Field(
-        default=4,
-        ge=1,
-        description="Partitions of the job in which Delta rebuilds a table's state "
-        "(spark.databricks.delta.snapshotPartitions, 50 by Delta's default): the "
-        "archiver's every micro-batch rebuilds the master dataset's to check its "
-        "idempotency id. Small on one machine; raise on a cluster with a large table.",
-    )
-    spark_scheduler_mode: Literal["FAIR", "FIFO"] = Field(
-        default="FAIR",
-        description="How a driver's concurrent jobs share the executors: FAIR gives the "
-        "speed layer's views query its cores ahead of the archiver's (infra/"
-        "spark-scheduler-pools.xml); FIFO is Spark's default, first job first.",
-    )
-    spark_python_daemon_module: str = Field(
-        default="pos_lambda.adapters.spark_python_daemon",
-        description="The module Spark starts its Python workers through "
-        "(spark.python.daemon.module): the project's, PySpark's own daemon without two "
-        "costs per task on Python 3.11 (adapters/spark_python_daemon.py); pyspark.daemon is "
-        "PySpark's (benchmarks compare the two).",
-    )
-    spark_driver_memory: str = "2g"
-    spark_driver_java_options: str = Field(
-        default="-XX:+UseParallelGC",
-        description="JVM options of the Spark driver (added to spark.driver."
-        "extraJavaOptions after the project's log configuration). The default is the "
-        "throughput collector: in local mode the driver runs every task, and on two cores "
-        "G1's barriers and concurrent threads take CPU from them (side by side: both speed "
-        "queries one-shot 1.17x as fast; at 1,000 events/s the views query's micro-batches "
-        "0.67x and 0.85x as long in two pairs; docs/speed-performance.md). Empty: the "
-        "JVM's default (G1).",
-    )
-    spark_class_archives: bool = Field(
-        default=True,
-        description="Keep the Spark driver JVM's loaded classes from one run to the next "
-        "(JDK 17 class data sharing, spark_class_archive.py), in STATE_DIR/class-archives: "
-        "a driver's first run writes its archive at exit, later runs start from it (a "
-        "one-shot views run 22.6 s instead of 28.5 s; both speed queries one-shot 1.04x-1.17x "
-        "as fast). Off by itself for a driver whose JVM starts with a Java agent or a "
-        "flight recording, which JDK 17 cannot combine with an archive. false: every JVM "
-        "loads every class from the jars.",
-    )
-    spark_master_port: int = Field(
-        default=7077, ge=1, le=65535, description="Local standalone master (`make spark`)."
-    )
-    spark_master_webui_port: int = Field(
-        default=8081, ge=1, le=65535, description="Its web UI and JSON state (`/json/`)."
-    )
-    spark_worker_port: int = Field(default=7078, ge=1, le=65535, description="Local worker.")
-    spark_worker_webui_port: int = Field(default=8082, ge=1, le=65535)
-    spark_worker_cores: int = Field(default=2, ge=1, description="Cores the local worker offers.")
-    spark_worker_memory: str = Field(
-        default="2g", description="Memory the local worker offers its executors."
+        description="Local services bind here only. Anything but a loopback address is "
+        "refused unless the Cassandra login and a Kafka SASL login are set "
+        "(docs/deploy.md, Security).",
     )
     data_dir: Path = Field(
         default=PROJECT_ROOT / ".state" / "data",
-        description="Master dataset and checkpoints (any Hadoop URI on a cluster).",
+        description="Master dataset and checkpoints. On a cluster, a path the driver and "
+        "every executor see (a shared mount): a filesystem path, not yet a URI "
+        "(s3a://bucket/x would arrive as s3a:/bucket/x).",
     )
 
-    # --- Airflow (local batch scheduler, `pos-infra airflow up`) ----------------
-    airflow_port: int = Field(
-        default=8080, ge=1, le=65535, description="Airflow API server and UI (bind_host only)."
-    )
-    airflow_parallelism: int = Field(
-        default=2,
-        ge=1,
-        description="Task slots of the LocalExecutor; it forks this many workers at start, "
-        "so keep it near the core count.",
-    )
-    airflow_admin_user: str = Field(
-        default="admin",
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="Admin login of Airflow's simple auth manager; its password is generated "
-        "once into $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated.",
-    )
-    airflow_dags_dir: Path = Field(
-        default=PROJECT_ROOT / "dags", description="The DAGs folder Airflow parses."
-    )
-    airflow_sql_alchemy_conn: str = Field(
-        default="",
-        description="Airflow metadata DB; empty means SQLite under the state dir (local "
-        "development only: use PostgreSQL for anything real).",
-    )
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    cassandra: CassandraSettings = Field(default_factory=CassandraSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    airflow: AirflowSettings = Field(default_factory=AirflowSettings)
+    speed: SpeedSettings = Field(default_factory=SpeedSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+    serve: ServeSettings = Field(default_factory=ServeSettings)
+    alerts: AlertsSettings = Field(default_factory=AlertsSettings)
+    faults: FaultSettings = Field(default_factory=FaultSettings)
 
-    # --- speed layer ---------------------------------------------------------
-    speed_trigger_seconds: float = Field(
-        default=5.0, gt=0, description="Micro-batch trigger interval of the views query."
-    )
-    speed_archive_trigger_seconds: float = Field(
-        default=30.0,
-        gt=0,
-        description="Micro-batch trigger interval of the archiver (Kafka -> master "
-        "dataset). Only the hourly batch layer reads the master dataset, so it need not "
-        "be fresh to the second: a longer interval writes fewer, larger files and Delta "
-        "commits, and leaves the cores to the views query, whose latency users see.",
-    )
-    speed_archiver_group: str = Field(
-        default="pos-archiver",
-        min_length=1,
-        description="Kafka consumer group to which the archiver commits each micro-batch's "
-        "end offsets once the master dataset holds them (Spark keeps its own in the "
-        "checkpoint): Kafka's tools show the archiver's lag by it, and the batch DAG's "
-        "await_archive waits on it (src/pos_lambda/adapters/archive_offsets.py).",
-    )
-    speed_starting_offsets: str = Field(
-        default="earliest",
-        pattern=r"^(earliest|latest|\{.*\})$",
-        description="Where a new checkpoint starts: earliest, latest or Spark's JSON form.",
-    )
-    speed_max_offsets_per_trigger: int = Field(
-        default=50_000, ge=1, description="Caps a micro-batch so a backlog drains in steps."
-    )
-    speed_kafka_fetch_max_wait_ms: int = Field(
-        default=10,
-        ge=0,
-        description="fetch.max.wait.ms of the speed layer's Kafka consumers: how long the "
-        "broker holds a fetch that finds no new data. A micro-batch reads to the end of "
-        "the log, so Kafka's 500 ms default was paid in nearly every micro-batch "
-        "(measured: docs/speed-performance.md).",
-    )
-    speed_max_lateness_hours: float = Field(
-        default=48.0,
-        gt=0,
-        description="Receipts arriving later than this after they happened skip the speed "
-        "views (counted in progress) and are left to the batch layer.",
-    )
-    speed_bucket_reads_from: float = Field(
-        default=50.0,
-        gt=0,
-        description="A views micro-batch with at least this many receipts per receipt_keys "
-        "partition (key bucket of 1,000 receipt numbers) on average, a backlog, reads whole "
-        "partitions instead of one row per receipt (measured: README, Benchmarks).",
-    )
-    speed_native_check_from: int = Field(
-        default=4_000,
-        ge=0,
-        description="A views micro-batch after one of at least this many Kafka records (a "
-        "backlog; the first micro-batch of a run counts as one of "
-        "speed_max_offsets_per_trigger) validates natively in Spark first and sends only "
-        "what that path does not accept to the contract's Python validator: faster per "
-        "record, slower to plan (measured: docs/speed-performance.md). 0: always; above "
-        "speed_max_offsets_per_trigger: never.",
-    )
-    speed_driver_reads_below: int = Field(
-        default=4_000,
-        ge=0,
-        description="A views micro-batch after one of fewer than this many Kafka records "
-        "(the first micro-batch of a run counts as one of speed_max_offsets_per_trigger) "
-        "collects its records' keys in its first Spark job and, with fewer valid records "
-        "than this, reads the stored rows it needs (receipt_keys by receipt, agg_15m_speed "
-        "by store-day) with one CQL query per partition from the driver, not with a Spark "
-        "join per table: cheaper to plan (measured: docs/speed-performance.md). 0: never.",
-    )
-    speed_driver_writes_below: int = Field(
-        default=3_000,
-        ge=0,
-        description="A views micro-batch of fewer than this many Kafka records writes its rows "
-        "(aggregates, raw receipts, receipt_keys, conflicts, dead letters) from the driver: "
-        "collected, then a prepared CQL INSERT per row, a partition's rows in one unlogged "
-        "batch, many in flight, not a Spark connector job per table: cheaper up to about "
-        "3,000 records, which covers a running stream's micro-batches at 1,000 events/s "
-        "(~1,000 records; measured: docs/speed-performance.md). 0: never.",
-    )
-    speed_drivers: Literal["auto", "per-query", "shared"] = Field(
-        default="auto",
-        description="How `pos-speed run` runs its two queries: per-query, each in a Spark "
-        "driver (application) of its own, the archiver's at a lower CPU priority "
-        "(speed_archiver_nice), so that on a few cores the operating system's scheduler, "
-        "not Spark's task slots, lets the views query's micro-batches go first; shared, "
-        "both in one driver (fair-scheduler pools). auto: per-query in local mode, shared "
-        "on a cluster master (two applications would each ask the cluster for every core) "
-        "and for `--available-now` (one JVM loads and compiles Spark's code once: both "
-        "queries one-shot 1.06x-1.27x as fast, side by side).",
-    )
-    speed_archiver_nice: int = Field(
-        default=19,
-        ge=0,
-        le=19,
-        description="The archiver's driver's niceness when the queries run per-query: the "
-        "master dataset feeds the hourly batch layer, so it yields the CPU to the views "
-        "query, whose latency users see, and catches up when that is idle (19, the lowest "
-        "priority: at 1,000 events/s p99 3.20 s vs 4.29 s at 10, measured: "
-        "docs/speed-performance.md). 0: same priority.",
-    )
-    speed_max_restarts: int = Field(
-        default=5,
-        ge=0,
-        description="A failed streaming query (Cassandra or Kafka unreachable) restarts from "
-        "its checkpoint this many times in a row, with backoff, before pos-speed exits.",
-    )
-    speed_crash_point: str | None = Field(
-        default=None,
-        pattern=r"^(after_aggregates|after_raw_rows|after_receipt_keys)$",
-        description="Testing only: SIGKILL the speed layer at this point of a micro-batch "
-        "(after_aggregates, after_raw_rows, after_receipt_keys: its writes in order) to prove "
-        "that the replay converges.",
-    )
-
-    # --- batch layer (`pos-batch`, scheduled by dags/) -------------------------
-    batch_lookback_hours: float = Field(
-        default=48.0,
-        ge=0,
-        description="A pinned run (`--delta-version`) recomputes whole UTC days back to its "
-        "start minus this. Hourly runs fold every newly archived record into its own day, "
-        "however late, so this no longer bounds what converges.",
-    )
-    batch_vacuum_retain_hours: float = Field(
-        default=168.0,
-        ge=168.0,
-        description="VACUUM keeps the master dataset's files this long: batch reruns pinned "
-        "to an older table version (time travel) work within it. Delta refuses less than "
-        "7 days by default.",
-    )
-    batch_crash_point: str | None = Field(
-        default=None,
-        pattern=r"^(after_receipts)$",
-        description="Testing only: SIGKILL the batch job at this point of a run (after its "
-        "receipts are written, before its aggregates and pointer) to prove that readers "
-        "keep the previous version.",
-    )
-    batch_pause_before_commit: Path | None = Field(
-        default=None,
-        description="Testing only: before committing the pointer, wait until this file "
-        "exists, so that a test can make another run commit in between (a race).",
-    )
-
-    # --- serving layer (`pos-serve`, `make serve`) ------------------------------
-    serve_port: int = Field(
-        default=8000, ge=1, le=65535, description="HTTP API and dashboard (bind_host only)."
-    )
-    serve_max_range_days: int = Field(
-        default=31,
-        ge=1,
-        description="Largest time range one request may ask for (a day is 96 windows); "
-        "larger ones are refused with 422 so one request cannot read a store's history.",
-    )
-    serve_page_size: int = Field(
-        default=100, ge=1, le=1000, description="Receipts per page when the caller names none."
-    )
-    serve_timeout_seconds: float = Field(
-        default=5.0,
-        gt=0,
-        description="Cassandra connect and request timeout of the serving layer; past it a "
-        "request answers 503 with the reason instead of hanging.",
-    )
-    serve_page_key: SecretStr = Field(
-        default=SecretStr(""),
-        description="Secret that signs the receipts' page tokens (every serving instance "
-        "behind one address must share it); empty: a key generated once into "
-        "$POS_STATE_DIR/serve/page.key.",
-    )
-    serve_dead_letter_scan_limit: int = Field(
-        default=100_000,
-        ge=1,
-        description="Pipeline health counts dead letters by reason over at most this many "
-        "rows (and says so when it stopped there).",
-    )
-
-    # --- alerts (`pos-alerts`, src/pos_lambda/alerts/) -----------------------------------------
-    alerts_group_id: str = Field(
-        default="pos-alerts",
-        description="Consumer group of the alerts processors: instances in it share the "
-        "input's partitions.",
-    )
-    alerts_instance_id: str = Field(
-        default="1",
-        pattern=r"^[A-Za-z0-9._-]{1,100}$",
-        description="Stable id of one processor instance, unique among those running: its "
-        "transactional.id is pos-alerts-<instance id>, so a restarted instance fences its "
-        "predecessor.",
-    )
-    alerts_mode: Literal["exactly_once", "at_least_once"] = Field(
-        default="exactly_once",
-        description="exactly_once: alerts and input offsets in one Kafka transaction. "
-        "at_least_once: no transactions, offsets committed after the alerts are acked "
-        "(duplicates after a crash; for comparison only).",
-    )
-    alerts_transaction_max_ms: int = Field(
-        default=100,
-        ge=1,
-        description="A transaction (or, at least once, an offset commit) closes this many ms "
-        "after its first input message: the latency/throughput trade-off.",
-    )
-    alerts_transaction_max_messages: int = Field(
-        default=1000, ge=1, description="... or after this many input messages, if sooner."
-    )
-    alerts_transaction_timeout_ms: int = Field(
-        default=60_000,
-        ge=1000,
-        description="The broker aborts a transaction left open this long (an instance that "
-        "died and is not restarted): read_committed readers of the alerts topic and the next "
-        "owner of its partitions wait at most this.",
-    )
-    alerts_session_timeout_ms: int = Field(
-        default=45_000,
-        ge=6000,
-        description="Consumer-group session timeout: a silent or stopped instance's "
-        "partitions move to the others after this (static membership: a restarted instance "
-        "with the same id takes them back at once).",
-    )
-    alerts_high_value_threshold: Decimal = Field(
-        default=Decimal("100.00"), description="Alert on a receipt whose total exceeds this."
-    )
-    alerts_large_return_threshold: Decimal = Field(
-        default=Decimal("10.00"),
-        ge=0,
-        description="Alert on a receipt whose returned lines (negative quantities) are worth "
-        "more than this.",
-    )
-    alerts_silence_minutes: float = Field(
-        default=30.0,
-        gt=0,
-        description="Alert when a device's next receipt comes more than this many minutes of "
-        "store hours after its previous one (event time: happened_at).",
-    )
-    alerts_store_opens_at: time = Field(
-        default=time(7, 0), description="Store hours (UTC) for the silence rule: opening."
-    )
-    alerts_store_closes_at: time = Field(
-        default=time(21, 0),
-        description="Store hours (UTC): closing, after the opening on the same day.",
-    )
-    alerts_lease_ttl_s: int = Field(
-        default=15,
-        ge=3,
-        le=3600,
-        description="An instance holds a lease on its id in Cassandra (alerts_leases), "
-        "renewed every third of this: a second instance with the same id refuses to start "
-        "(exit 5) while the holder renews; after a crash, the restarted instance waits at "
-        "most this long for the dead holder's lease to expire.",
-    )
-    alerts_max_restarts_in_place: int = Field(
-        default=5,
-        ge=0,
-        description="The watchdog restarts an instance whose Kafka call hung "
-        "(librdkafka#5456) at most this many times in a row without a committed "
-        "transaction in between; then it exits 6 for a supervisor to act (0: never).",
-    )
-    alerts_sink_group_id: str = Field(
-        default="pos-alerts-sink", description="Consumer group of `pos-alerts sink`."
-    )
-    alerts_crash_point: str | None = Field(
-        default=None,
-        pattern=r"^(kill_after_produce|stop_after_produce)$",
-        description="Testing only: in the transaction numbered alerts_crash_at_transaction "
-        "that produced alerts, once they are on the broker and before the commit, SIGKILL "
-        "(kill_after_produce) or SIGSTOP (stop_after_produce: a zombie to fence) the processor.",
-    )
-    alerts_crash_at_transaction: int = Field(
-        default=1, ge=1, description="Testing only: see alerts_crash_point."
-    )
+    @model_validator(mode="before")
+    @classmethod
+    def _sections_from_flat_names(cls, data: Any) -> Any:
+        """Keyword overrides come by their flat names (kafka_port=..., as CLI flags and
+        tests give them): each goes to its section, built from the environment with the
+        overrides on top. An unknown name is refused, as a misspelt setting would
+        otherwise be silently ignored."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        by_section: dict[str, dict[str, Any]] = {}
+        for flat in [k for k in data if k not in cls.model_fields]:
+            section, field = _section_of(flat)
+            by_section.setdefault(section, {})[field] = data.pop(flat)
+        for section, values in by_section.items():
+            current = data.get(section)
+            try:
+                if isinstance(current, _Section):
+                    data[section] = _replaced(current, values)
+                else:
+                    data[section] = SECTIONS[section](**{**(current or {}), **values})
+            except ValidationError as exc:  # named as the user gave it, not as the field
+                raise ValueError(explain(exc)) from None
+        return data
 
     @model_validator(mode="after")
     def _exposed_needs_auth(self) -> Settings:
@@ -485,9 +641,9 @@ class Settings(BaseSettings):
         if is_loopback(self.bind_host):
             return self
         missing = []
-        if not (self.cassandra_username and self.cassandra_password.get_secret_value()):
+        if not (self.cassandra.username and self.cassandra.password.get_secret_value()):
             missing.append("POS_CASSANDRA_USERNAME and POS_CASSANDRA_PASSWORD")
-        if not self.kafka_sasl:
+        if not self.kafka.sasl:
             missing.append(
                 "POS_KAFKA_SECURITY_PROTOCOL=SASL_SSL (or SASL_PLAINTEXT) with "
                 "POS_KAFKA_SASL_USERNAME and POS_KAFKA_SASL_PASSWORD"
@@ -501,54 +657,65 @@ class Settings(BaseSettings):
             )
         return self
 
-    @property
-    def kafka_sasl(self) -> bool:
-        return (
-            self.kafka_security_protocol.startswith("SASL_")
-            and bool(self.kafka_sasl_username)
-            and bool(self.kafka_sasl_password.get_secret_value())
-        )
+    def with_overrides(self, **flat: object) -> Settings:
+        """A copy with some settings replaced, by their flat names (`cassandra_port=9043`),
+        validated like the environment's values; an unknown name raises."""
+        top = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self)(**{**top, **flat})
 
-    @property
-    def kafka_security_config(self) -> dict[str, str]:
-        """librdkafka (confluent-kafka) settings every client adds to its own."""
-        conf = {"security.protocol": self.kafka_security_protocol.lower()}
-        if self.kafka_security_protocol.startswith("SASL_"):
-            conf |= {
-                "sasl.mechanisms": self.kafka_sasl_mechanism,
-                "sasl.username": self.kafka_sasl_username,
-                "sasl.password": self.kafka_sasl_password.get_secret_value(),
-            }
-        if self.kafka_ssl_ca_location:
-            conf["ssl.ca.location"] = self.kafka_ssl_ca_location
-        return conf
+    def environment(self) -> dict[str, str]:
+        """The POS_* variables that make a child process build exactly these settings
+        (secrets in clear: they go to the child's environment, never to a log)."""
+        env = {}
+        for _, name, value in self._flat_values():
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            env[name] = str(value)
+        return env
+
+    def _flat_values(self) -> list[tuple[str, str, object]]:
+        values: list[tuple[str, str, object]] = []
+        for name in type(self).model_fields:
+            part = getattr(self, name)
+            if isinstance(part, _Section):
+                prefix = type(part).model_config.get("env_prefix", "POS_")
+                values += [
+                    (name, f"{prefix}{f}".upper(), getattr(part, f))
+                    for f in type(part).model_fields
+                ]
+            else:
+                values.append(("", f"POS_{name}".upper(), part))
+        return values
 
     @property
     def spark_kafka_options(self) -> dict[str, str]:
         """Options of Spark's Kafka source and sink (the Java client, `kafka.` prefixed)."""
+        kafka = self.kafka
         opts = {
             "kafka.bootstrap.servers": self.bootstrap_servers,
-            "kafka.security.protocol": self.kafka_security_protocol,
+            "kafka.security.protocol": kafka.security_protocol,
         }
-        if self.kafka_security_protocol.startswith("SASL_"):
+        if kafka.security_protocol.startswith("SASL_"):
             module = (
                 "org.apache.kafka.common.security.plain.PlainLoginModule"
-                if self.kafka_sasl_mechanism == "PLAIN"
+                if kafka.sasl_mechanism == "PLAIN"
                 else "org.apache.kafka.common.security.scram.ScramLoginModule"
             )
             # JAAS values are quoted strings; json.dumps escapes quotes and backslashes.
             login = (
-                f"username={json.dumps(self.kafka_sasl_username)} "
-                f"password={json.dumps(self.kafka_sasl_password.get_secret_value())}"
+                f"username={json.dumps(kafka.sasl_username)} "
+                f"password={json.dumps(kafka.sasl_password.get_secret_value())}"
             )
             opts |= {
-                "kafka.sasl.mechanism": self.kafka_sasl_mechanism,
+                "kafka.sasl.mechanism": kafka.sasl_mechanism,
                 "kafka.sasl.jaas.config": f"{module} required {login};",
             }
-        if self.kafka_ssl_ca_location:
+        if kafka.ssl_ca_location:
             opts |= {
                 "kafka.ssl.truststore.type": "PEM",
-                "kafka.ssl.truststore.location": self.kafka_ssl_ca_location,
+                "kafka.ssl.truststore.location": kafka.ssl_ca_location,
             }
         return opts
 
@@ -570,18 +737,126 @@ class Settings(BaseSettings):
 
     @property
     def bootstrap_servers(self) -> str:
-        return self.kafka_bootstrap_servers or f"{self.bind_host}:{self.kafka_port}"
+        return self.kafka.bootstrap_servers or f"{self.bind_host}:{self.kafka.port}"
 
     @property
     def cassandra_contact_points(self) -> list[str]:
-        raw = self.cassandra_hosts or self.bind_host
+        raw = self.cassandra.hosts or self.bind_host
         return [h.strip() for h in raw.split(",") if h.strip()]
+
+
+SECTIONS: dict[str, type[_Section]] = {
+    name: field.default_factory  # type: ignore[misc]
+    for name, field in Settings.model_fields.items()
+    if field.default_factory is not None
+}
+
+
+def _flat_name(section: str, field: str) -> str:
+    """The flat name of a section's field: its environment variable without POS_."""
+    prefix = SECTIONS[section].model_config.get("env_prefix", "POS_")
+    return (prefix.removeprefix("POS_") + field).lower()
+
+
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    _flat_name(section, field): (section, field)
+    for section, cls in SECTIONS.items()
+    for field in cls.model_fields
+}
+
+
+def _section_of(flat: str) -> tuple[str, str]:
+    try:
+        return FLAT_NAMES[flat]
+    except KeyError:
+        raise ValueError(
+            f"unknown setting {flat!r} (`python -m pos_lambda.settings` lists them)"
+        ) from None
+
+
+def _replaced(section: _Section, values: dict[str, Any]) -> _Section:
+    return type(section)(
+        **{**{k: getattr(section, k) for k in type(section).model_fields}, **values}
+    )
+
+
+def explain(exc: ValidationError) -> str:
+    """A settings error as the user set it: each bad value by its environment variable
+    and flat name (`POS_ALERTS_MODE (alerts_mode): Input should be ...`)."""
+    prefixes = {
+        cls.__name__: cls.model_config.get("env_prefix", "POS_") for cls in SECTIONS.values()
+    }
+    prefix = prefixes.get(exc.title, "POS_")
+    lines = []
+    for error in exc.errors():
+        field = ".".join(str(part) for part in error["loc"])
+        if field:
+            env = f"{prefix}{field}".upper()
+            where = f"{env} ({env.removeprefix('POS_').lower()}): "
+        else:
+            where = ""
+        got = f" (got {error['input']!r})" if field and "input" in error else ""
+        lines.append(f"{where}{error['msg']}{got}")
+    return "\n".join(lines)
 
 
 def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment, with explicit overrides (CLI flags) on top."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+    return Settings(**cast(dict[str, Any], {k: v for k, v in overrides.items() if v is not None}))
+
+
+def documented() -> list[tuple[str, str, str, str]]:
+    """(section, environment variable, default, description) of every setting, in order."""
+    rows = []
+    sections: list[tuple[str, type[BaseSettings]]] = [("", Settings), *SECTIONS.items()]
+    for section, cls in sections:
+        prefix = cls.model_config.get("env_prefix", "POS_")
+        for name, field in cls.model_fields.items():
+            if section == "" and name in SECTIONS:
+                continue
+            default = field.get_default(call_default_factory=True)
+            if isinstance(default, Path):
+                default = _shown_path(default)
+            shown = "" if default is None else str(default)
+            rows.append(
+                (section or "paths", f"{prefix}{name}".upper(), shown, field.description or "")
+            )
+    return rows
+
+
+def _shown_path(path: Path) -> str:
+    try:
+        return "./" + str(path.relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def markdown_table() -> str:
+    """The configuration table of the README (`make docs` writes it there)."""
+    lines = ["| section | variable | default | what it does |", "|---|---|---|---|"]
+    for section, env, default, description in documented():
+        cell = f"`{default}`" if default else ""
+        text = description.replace("|", "\\|")
+        lines.append(f"| {section} | `{env}` | {cell} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pos_lambda.settings",
+        description="Print the effective settings (from the POS_* environment) as JSON, "
+        "secrets masked, or every setting as a Markdown table.",
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="every setting with its default and meaning"
+    )
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_table(), end="")
+    else:
+        print(json.dumps(load_settings().model_dump(mode="json"), indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    print(json.dumps(load_settings().model_dump(mode="json"), indent=2))
+    raise SystemExit(main())

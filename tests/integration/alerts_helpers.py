@@ -23,8 +23,8 @@ from tests.integration.speed_helpers import VENV_BIN, env_for
 def alerts_settings(settings: Settings, new_topic: Callable[..., str], **updates: Any) -> Settings:
     """Settings with fresh input and alert topics, group ids and instance id."""
     tag = uuid.uuid4().hex[:8]
-    return settings.model_copy(
-        update={
+    return settings.with_overrides(
+        **{
             "topic_transactions": new_topic(partitions=4, prefix="alerts-in"),
             "topic_alerts": new_topic(partitions=4, prefix="alerts-out"),
             "alerts_group_id": f"pos-alerts-test-{tag}",
@@ -39,7 +39,7 @@ def alerts_settings(settings: Settings, new_topic: Callable[..., str], **updates
 
 def start_processor(settings: Settings, log: Path, **updates: Any) -> subprocess.Popen[bytes]:
     """`pos-alerts run` in its own process group, with these settings (and `updates`)."""
-    s = settings.model_copy(update=updates)
+    s = settings.with_overrides(**updates)
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it; closed with the test's tmp dir
     return subprocess.Popen(
         [str(VENV_BIN / "pos-alerts"), "run"],
@@ -95,7 +95,7 @@ def committed_total(settings: Settings) -> int:
     consumer = Consumer(
         {
             "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": settings.alerts_group_id,  # never subscribes: does not join
+            "group.id": settings.alerts.group_id,  # never subscribes: does not join
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
         }
@@ -104,7 +104,7 @@ def committed_total(settings: Settings) -> int:
 
     def fetched() -> bool:
         try:
-            tps[:] = consumer.committed(_partitions(consumer, settings.topic_transactions), 30)
+            tps[:] = consumer.committed(_partitions(consumer, settings.topics.transactions), 30)
         except KafkaException as exc:
             # A fresh or restarted broker is still electing/loading the group coordinator.
             if exc.args[0].code() in _COORDINATOR_MOVING or exc.args[0].retriable():
@@ -131,7 +131,7 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
 
 def caught_up(settings: Settings) -> bool:
     return committed_total(settings) == sum(
-        end_offsets(settings.bootstrap_servers, settings.topic_transactions)
+        end_offsets(settings.bootstrap_servers, settings.topics.transactions)
     )
 
 

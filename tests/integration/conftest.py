@@ -41,8 +41,8 @@ def services(base_settings: Settings) -> Settings:
 @pytest.fixture(scope="session")
 def settings(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Settings for this test session: its own keyspace (schema applied) and data dir."""
-    s = services.model_copy(
-        update={
+    s = services.with_overrides(
+        **{
             "cassandra_keyspace": _unique("pos_test"),
             "data_dir": tmp_path_factory.mktemp("data"),
         }
@@ -73,10 +73,10 @@ def cql(settings: Settings) -> Iterator[Any]:
     """A cassandra-driver session bound to this test session's keyspace."""
     from cassandra.cluster import Cluster
 
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
-    session = cluster.connect(settings.cassandra_keyspace)
+    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra.port)
+    session = cluster.connect(settings.cassandra.keyspace)
     yield session
-    session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra_keyspace}", timeout=60)
+    session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
     cluster.shutdown()
 
 
@@ -100,16 +100,16 @@ def isolated(
     """
     from cassandra.cluster import Cluster
 
-    s = settings.model_copy(
-        update={
+    s = settings.with_overrides(
+        **{
             "cassandra_keyspace": _unique("pos_t"),
             "topic_transactions": new_topic(partitions=4),
             "data_dir": tmp_path / "data",
         }
     )
     schema_apply.apply_cql(s)
-    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
-    session = cluster.connect(s.cassandra_keyspace)
+    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra.port)
+    session = cluster.connect(s.cassandra.keyspace)
     yield s, session
-    session.execute(f"DROP KEYSPACE IF EXISTS {s.cassandra_keyspace}", timeout=60)
+    session.execute(f"DROP KEYSPACE IF EXISTS {s.cassandra.keyspace}", timeout=60)
     cluster.shutdown()

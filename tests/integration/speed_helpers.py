@@ -23,18 +23,15 @@ VENV_BIN = Path(sys.executable).parent
 
 def env_for(settings: Settings) -> dict[str, str]:
     """POS_* environment that makes a subprocess use exactly these settings."""
-    env = dict(os.environ)
-    for name, value in settings.model_dump(mode="json").items():
-        if value is not None:
-            env[f"POS_{name.upper()}"] = str(value)
+    env = dict(os.environ) | settings.environment()
     return env
 
 
 def simulate(settings: Settings, ledger: Path, *flags: str) -> dict[str, Any]:
-    """Run `pos-producer simulate` into settings.topic_transactions; returns the summary."""
+    """Run `pos-producer simulate` into settings.topics.transactions; returns the summary."""
     cmd = [
         str(VENV_BIN / "pos-producer"), "simulate",
-        "--topic", settings.topic_transactions,
+        "--topic", settings.topics.transactions,
         "--bootstrap-servers", settings.bootstrap_servers,
         "--ledger", str(ledger),
         "--start", "2026-03-02T08:00:00+00:00",
@@ -136,13 +133,13 @@ def produce_raw(
     timestamps: list[int] | None = None,
     keys: list[bytes | None] | None = None,
 ) -> None:
-    """Produce these exact records (CreateTime in ms) to settings.topic_transactions."""
+    """Produce these exact records (CreateTime in ms) to settings.topics.transactions."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": settings.bootstrap_servers, "enable.idempotence": True})
     for i, v in enumerate(values):
         p.produce(
-            settings.topic_transactions,
+            settings.topics.transactions,
             value=v,
             key=keys[i] if keys else None,
             timestamp=timestamps[i] if timestamps else 0,
@@ -204,4 +201,4 @@ def plan(ledger: Path, count: int, seed: int, stores: int = 5) -> list[Any]:
 def send(settings: Settings, messages: list[Any]) -> None:
     from pos_lambda.producer.kafka_sink import produce
 
-    produce(messages, settings.bootstrap_servers, settings.topic_transactions, quiet=True)
+    produce(messages, settings.bootstrap_servers, settings.topics.transactions, quiet=True)

@@ -50,7 +50,7 @@ def test_every_component_is_healthy(airflow: Settings) -> None:
 
 def test_admin_login_gets_a_token_that_lists_dags(airflow: Settings) -> None:
     creds = airflow_service.login(airflow)
-    assert creds is not None and creds[0] == airflow.airflow_admin_user
+    assert creds is not None and creds[0] == airflow.airflow.admin_user
     url = airflow_service.base_url(airflow)
     token = _call(f"{url}/auth/token", {"username": creds[0], "password": creds[1]})["access_token"]
     dags = _call(f"{url}/api/v2/dags", token=token)

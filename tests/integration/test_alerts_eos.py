@@ -148,7 +148,7 @@ def _send_in_background(settings: Settings, messages: list[OutgoingMessage]) -> 
 
     def run() -> None:
         try:
-            produce(messages, settings.bootstrap_servers, settings.topic_transactions,
+            produce(messages, settings.bootstrap_servers, settings.topics.transactions,
                     rate=150, quiet=True)  # fmt: skip
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)
@@ -213,7 +213,7 @@ def test_every_alert_exactly_once_after_kill_9_and_a_broker_hard_restart(
         # After the simulated stream (same producer order), the conflicting copies.
         input_thread.join(timeout=300)
         assert not input_thread.errors, input_thread.errors  # type: ignore[attr-defined]
-        produce(conflicts, s.bootstrap_servers, s.topic_transactions, quiet=True)
+        produce(conflicts, s.bootstrap_servers, s.topics.transactions, quiet=True)
         await_progress(s, done, proc)  # the processor outlived the broker's restart
 
         def finished() -> bool:
@@ -225,14 +225,14 @@ def test_every_alert_exactly_once_after_kill_9_and_a_broker_hard_restart(
     finally:
         cleanup(*procs)
 
-    committed = read_all(s.bootstrap_servers, s.topic_alerts, "read_committed")
+    committed = read_all(s.bootstrap_servers, s.topics.alerts, "read_committed")
     ids = Counter(r.key for r in committed)
     assert [k for k, n in ids.items() if n > 1] == [], "alerts seen twice by read_committed"
     assert Counter(_identity(r.alert) for r in committed) == Counter(expected)
     assert all(r.key == r.alert["alert_id"].encode() for r in committed)
     # The aborted transactions' alerts are in the log: read_uncommitted shows them, and
     # each is an alert that was emitted again (same id) and committed later.
-    uncommitted = read_all(s.bootstrap_servers, s.topic_alerts, "read_uncommitted")
+    uncommitted = read_all(s.bootstrap_servers, s.topics.alerts, "read_uncommitted")
     assert len(uncommitted) > len(committed)
     assert {r.key for r in uncommitted} == set(ids)
     assert log.read_text().count("crash point kill_after_produce reached") == 2

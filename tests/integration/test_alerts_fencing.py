@@ -83,7 +83,7 @@ def test_a_zombie_is_fenced_by_its_successor_and_writes_nothing_more(
         alerts_transaction_max_messages=20,
     )
     messages, expected = _input()
-    produce(messages, s.bootstrap_servers, s.topic_transactions, quiet=True)
+    produce(messages, s.bootstrap_servers, s.topics.transactions, quiet=True)
     zombie_log, successor_log = tmp_path / "zombie.log", tmp_path / "successor.log"
     zombie = start_processor(
         s, zombie_log, alerts_crash_point="stop_after_produce", alerts_crash_at_transaction=2
@@ -93,7 +93,7 @@ def test_a_zombie_is_fenced_by_its_successor_and_writes_nothing_more(
         assert wait_for(lambda: is_frozen(zombie), timeout=120, interval=0.2), (
             zombie_log.read_text()
         )
-        assert sum(end_offsets(s.bootstrap_servers, s.topic_alerts)) > 0  # its open txn's
+        assert sum(end_offsets(s.bootstrap_servers, s.topics.alerts)) > 0  # its open txn's
         successor = start_processor(s, successor_log)  # the same instance id
 
         def successor_done() -> bool:
@@ -101,20 +101,20 @@ def test_a_zombie_is_fenced_by_its_successor_and_writes_nothing_more(
             return caught_up(s)
 
         assert wait_for(successor_done, timeout=240, interval=0.5), successor_log.read_text()
-        written = end_offsets(s.bootstrap_servers, s.topic_alerts)
+        written = end_offsets(s.bootstrap_servers, s.topics.alerts)
         os.killpg(zombie.pid, signal.SIGCONT)
         assert zombie.wait(timeout=120) == EXIT_FENCED, zombie_log.read_text()[-3000:]
-        assert end_offsets(s.bootstrap_servers, s.topic_alerts) == written
+        assert end_offsets(s.bootstrap_servers, s.topics.alerts) == written
         assert "fenced by a newer instance" in zombie_log.read_text()
         assert sigterm(successor) == 0, successor_log.read_text()[-3000:]
     finally:
         cleanup(zombie, *([successor] if successor else []))
 
-    committed = read_all(s.bootstrap_servers, s.topic_alerts, "read_committed")
+    committed = read_all(s.bootstrap_servers, s.topics.alerts, "read_committed")
     alerts = [r.alert for r in committed]
     assert Counter((a["rule"], a["vendor_fiscal_module"], a["transaction_id"]) for a in alerts) \
         == Counter(expected)  # fmt: skip
-    uncommitted = read_all(s.bootstrap_servers, s.topic_alerts, "read_uncommitted")
+    uncommitted = read_all(s.bootstrap_servers, s.topics.alerts, "read_uncommitted")
     aborted = len(uncommitted) - len(committed)
     assert aborted > 0, "the zombie's open transaction left no aborted alerts"
     assert {r.key for r in uncommitted} == {r.key for r in committed}
@@ -130,7 +130,7 @@ def test_a_second_live_instance_with_the_same_id_refuses_and_the_first_goes_on(
         alerts_transaction_max_messages=20,
     )
     messages, expected = _input()
-    produce(messages[:200], s.bootstrap_servers, s.topic_transactions, quiet=True)
+    produce(messages[:200], s.bootstrap_servers, s.topics.transactions, quiet=True)
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     first = start_processor(s, first_log)
     second = None
@@ -143,7 +143,7 @@ def test_a_second_live_instance_with_the_same_id_refuses_and_the_first_goes_on(
         assert f"holds transactional.id {transactional_id(s)}" in refusal, refusal[-3000:]
         assert "another live instance (pid " in refusal and "POS_ALERTS_INSTANCE_ID" in refusal
 
-        produce(messages[200:], s.bootstrap_servers, s.topic_transactions, quiet=True)
+        produce(messages[200:], s.bootstrap_servers, s.topics.transactions, quiet=True)
 
         def first_done() -> bool:
             assert first.poll() is None, first_log.read_text()[-3000:]
@@ -160,9 +160,9 @@ def test_a_second_live_instance_with_the_same_id_refuses_and_the_first_goes_on(
     ).one()
     assert lease is None  # released by the clean stop: a restart needs no wait
 
-    committed = read_all(s.bootstrap_servers, s.topic_alerts, "read_committed")
+    committed = read_all(s.bootstrap_servers, s.topics.alerts, "read_committed")
     alerts = [r.alert for r in committed]
     assert Counter((a["rule"], a["vendor_fiscal_module"], a["transaction_id"]) for a in alerts) \
         == Counter(expected)  # fmt: skip
     # Nothing was aborted: the refused instance never fenced the first one.
-    assert len(read_all(s.bootstrap_servers, s.topic_alerts, "read_uncommitted")) == len(committed)
+    assert len(read_all(s.bootstrap_servers, s.topics.alerts, "read_uncommitted")) == len(committed)

@@ -50,14 +50,14 @@ def _receipt(tid: int, price: str, amount: int, at: datetime = AT) -> OutgoingMe
 def _aborted_alert(settings: Settings) -> None:
     """An alert-shaped record in a transaction that aborts: the sink must never see it."""
     p = Producer({"bootstrap.servers": settings.bootstrap_servers,
-                  "transactional.id": f"test-aborter-{settings.alerts_instance_id}"})  # fmt: skip
+                  "transactional.id": f"test-aborter-{settings.alerts.instance_id}"})  # fmt: skip
     p.init_transactions(30)
     p.begin_transaction()
     fake = {"alert_id": "aborted", "rule": "high_value", "operation_id": 1,
             "vendor_fiscal_module": 1, "transaction_id": 1,
             "happened_at": AT.isoformat(), "detail": {},
             "source": {"partition": 0, "offset": 0, "timestamp_ms": 0}}  # fmt: skip
-    p.produce(settings.topic_alerts, key=b"aborted", value=json.dumps(fake).encode())
+    p.produce(settings.topics.alerts, key=b"aborted", value=json.dumps(fake).encode())
     p.flush(30)
     p.abort_transaction(30)
 
@@ -87,7 +87,7 @@ def test_sink_writes_committed_alerts_once_and_a_replay_changes_nothing(
             _receipt(4, "5.00", 1, AT + timedelta(hours=1)),  # an hour of silence
         ],
         s.bootstrap_servers,
-        s.topic_transactions,
+        s.topics.transactions,
         quiet=True,
     )
     _aborted_alert(s)
@@ -115,12 +115,12 @@ def test_sink_writes_committed_alerts_once_and_a_replay_changes_nothing(
         ("device_silent", 4, {"silent_since": "2026-03-02T09:00:00+00:00",
                               "store_minutes_silent": "60.0", "threshold_minutes": "30"}),
     ]  # fmt: skip
-    committed = read_all(s.bootstrap_servers, s.topic_alerts, "read_committed")
+    committed = read_all(s.bootstrap_servers, s.topics.alerts, "read_committed")
     assert sorted(r.value.decode() for r in committed) == sorted(p for *_, p in rows)
     assert "aborted" not in {r[0] for r in rows}
 
     # Replay the whole topic into the table (a new sink group starts from the beginning).
-    replay = s.model_copy(update={"alerts_sink_group_id": s.alerts_sink_group_id + "-replay"})
+    replay = s.with_overrides(**{"alerts_sink_group_id": s.alerts.sink_group_id + "-replay"})
     assert run_sink(replay, threading.Event(), until_caught_up=True) == SinkResult(4, 0)
     assert _rows(cql) == rows
 
@@ -146,7 +146,7 @@ def _write_foreign(settings: Settings, partitions: int) -> int:
     p = Producer({"bootstrap.servers": settings.bootstrap_servers})
     for partition in range(partitions):
         for value in FOREIGN:
-            p.produce(settings.topic_alerts, value=value, partition=partition)
+            p.produce(settings.topics.alerts, value=value, partition=partition)
     assert p.flush(30) == 0
     return partitions * len(FOREIGN)
 
@@ -173,10 +173,10 @@ def test_foreign_records_between_alerts_are_skipped_and_the_sink_keeps_running(
     proc = start_processor(s, log)
     try:
         # Alerts, then foreign records in every partition, then alerts again.
-        produce([_receipt(1, "20.00", 2)], s.bootstrap_servers, s.topic_transactions, quiet=True)
+        produce([_receipt(1, "20.00", 2)], s.bootstrap_servers, s.topics.transactions, quiet=True)
         assert wait_for(lambda: caught_up(s), timeout=120, interval=0.5), log.read_text()
         foreign = _write_foreign(s, partitions=4)
-        produce([_receipt(2, "40.00", 1)], s.bootstrap_servers, s.topic_transactions, quiet=True)
+        produce([_receipt(2, "40.00", 1)], s.bootstrap_servers, s.topics.transactions, quiet=True)
         assert wait_for(lambda: caught_up(s), timeout=120, interval=0.5), log.read_text()
         assert sigterm(proc) == 0, log.read_text()
     finally:
@@ -203,7 +203,7 @@ def test_foreign_records_between_alerts_are_skipped_and_the_sink_keeps_running(
     coordinates = {
         (int(m.group(1)), int(m.group(2)))
         for m in (
-            re.search(rf"at {re.escape(s.topic_alerts)}\[(\d)\]@(\d+):", t) for t in skipped()
+            re.search(rf"at {re.escape(s.topics.alerts)}\[(\d)\]@(\d+):", t) for t in skipped()
         )
         if m
     }

@@ -50,7 +50,7 @@ def test_await_archive_passes_once_the_archiver_has_committed_the_records_before
     assert sum(archived_until(settings, HOUR_END).behind.values()) == 30
     assert sum(archived_until(settings, LATE + timedelta(hours=1)).behind.values()) == 50
     assert archived_until(settings, EARLY - timedelta(hours=1)).done
-    pos_env = {"POS_TOPIC_TRANSACTIONS": settings.topic_transactions}
+    pos_env = {"POS_TOPIC_TRANSACTIONS": settings.topics.transactions}
     assert archived_before(HOUR_END.isoformat(), pos_env) is False
 
     _archive(spark, settings)

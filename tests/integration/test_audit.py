@@ -74,8 +74,8 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
     tmp = tmp_path_factory.mktemp("audit")
     tag = uuid.uuid4().hex[:8]
-    s = services.model_copy(
-        update={
+    s = services.with_overrides(
+        **{
             "cassandra_keyspace": f"pos_audit_{tag}",
             "topic_transactions": f"audit-in-{tag}.pos",
             "topic_alerts": f"audit-alerts-{tag}.pos",
@@ -89,7 +89,7 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         }
     )
     schema_apply.apply_cql(s)
-    schema_apply.create_topics(s, {s.topic_transactions: 4, s.topic_alerts: 4})
+    schema_apply.create_topics(s, {s.topics.transactions: 4, s.topics.alerts: 4})
     ledger = tmp / "ledger"
     simulate(s, ledger, *FAULTS)
     _run([str(VENV_BIN / "pos-speed"), "run", "--available-now"], s)
@@ -106,10 +106,10 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     finally:
         cleanup(proc)
     assert run_sink(s, threading.Event(), until_caught_up=True).written > 0
-    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra_port)
-    session = cluster.connect(s.cassandra_keyspace)
+    cluster = Cluster(s.cassandra_contact_points, port=s.cassandra.port)
+    session = cluster.connect(s.cassandra.keyspace)
     yield Seeded(s, ledger, session, tmp)
-    session.execute(f"DROP KEYSPACE IF EXISTS {s.cassandra_keyspace}", timeout=60)
+    session.execute(f"DROP KEYSPACE IF EXISTS {s.cassandra.keyspace}", timeout=60)
     cluster.shutdown()
 
 
@@ -372,9 +372,9 @@ def test_a_doubled_alert_in_the_table_and_in_the_topic(seeded: Seeded) -> None:
         cql.execute(f"DELETE FROM {tables.ALERTS_TABLE} WHERE alert_id = %s", (twin,))
     assert _audit(seeded, "alerts_table").clean
 
-    first = read_all(s.bootstrap_servers, s.topic_alerts, "read_committed")[0]
+    first = read_all(s.bootstrap_servers, s.topics.alerts, "read_committed")[0]
     p = Producer({"bootstrap.servers": s.bootstrap_servers})
-    p.produce(s.topic_alerts, value=first.value, key=first.key, partition=first.partition)
+    p.produce(s.topics.alerts, value=first.value, key=first.key, partition=first.partition)
     assert p.flush(30) == 0
     report = _audit(seeded, "alerts_topic")
     assert _counts(report, "alerts_topic") == (0, 1, 0)

@@ -37,17 +37,18 @@ def airflow(
     isolated: tuple[Settings, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Settings, Any]]:
     settings, cql = isolated
-    own = settings.model_copy(update={"state_dir": tmp_path / "state", "airflow_port": 18080})
+    own = settings.with_overrides(**{"state_dir": tmp_path / "state", "airflow_port": 18080})
     # Airflow's processes (and so spark-submit) take POS_* from the environment; the
     # topic too: await_archive checks the archiver's offsets on it.
+    env = own.environment()
     for name in (
-        "cassandra_keyspace",
-        "topic_transactions",
-        "data_dir",
-        "state_dir",
-        "airflow_port",
+        "POS_CASSANDRA_KEYSPACE",
+        "POS_TOPIC_TRANSACTIONS",
+        "POS_DATA_DIR",
+        "POS_STATE_DIR",
+        "POS_AIRFLOW_PORT",
     ):
-        monkeypatch.setenv(f"POS_{name.upper()}", str(getattr(own, name)))
+        monkeypatch.setenv(name, env[name])
     airflow_service.start(own)
     try:
         yield own, cql

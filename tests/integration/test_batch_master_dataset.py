@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def test_migrating_a_parquet_master_honours_its_log_and_runs_once(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
-    s = settings.model_copy(update={"data_dir": tmp_path / "data"})
+    s = settings.with_overrides(**{"data_dir": tmp_path / "data"})
     source, old = tmp_path / "source", tmp_path / "master-parquet"
     rows = [(n, f"v{n}", date(2026, 3, 1 + n % 3)) for n in range(30)]
     spark.createDataFrame(
@@ -86,7 +86,7 @@ def test_the_records_added_between_two_table_versions_and_only_those(
 def test_a_table_created_without_the_change_feed_records_it_once_enabled(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
-    s = settings.model_copy(update={"data_dir": tmp_path / "data"})
+    s = settings.with_overrides(**{"data_dir": tmp_path / "data"})
     rows = "kafka_offset long, raw_value string, event_day date"
     old = spark.createDataFrame([(0, "old", date(2026, 3, 1))], rows)
     old.write.format("delta").option("delta.enableChangeDataFeed", "false").save(

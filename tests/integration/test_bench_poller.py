@@ -46,7 +46,7 @@ def test_the_poller_sees_each_watched_store_day_of_every_day_and_no_other(
     ]:
         cql.execute(insert, row)
 
-    poller = Poller(settings, settings.cassandra_keyspace, interval_s=0.05)
+    poller = Poller(settings, settings.cassandra.keyspace, interval_s=0.05)
     try:
         poller.watch([(1, NINE.replace(tzinfo=UTC)), (2, NINE.replace(tzinfo=UTC))])
         poller.watch([(3, TUESDAY_TEN.replace(tzinfo=UTC))])

@@ -19,7 +19,7 @@ BIG = 2**62 + 7  # a bigint that a float64 would round (to 2**62 + 8)
 
 @pytest.fixture
 def lookup(spark: Any, cql: Any, settings: Settings) -> DriverLookup:
-    return DriverLookup(spark, cql, settings.cassandra_keyspace)
+    return DriverLookup(spark, cql, settings.cassandra.keyspace)
 
 
 def _plan(df: Any) -> str:

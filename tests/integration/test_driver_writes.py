@@ -47,7 +47,7 @@ def berlin_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 def writer(cql: Any, settings: Settings) -> DriverWriter:
-    return DriverWriter(cql, settings.cassandra_keyspace, settings.cassandra_write_consistency)
+    return DriverWriter(cql, settings.cassandra.keyspace, settings.cassandra.write_consistency)
 
 
 def _raw_frame(spark: Any, operation_id: int) -> Any:
@@ -99,7 +99,7 @@ def _stored(cql: Any, table: str, operation_id: int, columns: tuple[str, ...]) -
 def test_raw_rows_land_as_the_connectors_do(
     spark: Any, cql: Any, settings: Settings, writer: DriverWriter, berlin_clock: None
 ) -> None:
-    keyspace = settings.cassandra_keyspace
+    keyspace = settings.cassandra.keyspace
     cassandra.upsert(_raw_frame(spark, 9301), keyspace, "receipts_by_store_day", RAW_COLUMNS)
     writer.upsert(_raw_frame(spark, 9302), "receipts_by_store_day", RAW_COLUMNS)
 
@@ -125,7 +125,7 @@ def test_raw_rows_land_as_the_connectors_do(
 def test_aggregates_with_offsets_land_as_the_connectors_do(
     spark: Any, cql: Any, settings: Settings, writer: DriverWriter
 ) -> None:
-    read = cassandra.read_table(spark, settings.cassandra_keyspace, "agg_15m_speed").schema
+    read = cassandra.read_table(spark, settings.cassandra.keyspace, "agg_15m_speed").schema
 
     def frame(operation_id: int) -> Any:
         rows = [
@@ -136,7 +136,7 @@ def test_aggregates_with_offsets_land_as_the_connectors_do(
         ]  # fmt: skip
         return spark.createDataFrame(rows, T.StructType([read[c] for c in SPEED_AGGREGATE_COLUMNS]))
 
-    cassandra.upsert(frame(9401), settings.cassandra_keyspace, "agg_15m_speed")
+    cassandra.upsert(frame(9401), settings.cassandra.keyspace, "agg_15m_speed")
     writer.upsert(frame(9402), "agg_15m_speed", SPEED_AGGREGATE_COLUMNS)
 
     stored = SPEED_AGGREGATE_COLUMNS[1:]
@@ -200,7 +200,7 @@ def test_each_target_gets_the_rows_it_selects_in_order(
     if by == "driver":
         writer.upsert_each(keyed, targets, written.append)
     else:
-        cassandra.upsert_each(keyed, settings.cassandra_keyspace, targets, written.append)
+        cassandra.upsert_each(keyed, settings.cassandra.keyspace, targets, written.append)
 
     assert written == ["receipts_by_store_day", "receipt_keys"]
     raw = _stored(cql, "receipts_by_store_day", operation_id, ("vendor_fiscal_module",))

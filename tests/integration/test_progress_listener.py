@@ -32,7 +32,7 @@ def test_each_micro_batch_reaches_the_listener_with_its_offsets_and_lag(
     from pos_lambda.adapters import kafka
 
     settings, _ = isolated
-    settings = settings.model_copy(update={"speed_max_offsets_per_trigger": 20})
+    settings = settings.with_overrides(**{"speed_max_offsets_per_trigger": 20})
     produce_raw(settings, [b"%d" % i for i in range(30)], keys=[b"%d" % (i % 4) for i in range(30)])
     listener = Collect()
     spark.streams.addListener(listener)
@@ -58,7 +58,7 @@ def test_each_micro_batch_reaches_the_listener_with_its_offsets_and_lag(
         20,
         "progress_listener_test",
     )
-    ends = last["sources"][0]["endOffset"][settings.topic_transactions]
+    ends = last["sources"][0]["endOffset"][settings.topics.transactions]
     assert sum(ends.values()) == 30  # every partition read to the log's end
     recorded = batch_progress(last)
     assert (recorded.query_name, recorded.batch_id, recorded.input_rows) == (

@@ -40,7 +40,7 @@ def test_kafka_storage_formats_with_a_kept_cluster_id_that_starts_with_a_dash(
 ) -> None:
     # One id in 64 starts with "-"; the storage tool once read it as an option (CI,
     # stop 39). Ids are no longer drawn so, but an older checkout may have kept one.
-    settings = services.model_copy(update={"state_dir": tmp_path})
+    settings = services.with_overrides(**{"state_dir": tmp_path})
     kp = kafka_service.paths(settings)
     kafka_service.write_config_files(settings, kp)
     kp.cluster_id.write_text("-ItMOSNxTLum2jPw_V2CJQ")
@@ -122,7 +122,7 @@ def test_spark_reads_kafka_and_round_trips_cassandra(
     # A long-lived session learns of new tables through debounced schema events.
     from pos_lambda.adapters.cassandra import await_tables
 
-    await_tables(spark, settings.cassandra_keyspace, ["spark_roundtrip"])
+    await_tables(spark, settings.cassandra.keyspace, ["spark_roundtrip"])
     out = (
         parsed.groupBy("k")
         .agg(F.sum("v").alias("total"))
@@ -130,13 +130,13 @@ def test_spark_reads_kafka_and_round_trips_cassandra(
     )
     (
         out.write.format("org.apache.spark.sql.cassandra")
-        .options(keyspace=settings.cassandra_keyspace, table="spark_roundtrip")
+        .options(keyspace=settings.cassandra.keyspace, table="spark_roundtrip")
         .mode("append")
         .save()
     )
     back = (
         spark.read.format("org.apache.spark.sql.cassandra")
-        .options(keyspace=settings.cassandra_keyspace, table="spark_roundtrip")
+        .options(keyspace=settings.cassandra.keyspace, table="spark_roundtrip")
         .load()
         .collect()
     )

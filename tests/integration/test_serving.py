@@ -98,15 +98,15 @@ def pipeline(
     from tests.integration.conftest import _unique
 
     tmp = tmp_path_factory.mktemp("serving")
-    settings = services.model_copy(
-        update={
+    settings = services.with_overrides(
+        **{
             "cassandra_keyspace": _unique("pos_serve"),
             "topic_transactions": _unique("serve.pos"),
             "data_dir": tmp / "data",
         }
     )
     schema_apply.apply_cql(settings)
-    schema_apply.create_topics(settings, {settings.topic_transactions: 4})
+    schema_apply.create_topics(settings, {settings.topics.transactions: 4})
     ledger = tmp / "ledger"
     result = run_simulation(
         SimulationConfig(
@@ -140,11 +140,11 @@ def pipeline(
     _speed(spark, settings)
     job.run(spark, settings, Interval(MIDNIGHT, HORIZON))
     quality.check(spark, settings, Interval(MIDNIGHT, HORIZON))
-    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra_port)
-    session = cluster.connect(settings.cassandra_keyspace)
+    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra.port)
+    session = cluster.connect(settings.cassandra.keyspace)
     last_day = max(ws.date() for _, ws in want)
     yield Pipeline(settings, session, ledger, want, stores, last_day)
-    session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra_keyspace}", timeout=60)
+    session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=60)
     cluster.shutdown()
 
 
@@ -347,11 +347,11 @@ def test_cookbook_queries_run_against_the_views(pipeline: Pipeline) -> None:
     ).one()
     partition = p.cql.execute("SELECT DISTINCT kafka_topic, kafka_partition FROM dead_letters")
     values = {
-        "keyspace": p.settings.cassandra_keyspace,
+        "keyspace": p.settings.cassandra.keyspace,
         "store": p.stores[0],
         "day": "2026-03-02",
         "version": version.version,
-        "topic": p.settings.topic_transactions,
+        "topic": p.settings.topics.transactions,
         "partition": partition.one().kafka_partition,
     }
     for recipe, statement in zip(cookbook.RECIPES, cookbook.statements(values), strict=True):

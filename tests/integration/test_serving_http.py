@@ -32,7 +32,7 @@ def _closed_port() -> int:
 
 def test_cassandra_unreachable_gives_503_with_the_reason(settings: Settings) -> None:
     port = _closed_port()
-    down = settings.model_copy(update={"cassandra_port": port, "serve_timeout_seconds": 2.0})
+    down = settings.with_overrides(**{"cassandra_port": port, "serve_timeout_seconds": 2.0})
     with TestClient(create_app(down), raise_server_exceptions=False) as http:
         for url in ("/stores/101/windows?start=2026-03-02&end=2026-03-03", "/health",
                     "/days/2026-03-02/top-stores"):  # fmt: skip
@@ -70,7 +70,7 @@ def store_102(isolated: tuple[Settings, Any]) -> Iterator[Settings]:
         "item_quantity, revenue, late_count) VALUES (102, '2026-03-02', "
         "'2026-03-02T08:00:00Z', 1, 2, 3.80, 0)"
     )
-    yield s.model_copy(update={"serve_page_key": SecretStr("integration-test-key")})
+    yield s.with_overrides(**{"serve_page_key": SecretStr("integration-test-key")})
 
 
 def _unsigned(raw: bytes) -> str:

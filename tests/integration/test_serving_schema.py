@@ -60,16 +60,16 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(SETTINGS, LI
 def keyspace(services: Settings) -> Iterator[None]:
     from cassandra.cluster import Cluster
 
-    assert services.cassandra_port == SETTINGS.cassandra_port
+    assert services.cassandra.port == SETTINGS.cassandra.port
     schema_apply.apply_cql(SETTINGS)
-    cluster = Cluster(SETTINGS.cassandra_contact_points, port=SETTINGS.cassandra_port)
-    cql = cluster.connect(SETTINGS.cassandra_keyspace)
+    cluster = Cluster(SETTINGS.cassandra_contact_points, port=SETTINGS.cassandra.port)
+    cql = cluster.connect(SETTINGS.cassandra.keyspace)
     _seed(cql)
     try:
         yield
     finally:
         LIB.close()
-        cql.execute(f"DROP KEYSPACE IF EXISTS {SETTINGS.cassandra_keyspace}", timeout=60)
+        cql.execute(f"DROP KEYSPACE IF EXISTS {SETTINGS.cassandra.keyspace}", timeout=60)
         cluster.shutdown()
 
 

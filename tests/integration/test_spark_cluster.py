@@ -62,8 +62,8 @@ def _free_ports(n: int) -> list[int]:
 def cluster(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """A standalone master + worker of its own (state dir, ports), stopped at the end
     whatever happens, so a `make spark` cluster of the user's is never touched."""
-    s = services.model_copy(
-        update={
+    s = services.with_overrides(
+        **{
             "state_dir": tmp_path_factory.mktemp("spark-state"),
             **dict(zip(SPARK_PORTS, _free_ports(len(SPARK_PORTS)), strict=True)),
         }
@@ -91,7 +91,7 @@ def test_speed_and_batch_on_a_standalone_cluster_equal_the_ledger(
     assert state is not None and state["aliveworkers"] == 1
     assert [w["host"] for w in state["workers"]] == ["127.0.0.1"]
 
-    jobs = settings.model_copy(update={"spark_master": url})
+    jobs = settings.with_overrides(**{"spark_master": url})
     ledger = tmp_path / "ledger"
     summary = simulate(jobs, ledger, "--count", "1500", "--seed", "29", *FAULTS)
     faults = summary["faults"]

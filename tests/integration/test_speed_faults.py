@@ -60,12 +60,12 @@ def test_kill_9_inside_a_micro_batch_converges_on_replay(
     isolated: tuple[Settings, Any], tmp_path: Path, point: str, below: int
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(
-        update={"speed_driver_reads_below": below, "speed_driver_writes_below": below}
+    settings = settings.with_overrides(
+        **{"speed_driver_reads_below": below, "speed_driver_writes_below": below}
     )
     ledger = tmp_path / "ledger"
     simulate(settings, ledger, "--count", "800", "--seed", "31", *FAULTS)
-    crashing = settings.model_copy(update={"speed_crash_point": point})
+    crashing = settings.with_overrides(**{"speed_crash_point": point})
     crashed = subprocess.run(
         _speed(crashing, "--available-now", "--jobs", "views"),
         env=env_for(crashing),
@@ -130,7 +130,7 @@ def _speed_layer_running(
     isolated: tuple[Settings, Any], tmp_path: Path, seed: int
 ) -> Iterator[Running]:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
+    settings = settings.with_overrides(**{"speed_trigger_seconds": 1.0})
     ledger = tmp_path / "ledger"
     messages = plan(ledger, count=600, seed=seed)
     half = len(messages) // 2

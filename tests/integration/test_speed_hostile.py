@@ -76,7 +76,7 @@ def test_a_receipt_at_every_contract_limit_lands_between_two_normal_ones(
     isolated: tuple[Settings, Any], native_from: int, spark: Any
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_native_check_from": native_from})
+    settings = settings.with_overrides(**{"speed_native_check_from": native_from})
     normal_1 = receipt_json(1, 1, 1, AT)
     biggest = receipt_json(2147483647, 2147483647, 2**63 - 1, AT, BIGGEST_ITEMS)
     normal_2 = receipt_json(1, 1, 2, AT + timedelta(seconds=1))
@@ -115,7 +115,7 @@ def test_resends_whose_time_differs_count_once_across_windows_and_midnight(
     isolated: tuple[Settings, Any], reads: dict[str, float], spark: Any
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update=reads)
+    settings = settings.with_overrides(**reads)
     before_midnight = datetime(2026, 3, 2, 23, 59, 59, 600000, tzinfo=UTC)
     before_quarter = datetime(2026, 3, 3, 10, 14, 59, 700000, tzinfo=UTC)
     first = [
@@ -155,7 +155,7 @@ def test_a_later_copy_stamped_earlier_never_replaces_the_stored_receipt(
     isolated: tuple[Settings, Any], reads: dict[str, float], spark: Any
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update=reads)
+    settings = settings.with_overrides(**reads)
     tea = [{"title": "Tea", "price": "2.00", "amount": 1}]
     cake = [{"title": "Cake", "price": "5.00", "amount": 3}]
     # The first copy reaches Kafka 20 minutes after the sale: the receipt is late.
@@ -225,7 +225,7 @@ def test_copies_in_one_micro_batch_resolve_like_copies_across_batches(
     isolated: tuple[Settings, Any], reads: dict[str, float], spark: Any, tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update=reads)
+    settings = settings.with_overrides(**reads)
     key = [device_key(9, 1)] * 4
     values = [
         receipt_json(9, 1, 1, AT),
@@ -254,7 +254,7 @@ def test_oversized_junk_becomes_bounded_dead_letters_and_the_stream_goes_on(
     default) made the driver's dead-letter batch one 18 MB CQL message, over Cassandra's
     16 MiB limit: the micro-batch failed on every replay and no dead letter was written."""
     settings, cql = isolated
-    settings = settings.model_copy(update=writes)
+    settings = settings.with_overrides(**writes)
     junk = [random.Random(n).randbytes(300_000) for n in range(60)]
     after = receipt_json(3, 1, 1, AT)
     key = device_key(3, 1)  # one key: every record in one partition, the receipt last
@@ -291,7 +291,7 @@ def test_a_missing_input_topic_is_named_with_the_command_that_creates_it(
     from tests.integration.speed_helpers import VENV_BIN, env_for
 
     settings, _ = isolated
-    missing = settings.model_copy(update={"topic_transactions": "no.such.topic"})
+    missing = settings.with_overrides(**{"topic_transactions": "no.such.topic"})
     done = subprocess.run(
         [str(VENV_BIN / "pos-speed"), "run", "--available-now"],
         env=env_for(missing),

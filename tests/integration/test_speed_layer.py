@@ -74,7 +74,7 @@ def test_views_and_master_dataset_equal_the_ledger_under_faults(
     assert len(rows) == summary["messages"] == len(coords)
     # As received: the very bytes Kafka holds, malformed ones too (judged by the batch
     # layer on each run), each valid receipt under the day it happened.
-    sent = read_committed(settings.bootstrap_servers, settings.topic_transactions,
+    sent = read_committed(settings.bootstrap_servers, settings.topics.transactions,
                           expect=summary["messages"])  # fmt: skip
     assert Counter(bytes(r.raw_value) for r in rows) == Counter(r.value for r in sent)
     days = {
@@ -100,7 +100,7 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
     assert before == expected_aggregates(ledger)
 
     # A terminal resends 40 receipts a minute later: same key, same bytes.
-    records = read_committed(settings.bootstrap_servers, settings.topic_transactions,
+    records = read_committed(settings.bootstrap_servers, settings.topics.transactions,
                              expect=summary["messages"])  # fmt: skip
     resent = records[:40]
     produce_raw(
@@ -178,8 +178,8 @@ def test_kill_9_mid_run_then_restart_equals_the_ledger(
     isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(
-        update={"speed_max_offsets_per_trigger": 300, "speed_trigger_seconds": 1.0}
+    settings = settings.with_overrides(
+        **{"speed_max_offsets_per_trigger": 300, "speed_trigger_seconds": 1.0}
     )
     ledger = tmp_path / "ledger"
     summary = simulate(settings, ledger, "--count", "3000", "--seed", "21", *FAULTS)
@@ -225,7 +225,7 @@ def test_sigterm_stops_the_stream_gracefully(
     isolated: tuple[Settings, Any], tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
+    settings = settings.with_overrides(**{"speed_trigger_seconds": 1.0})
     simulate(settings, tmp_path / "ledger", "--count", "50", "--seed", "2")
     driver = subprocess.Popen(
         [str(VENV_BIN / "pos-speed"), "run"],
@@ -265,8 +265,8 @@ def test_each_query_has_its_own_driver_the_archiver_niced_and_both_die_with_the_
     isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    settings = settings.model_copy(update={"speed_trigger_seconds": 1.0})
-    assert settings.spark_master.startswith("local")  # POS_SPEED_DRIVERS=auto: per query
+    settings = settings.with_overrides(**{"speed_trigger_seconds": 1.0})
+    assert settings.spark.master.startswith("local")  # POS_SPEED_DRIVERS=auto: per query
     ledger = tmp_path / "ledger"
     summary = simulate(settings, ledger, "--count", "200", "--seed", "5", *FAULTS)
     speed = subprocess.Popen(
@@ -320,7 +320,7 @@ def test_stored_rows_are_read_per_partition_key_not_by_scanning(
     from pos_lambda.adapters.cassandra import await_tables, lookup
 
     settings, _ = isolated
-    ks = settings.cassandra_keyspace
+    ks = settings.cassandra.keyspace
     await_tables(spark, ks, [tables.RAW_TABLE, tables.RECEIPT_KEYS_TABLE])
     store_days = spark.createDataFrame([(101, date(2026, 3, 2))], "operation_id int, day date")
     keys = spark.createDataFrame(
@@ -334,7 +334,7 @@ def test_stored_rows_are_read_per_partition_key_not_by_scanning(
 
 def test_a_missing_keyspace_is_named_with_what_to_do(settings: Settings) -> None:
     """No Spark, no six restarts: one line that says which keyspace and how to create it."""
-    s = settings.model_copy(update={"cassandra_keyspace": "pos_never_created"})
+    s = settings.with_overrides(**{"cassandra_keyspace": "pos_never_created"})
     done = subprocess.run(
         [str(VENV_BIN / "pos-speed"), "run", "--available-now"],
         env=env_for(s),

@@ -92,12 +92,12 @@ def _consumer(settings: Settings) -> Any:
     return Consumer(
         {
             "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": settings.speed_archiver_group,
+            "group.id": settings.speed.archiver_group,
             "enable.auto.commit": False,
             # The log's end as the speed layer reads it: the last stable offset.
             "isolation.level": "read_committed",
             "log_level": 2,
-            **settings.kafka_security_config,
+            **settings.kafka.security_config,
         }
     )
 
@@ -107,7 +107,7 @@ def archived_until(settings: Settings, instant: datetime, timeout_s: float = 10.
     (by the records' Kafka timestamps)."""
     from confluent_kafka import TopicPartition
 
-    topic = settings.topic_transactions
+    topic = settings.topics.transactions
     consumer = _consumer(settings)
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
@@ -141,10 +141,10 @@ class OffsetsCommitter:
     def __init__(self, settings: Settings) -> None:
         from confluent_kafka.admin import AdminClient
 
-        self.group = settings.speed_archiver_group
-        self.topic = settings.topic_transactions
+        self.group = settings.speed.archiver_group
+        self.topic = settings.topics.transactions
         conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, "log_level": 2}
-        self._admin: Any = AdminClient(conf | settings.kafka_security_config)
+        self._admin: Any = AdminClient(conf | settings.kafka.security_config)
         self._last: dict[int, int] = {}
 
     def close(self) -> None:

@@ -22,13 +22,13 @@ def cluster(
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
-    level = settings.cassandra_write_consistency if writes else settings.cassandra_read_consistency
+    level = settings.cassandra.write_consistency if writes else settings.cassandra.read_consistency
     # Token-aware over the local data centre (POS_CASSANDRA_LOCAL_DC, else the contact
     # points'): the driver's recommended policy, named (it warns about an implicit one).
     profile = ExecutionProfile(
         consistency_level=getattr(ConsistencyLevel, level),
         load_balancing_policy=TokenAwarePolicy(
-            DCAwareRoundRobinPolicy(local_dc=settings.cassandra_local_dc or None)
+            DCAwareRoundRobinPolicy(local_dc=settings.cassandra.local_dc or None)
         ),
     )
     # Cassandra 5 speaks protocol v5; naming it spares a failed negotiation (and warnings).
@@ -36,13 +36,13 @@ def cluster(
     if timeout is not None:
         profile.request_timeout = timeout
         kwargs |= {"connect_timeout": timeout, "control_connection_timeout": timeout}
-    if settings.cassandra_username:
+    if settings.cassandra.username:
         kwargs["auth_provider"] = PlainTextAuthProvider(
-            settings.cassandra_username, settings.cassandra_password.get_secret_value()
+            settings.cassandra.username, settings.cassandra.password.get_secret_value()
         )
     return Cluster(
         settings.cassandra_contact_points,
-        port=settings.cassandra_port,
+        port=settings.cassandra.port,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         **kwargs,
     )
@@ -55,13 +55,13 @@ def require_keyspace(settings: Settings) -> None:
 
     from pos_lambda.adapters.service import ServiceError
 
-    where = f"{','.join(settings.cassandra_contact_points)}:{settings.cassandra_port}"
+    where = f"{','.join(settings.cassandra_contact_points)}:{settings.cassandra.port}"
     c = cluster(settings, timeout=10)
     try:
         session = c.connect()
         row = session.execute(
             "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
-            (settings.cassandra_keyspace,),
+            (settings.cassandra.keyspace,),
         ).one()
     except NoHostAvailable as exc:
         raise ServiceError(
@@ -71,6 +71,6 @@ def require_keyspace(settings: Settings) -> None:
         c.shutdown()
     if row is None:
         raise ServiceError(
-            f"keyspace '{settings.cassandra_keyspace}' does not exist in Cassandra at {where}: "
+            f"keyspace '{settings.cassandra.keyspace}' does not exist in Cassandra at {where}: "
             "create it with `make schema` (or `pos-infra schema`)"
         )

@@ -19,17 +19,17 @@ def read_transactions(spark: SparkSession, settings: Settings) -> DataFrame:
         spark.readStream.format("kafka")
         # Bootstrap servers and, if configured, the SASL login and TLS trust.
         .options(**settings.spark_kafka_options)
-        .option("subscribe", settings.topic_transactions)
+        .option("subscribe", settings.topics.transactions)
         # Aborted transactional writes (e.g. from a replaying upstream) never count.
         .option("kafka.isolation.level", "read_committed")
-        .option("startingOffsets", settings.speed_starting_offsets)
+        .option("startingOffsets", settings.speed.starting_offsets)
         # A task reads its partition up to the micro-batch's end offset, which is where
         # the log ends: the consumer's fetch beyond it waits fetch.max.wait.ms (500 ms
         # by Kafka's default) for data that is not there, and a task's last poll waits
         # for that fetch. 6,070 records in 4 partitions on 2 cores read in 0.26-0.34 s
         # with 10 ms against 1.26-1.33 s with 500 (one session, alternated).
-        .option("kafka.fetch.max.wait.ms", settings.speed_kafka_fetch_max_wait_ms)
-        .option("maxOffsetsPerTrigger", settings.speed_max_offsets_per_trigger)
+        .option("kafka.fetch.max.wait.ms", settings.speed.kafka_fetch_max_wait_ms)
+        .option("maxOffsetsPerTrigger", settings.speed.max_offsets_per_trigger)
         # A topic deleted or compacted under us is an operator error, but it must not
         # crash the stream: log and continue from what is there.
         .option("failOnDataLoss", "false")

@@ -17,7 +17,7 @@ def _admin(bootstrap: str, security: Mapping[str, str] | None = None) -> object:
     from confluent_kafka.admin import AdminClient
 
     # log_level 2: librdkafka's own connection-refused lines would bury our message.
-    # `security`: Settings.kafka_security_config (SASL login, TLS), if any.
+    # `security`: Settings.kafka.security_config (SASL login, TLS), if any.
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, **(security or {})})
 
 

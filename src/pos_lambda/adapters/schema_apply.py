@@ -90,17 +90,17 @@ def apply_cql(settings: Settings, keyspace: str | None = None) -> int:
     from pos_lambda.adapters import cassandra_client
     from pos_lambda.schemas import cql
 
-    ks = keyspace or settings.cassandra_keyspace
+    ks = keyspace or settings.cassandra.keyspace
     cluster = cassandra_client.cluster(settings, writes=True)
     try:
         session = cluster.connect()
     except NoHostAvailable as exc:
         raise ServiceError(
             f"cannot reach Cassandra at {settings.cassandra_contact_points}:"
-            f"{settings.cassandra_port}: is it running? try `make up` ({exc})"
+            f"{settings.cassandra.port}: is it running? try `make up` ({exc})"
         ) from exc
     try:
-        statements = cql.ddl(ks, settings.cassandra_replication_factor)
+        statements = cql.ddl(ks, settings.cassandra.replication_factor)
         run = 0
         for stmt in statements:
             shape = table_shape(stmt)
@@ -119,9 +119,9 @@ def apply_cql(settings: Settings, keyspace: str | None = None) -> int:
 
 def pipeline_topics(settings: Settings) -> dict[str, int]:
     return {
-        settings.topic_transactions: settings.topic_partitions,
-        settings.topic_dead_letters: settings.topic_partitions,
-        settings.topic_alerts: settings.topic_partitions,
+        settings.topics.transactions: settings.topics.partitions,
+        settings.topics.dead_letters: settings.topics.partitions,
+        settings.topics.alerts: settings.topics.partitions,
     }
 
 
@@ -134,6 +134,6 @@ def create_topics(settings: Settings, topics: dict[str, int] | None = None) -> l
     return kafka_admin.create_topics(
         settings.bootstrap_servers,
         wanted,
-        settings.topic_replication_factor,
-        settings.kafka_security_config,
+        settings.topics.replication_factor,
+        settings.kafka.security_config,
     )

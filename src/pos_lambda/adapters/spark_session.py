@@ -76,11 +76,11 @@ def spark_conf(
     """The session's configuration as plain data (pure, so it is unit-tested);
     `java_options` are added to the driver JVM's (its class archive's)."""
     conf = {
-        "spark.master": settings.spark_master,
+        "spark.master": settings.spark.master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(j) for j in spark_jars(settings)),
-        "spark.driver.memory": settings.spark_driver_memory,
-        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.driver.memory": settings.spark.driver_memory,
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         # Event time is stored and windowed in UTC whatever the machine's zone.
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.extensions": ",".join(SQL_EXTENSIONS),
@@ -88,22 +88,22 @@ def spark_conf(
         # tables (`delta.`<path>``) resolve in SQL.
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.cassandra.connection.host": ",".join(settings.cassandra_contact_points),
-        "spark.cassandra.connection.port": str(settings.cassandra_port),
+        "spark.cassandra.connection.port": str(settings.cassandra.port),
         # The connector's defaults (5 concurrent writes, 1 KiB batches) leave Cassandra
         # idle on a backlog; batches stay under Cassandra's 5 KiB batch warning. The
         # limit holds whatever the input: the connector closes a batch before a row
         # would take it past the limit, and a row larger than it goes alone (its Batch
         # adds a statement to an empty batch by force), so a request is at most 4 KiB
         # or one row, and every row is bounded (a dead letter keeps a value prefix).
-        "spark.cassandra.output.concurrent.writes": str(settings.cassandra_concurrent_writes),
+        "spark.cassandra.output.concurrent.writes": str(settings.cassandra.concurrent_writes),
         "spark.cassandra.output.batch.size.bytes": "4096",
         # Settings, not code: with RF 3 the speed layer's read-back of the previous
         # micro-batch is exact only when read + write levels overlap (LOCAL_QUORUM twice).
-        "spark.cassandra.input.consistency.level": settings.cassandra_read_consistency,
-        "spark.cassandra.output.consistency.level": settings.cassandra_write_consistency,
+        "spark.cassandra.input.consistency.level": settings.cassandra.read_consistency,
+        "spark.cassandra.output.consistency.level": settings.cassandra.write_consistency,
         **(
-            {"spark.cassandra.connection.localDC": settings.cassandra_local_dc}
-            if settings.cassandra_local_dc
+            {"spark.cassandra.connection.localDC": settings.cassandra.local_dc}
+            if settings.cassandra.local_dc
             else {}
         ),
         # Generated classes are cached by source code, 100 of them by default. A speed
@@ -122,7 +122,7 @@ def spark_conf(
         # 20 alternated in one driver), the archiver's 300-record micro-batch at 10
         # events/s 2.7 s instead of 7.1 s, and the p99 latency at 10 events/s was 4.88 s
         # instead of 5.92 (bench/speed_latency.py, side by side).
-        "spark.databricks.delta.snapshotPartitions": str(settings.spark_delta_snapshot_partitions),
+        "spark.databricks.delta.snapshotPartitions": str(settings.spark.delta_snapshot_partitions),
         # Every Delta table this session creates (the master dataset) records its change
         # data feed: a batch run can then read just the records added between two table
         # versions (`pos_lambda.adapters.master_dataset.added`). For appends it costs nothing: the
@@ -142,11 +142,11 @@ def spark_conf(
         # Where the speed layer's two queries share one driver (POS_SPEED_DRIVERS=shared,
         # a cluster master): each runs in a pool of its own (speed_layer/triggers.py), the
         # views query first (see the pools file).
-        "spark.scheduler.mode": settings.spark_scheduler_mode,
+        "spark.scheduler.mode": settings.spark.scheduler_mode,
         # Python workers that do not re-read Spark's zip archives before every task
         # (~60 ms of CPU per task on Python 3.11) nor run a full garbage collection
         # after it (~80 ms in the views query's workers): adapters/spark_python_daemon.py.
-        "spark.python.daemon.module": settings.spark_python_daemon_module,
+        "spark.python.daemon.module": settings.spark.python_daemon_module,
         "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
         # DataFrames from pandas through Arrow: a local relation, no Spark job of their
         # own (the rows a small micro-batch reads from the driver: adapters/driver_lookup.py).
@@ -159,19 +159,19 @@ def spark_conf(
                 None,
                 [
                     f"-Dlog4j.configurationFile={LOG4J2_FILE}",
-                    settings.spark_driver_java_options,
+                    settings.spark.driver_java_options,
                     *java_options,
                 ],
             )
         ),
     }
-    if settings.cassandra_username:
+    if settings.cassandra.username:
         # Spark redacts *password* keys in its UI and logs (spark.redaction.regex).
         conf |= {
-            "spark.cassandra.auth.username": settings.cassandra_username,
-            "spark.cassandra.auth.password": settings.cassandra_password.get_secret_value(),
+            "spark.cassandra.auth.username": settings.cassandra.username,
+            "spark.cassandra.auth.password": settings.cassandra.password.get_secret_value(),
         }
-    if on_this_machine(settings.spark_master):
+    if on_this_machine(settings.spark.master):
         # One machine: keep the driver on loopback (executors reach it there) and the UI
         # off. On a real cluster the executors must reach the driver, so Spark's default
         # (this host's address) stays.
@@ -186,7 +186,7 @@ def spark_conf(
 def _class_archive(settings: Settings, app_name: str) -> class_archive.Plan | None:
     """What the driver's new JVM does with its class archive, or None: no archive."""
     elsewhere = (os.environ.get(name, "") for name in class_archive.OPTION_VARIABLES)
-    if clashing := class_archive.clash(settings.spark_driver_java_options, *elsewhere):
+    if clashing := class_archive.clash(settings.spark.driver_java_options, *elsewhere):
         class_archive.log.info(
             "no class archive for %s: JDK 17 cannot use one with %s", app_name, clashing
         )
@@ -215,12 +215,12 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     # `python3` is on PATH. The executors run the path the driver names, so this holds
     # for a standalone worker on this machine too; on a cluster, point PYSPARK_PYTHON at
     # the workers' env (with this project installed: the jobs' functions are imported there).
-    if on_this_machine(settings.spark_master):
+    if on_this_machine(settings.spark.master):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # A JVM of its own, unless this process already has one (PySpark keeps its gateway
     # after `stop()`, and a new session reuses it: options for a new JVM would not apply).
     archive = None
-    if settings.spark_class_archives and SparkContext._gateway is None:
+    if settings.spark.class_archives and SparkContext._gateway is None:
         archive = _class_archive(settings, app_name)
     builder = SparkSession.builder
     options = archive.java_options if archive else ()

@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from pos_lambda.adapters import kafka_admin
 from pos_lambda.adapters.service import ServiceError
-from pos_lambda.settings import Settings, load_settings
+from pos_lambda.settings import Settings, explain, load_settings
 
 
 def _decimal(text: str) -> Decimal:
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rules = rules_from(settings)
     except (ValidationError, ValueError) as exc:  # a bad flag or POS_* value
-        print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
+        print(f"error: invalid configuration:\n{_explained(exc)}", file=sys.stderr)
         return 2
     # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck instance
     # waits for (the JVM services answer jstack; this is the Python equivalent).
@@ -140,17 +140,17 @@ def main(argv: list[str] | None = None) -> int:
 
             kafka_admin.require_topic(
                 settings.bootstrap_servers,
-                settings.topic_alerts,
-                security=settings.kafka_security_config,
+                settings.topics.alerts,
+                security=settings.kafka.security_config,
             )
             run_sink(settings, stop, until_caught_up=args.until_caught_up)
             return 0
         from pos_lambda.alerts.lease import IdInUse, Lease
         from pos_lambda.alerts.processor import EXIT_ID_IN_USE, Processor, transactional_id
 
-        for topic in (settings.topic_transactions, settings.topic_alerts):
+        for topic in (settings.topics.transactions, settings.topics.alerts):
             kafka_admin.require_topic(
-                settings.bootstrap_servers, topic, security=settings.kafka_security_config
+                settings.bootstrap_servers, topic, security=settings.kafka.security_config
             )
         # Before the processor touches Kafka: its init_transactions would fence a live
         # instance with this id (src/pos_lambda/alerts/lease.py).
@@ -176,3 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _explained(exc: Exception) -> str:
+    return explain(exc) if isinstance(exc, ValidationError) else str(exc)

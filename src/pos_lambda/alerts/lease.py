@@ -114,8 +114,8 @@ class Lease:
 
         self.settings = settings
         self.name = transactional_id
-        self.ttl_s = settings.alerts_lease_ttl_s
-        self.table = f"{settings.cassandra_keyspace}.{cql.ALERTS_LEASES_TABLE}"
+        self.ttl_s = settings.alerts.lease_ttl_s
+        self.table = f"{settings.cassandra.keyspace}.{cql.ALERTS_LEASES_TABLE}"
         self.owner = owner_token(
             os.environ.get(OWNER_ENV), os.getpid(), f"{os.getpid()}:{uuid.uuid4().hex}"
         )
@@ -145,7 +145,7 @@ class Lease:
             self._cluster.shutdown()
             raise ServiceError(
                 f"cannot reach Cassandra at {','.join(self.settings.cassandra_contact_points)}:"
-                f"{self.settings.cassandra_port} for the lease on {self.name}: is it running? "
+                f"{self.settings.cassandra.port} for the lease on {self.name}: is it running? "
                 f"({exc})"
             ) from exc
         except InvalidRequest as exc:  # no keyspace or table

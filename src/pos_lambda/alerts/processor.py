@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -71,6 +70,7 @@ from pos_lambda.alerts import restore, watchdog
 from pos_lambda.alerts.lease import Lease
 from pos_lambda.alerts.rules import Alert, PartitionState, Rules, Source
 from pos_lambda.alerts.watchdog import Watchdog, restart_in_place
+from pos_lambda.failpoints import Failpoints
 from pos_lambda.settings import Settings
 
 log = logging.getLogger("pos.alerts")
@@ -129,16 +129,16 @@ class Abortable(Exception):
 
 def rules_from(settings: Settings) -> Rules:
     return Rules(
-        high_value=settings.alerts_high_value_threshold,
-        large_return=settings.alerts_large_return_threshold,
-        silence=timedelta(minutes=settings.alerts_silence_minutes),
-        store_opens=settings.alerts_store_opens_at,
-        store_closes=settings.alerts_store_closes_at,
+        high_value=settings.alerts.high_value_threshold,
+        large_return=settings.alerts.large_return_threshold,
+        silence=timedelta(minutes=settings.alerts.silence_minutes),
+        store_opens=settings.alerts.store_opens_at,
+        store_closes=settings.alerts.store_closes_at,
     )
 
 
 def transactional_id(settings: Settings) -> str:
-    return f"pos-alerts-{settings.alerts_instance_id}"
+    return f"pos-alerts-{settings.alerts.instance_id}"
 
 
 class Processor:
@@ -155,12 +155,12 @@ class Processor:
         # What a hung client call leads to (src/pos_lambda/alerts/watchdog.py): an in-place restart,
         # at most alerts_max_restarts_in_place in a row.
         self.restart = restart or partial(
-            restart_in_place, limit=settings.alerts_max_restarts_in_place
+            restart_in_place, limit=settings.alerts.max_restarts_in_place
         )
         self.lease = lease  # held for this instance's id (src/pos_lambda/alerts/lease.py), or None
         self.stop: threading.Event | None = None
-        self.exactly_once = settings.alerts_mode == "exactly_once"
-        self.topic = settings.topic_transactions
+        self.exactly_once = settings.alerts.mode == "exactly_once"
+        self.topic = settings.topics.transactions
         self.states: dict[int, PartitionState] = {}
         # The committed offset each partition's state corresponds to (-1: none yet).
         self.synced: dict[int, int] = {}
@@ -168,7 +168,8 @@ class Processor:
         self.opened_at = 0.0
         self.batch_records = 0
         self.batch_alerts = 0
-        self.alert_batches = 0  # batches that produced alerts (for the crash point)
+        self.alert_batches = 0  # batches that produced alerts (for the failpoint)
+        self.failpoints = Failpoints.from_settings(settings.faults)
         total_restarts, in_a_row = watchdog.restarts()
         self.totals = {
             "records": 0, "alerts": 0, "commits": 0, "aborts": 0,
@@ -187,13 +188,13 @@ class Processor:
     def _consumer_config(self) -> dict[str, Any]:
         s = self.settings
         return {
-            **s.kafka_security_config,
+            **s.kafka.security_config,
             "bootstrap.servers": s.bootstrap_servers,
-            "group.id": s.alerts_group_id,
+            "group.id": s.alerts.group_id,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": s.alerts_session_timeout_ms,
+            "session.timeout.ms": s.alerts.session_timeout_ms,
             # Static membership (KIP-345): a restarted instance (same id) takes its
             # partitions back at once instead of waiting out its predecessor's session.
             # The price: a stopped instance's partitions wait session.timeout.ms before
@@ -205,7 +206,7 @@ class Processor:
     def _producer_config(self) -> dict[str, Any]:
         s = self.settings
         config: dict[str, Any] = {
-            **s.kafka_security_config,
+            **s.kafka.security_config,
             "bootstrap.servers": s.bootstrap_servers,
             "enable.idempotence": True,
             "acks": "all",
@@ -215,7 +216,7 @@ class Processor:
         }
         if self.exactly_once:
             config["transactional.id"] = transactional_id(s)
-            config["transaction.timeout.ms"] = s.alerts_transaction_timeout_ms
+            config["transaction.timeout.ms"] = s.alerts.transaction_timeout_ms
         return config
 
     # --- the loop ----------------------------------------------------------------------
@@ -235,8 +236,8 @@ class Processor:
             )
             log.info(
                 "%s: %s from %s to %s, group %s",
-                transactional_id(self.settings), self.settings.alerts_mode, self.topic,
-                self.settings.topic_alerts, self.settings.alerts_group_id,
+                transactional_id(self.settings), self.settings.alerts.mode, self.topic,
+                self.settings.topics.alerts, self.settings.alerts.group_id,
             )  # fmt: skip
             last_report = time.monotonic()
             while not stop.is_set():
@@ -265,7 +266,7 @@ class Processor:
 
     def _step(self) -> None:
         self._raise_pending()
-        room = self.settings.alerts_transaction_max_messages - self.batch_records
+        room = self.settings.alerts.transaction_max_messages - self.batch_records
         max_records = max(1, min(_MAX_BATCH, room))
         # consume(n, timeout) waits for n records or the whole timeout: wait for the first
         # one only (poll), then take what has already arrived. Records are processed, and
@@ -283,14 +284,14 @@ class Processor:
     def _wait_s(self) -> float:
         if not self.open:
             return _IDLE_POLL_S
-        left = self.opened_at + self.settings.alerts_transaction_max_ms / 1000 - time.monotonic()
+        left = self.opened_at + self.settings.alerts.transaction_max_ms / 1000 - time.monotonic()
         return max(0.0, left)
 
     def _due(self) -> bool:
         s = self.settings
         return (
-            self.batch_records >= s.alerts_transaction_max_messages
-            or time.monotonic() - self.opened_at >= s.alerts_transaction_max_ms / 1000
+            self.batch_records >= s.alerts.transaction_max_messages
+            or time.monotonic() - self.opened_at >= s.alerts.transaction_max_ms / 1000
         )
 
     def _process(self, msg: Any) -> None:
@@ -322,7 +323,7 @@ class Processor:
         while True:
             try:
                 self.producer.produce(
-                    self.settings.topic_alerts,
+                    self.settings.topics.alerts,
                     key=alert.alert_id.encode(),
                     value=alert.to_json(),
                     on_delivery=self._on_delivery,
@@ -375,14 +376,9 @@ class Processor:
     def _maybe_crash(self) -> None:
         """Testing only (POS_ALERTS_CRASH_POINT): die or freeze with alerts produced and
         on the broker, the transaction still open."""
-        point = self.settings.alerts_crash_point
-        if point is None or self.alert_batches != self.settings.alerts_crash_at_transaction:
-            return
-        self.producer.flush(30)
-        log.warning("crash point %s reached in batch %d", point, self.alert_batches)
-        if point == "kill_after_produce":
-            os.kill(os.getpid(), signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGSTOP)  # resumes here on SIGCONT, a zombie
+        if self.failpoints.is_armed("alerts.after_produce", self.alert_batches):
+            self.producer.flush(30)
+            self.failpoints.hit("alerts.after_produce", self.alert_batches)
 
     def _abort_and_rewind(self, why: str) -> None:
         log.warning("aborting the open transaction (%s); rewinding to the committed offsets", why)
@@ -438,7 +434,7 @@ class Processor:
                     tp.partition,
                     offset,
                     self.rules,
-                    security=self.settings.kafka_security_config,
+                    security=self.settings.kafka.security_config,
                 )
                 self.synced[tp.partition] = offset
                 log.info(
@@ -552,7 +548,7 @@ class Processor:
         transaction would time out anyway. Raises Fatal, or Abortable (if `abortable`;
         else Fatal). A call still blocked `HANG_MARGIN_S` after its own timeout is hung:
         the watchdog restarts the instance (`_on_hang`)."""
-        deadline = time.monotonic() + self.settings.alerts_transaction_timeout_ms / 1000
+        deadline = time.monotonic() + self.settings.alerts.transaction_timeout_ms / 1000
         delay = 0.1
         while True:
             try:

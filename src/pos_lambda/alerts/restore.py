@@ -40,7 +40,7 @@ def rebuild(
         return state
     consumer = Consumer(
         {
-            **(security or {}),  # Settings.kafka_security_config: SASL login, TLS
+            **(security or {}),  # Settings.kafka.security_config: SASL login, TLS
             "bootstrap.servers": bootstrap,
             # Required by the client, never used: assign() only, no commits.
             "group.id": f"pos-alerts-restore-{uuid.uuid4().hex}",

@@ -78,7 +78,7 @@ def run_sink(
 
     cluster = cassandra_client.cluster(settings, writes=True)
     try:
-        session = cluster.connect(settings.cassandra_keyspace)
+        session = cluster.connect(settings.cassandra.keyspace)
     except NoHostAvailable as exc:
         raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
     insert = session.prepare(
@@ -87,9 +87,9 @@ def run_sink(
     )
     consumer = Consumer(
         {
-            **settings.kafka_security_config,
+            **settings.kafka.security_config,
             "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": settings.alerts_sink_group_id,
+            "group.id": settings.alerts.sink_group_id,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -97,7 +97,7 @@ def run_sink(
             "log_level": 3,
         }
     )
-    consumer.subscribe([settings.topic_alerts])
+    consumer.subscribe([settings.topics.alerts])
     written, foreign, at_end = 0, 0, set[int]()
     try:
         while not stop.is_set():

@@ -38,7 +38,7 @@ RESTARTS_ENV = "ALERTS_RESTARTED_IN_PLACE"
 # ... and those since the last committed transaction: a hang that comes back after every
 # restart (a coordinator that never answers) must not restart the instance forever.
 IN_A_ROW_ENV = "ALERTS_RESTARTS_IN_A_ROW"
-DEFAULT_MAX_IN_A_ROW = 5  # Settings.alerts_max_restarts_in_place
+DEFAULT_MAX_IN_A_ROW = 5  # Settings.alerts.max_restarts_in_place
 EXIT_RESTARTS_EXHAUSTED = 6  # hung again after the last allowed in-place restart
 
 

@@ -228,7 +228,7 @@ def expected_alerts(ledger: Ledger, rules: AlertRules) -> tuple[Counter[AlertIde
     """Each alert the ledger implies, once; and whether large_return could be checked
     (older ledgers lack returned_value).
 
-    From the rules' definitions (README, alerts/rules.py docstring), applied to ledger
+    From the rules' definitions (docs/alerts.md, alerts/rules.py docstring), applied to ledger
     values, never by the processor's code: high_value: revenue > threshold;
     large_return: returned value > threshold; device_silent: a device's receipt
     happened more than `silence` of store hours after the latest receipt of that device

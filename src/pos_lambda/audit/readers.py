@@ -75,7 +75,7 @@ class Sources:
 
             self._cluster = cassandra_client.cluster(self.settings, timeout=30)
             try:
-                self._session = self._cluster.connect(self.settings.cassandra_keyspace)
+                self._session = self._cluster.connect(self.settings.cassandra.keyspace)
             except NoHostAvailable as exc:
                 raise AuditError(
                     f"cannot reach Cassandra ({exc}): is it running? try `make up`"
@@ -136,7 +136,7 @@ class Sources:
 
     def windows(self, store: int, first: datetime, end: datetime) -> list[Window]:
         """The merged answer (`Serving.windows`) for [first, end), in allowed ranges."""
-        step = timedelta(days=self.settings.serve_max_range_days)
+        step = timedelta(days=self.settings.serve.max_range_days)
         out: list[Window] = []
         at = first
         while at < end:
@@ -248,7 +248,7 @@ def _consumer(settings: Settings, group: str, **extra: Any) -> Iterator[Any]:
 
     c = Consumer(
         {
-            **settings.kafka_security_config,
+            **settings.kafka.security_config,
             "bootstrap.servers": settings.bootstrap_servers,
             "group.id": group,  # never subscribes: reads committed offsets, never joins
             "enable.auto.commit": False,
@@ -299,11 +299,11 @@ def committed_offsets(settings: Settings, group: str, topic: str) -> dict[int, i
 
 
 def alerts_in_topic(settings: Settings) -> list[AlertIdentity] | None:
-    """Every committed alert of settings.topic_alerts (read_committed, start to end);
+    """Every committed alert of settings.topics.alerts (read_committed, start to end);
     None when the topic does not exist."""
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-    topic = settings.topic_alerts
+    topic = settings.topics.alerts
     extra = {"isolation.level": "read_committed", "enable.partition.eof": True}
     with _consumer(settings, f"pos-audit-{uuid.uuid4().hex[:8]}", **extra) as c:
         parts = _partitions(c, topic)

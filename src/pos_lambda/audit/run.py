@@ -11,7 +11,7 @@ Run it once the pipeline has drained the ledger's topic (`pos-speed run --availa
 a batch run over the data's days, `pos-alerts run` and `pos-alerts sink` caught up).
 Expectations come from the ledger only (pos_lambda.audit.expectations); the views are read as
 users read them (audit.readers); audit.compare counts the differences. Which views are
-exact, and when, is said per view below and in the README's "Audit" section.
+exact, and when, is said per view below and in docs/audit.md.
 
 It fails closed: without a piece of its evidence (the ledger's files, a ledger with
 messages, the speed layer's checkpoint for the views that need to know what the speed
@@ -107,11 +107,11 @@ def missing_evidence(
 def alert_rules(settings: Settings) -> ex.AlertRules:
     """The thresholds the processor runs with: the same POS_ALERTS_* settings."""
     return ex.AlertRules(
-        high_value=settings.alerts_high_value_threshold,
-        large_return=settings.alerts_large_return_threshold,
-        silence=timedelta(minutes=settings.alerts_silence_minutes),
-        opens=settings.alerts_store_opens_at,
-        closes=settings.alerts_store_closes_at,
+        high_value=settings.alerts.high_value_threshold,
+        large_return=settings.alerts.large_return_threshold,
+        silence=timedelta(minutes=settings.alerts.silence_minutes),
+        opens=settings.alerts.store_opens_at,
+        closes=settings.alerts.store_closes_at,
     )
 
 
@@ -131,13 +131,13 @@ def audit(
     chosen = [v for v in VIEWS if requested is None or v in requested]
     say = progress or (lambda _line: None)
     ledger = ex.load(ledger_dir)
-    topic = str(ledger.summary.get("topic") or settings.topic_transactions)
+    topic = str(ledger.summary.get("topic") or settings.topics.transactions)
     missing = missing_evidence(settings, ledger_dir, ledger, topic, chosen)
     if missing:
         raise AuditError("evidence missing: " + "; ".join(missing))
     say(
         f"ledger {ledger_dir}: {len(ledger.receipts)} receipts, {len(ledger.malformed)} "
-        f"malformed messages, topic {topic}; keyspace {settings.cassandra_keyspace}"
+        f"malformed messages, topic {topic}; keyspace {settings.cassandra.keyspace}"
     )
     sources = Sources(settings)
     try:
@@ -153,11 +153,11 @@ def audit(
     except (DriverException, RequestExecutionException) as exc:  # the auditor's own reads
         raise AuditError(
             f"Cassandra refused or did not answer: {exc} (is it running? is keyspace "
-            f"{settings.cassandra_keyspace!r} there? `make status`, `make schema`)"
+            f"{settings.cassandra.keyspace!r} there? `make status`, `make schema`)"
         ) from exc
     finally:
         sources.close()
-    return AuditReport(str(ledger_dir), settings.cassandra_keyspace, topic, results)
+    return AuditReport(str(ledger_dir), settings.cassandra.keyspace, topic, results)
 
 
 class _Context:
@@ -166,7 +166,7 @@ class _Context:
 
     def __init__(self, settings: Settings, ledger: ex.Ledger, topic: str, src: Sources) -> None:
         self.settings, self.ledger, self.topic, self.src = settings, ledger, topic, src
-        self.bound = timedelta(hours=settings.speed_max_lateness_hours)
+        self.bound = timedelta(hours=settings.speed.max_lateness_hours)
         facts = list(ledger.receipts.values())
         self.within = [f for f in facts if not f.beyond(self.bound)]
         self.beyond = [f for f in facts if f.beyond(self.bound)]
@@ -364,11 +364,11 @@ class _Context:
 
     def alerts_topic(self) -> ViewResult:
         s = self.settings
-        committed = committed_offsets(s, s.alerts_group_id, self.topic)
+        committed = committed_offsets(s, s.alerts.group_id, self.topic)
         if committed is None:
             return ViewResult(
                 "alerts_topic", exact=True, status="skipped",
-                note=f"the alerts processor (group {s.alerts_group_id}) never committed on "
+                note=f"the alerts processor (group {s.alerts.group_id}) never committed on "
                 f"{self.topic}: run `pos-alerts run` over it to audit alerts",
             )  # fmt: skip
         observed = alerts_in_topic(s) or []
@@ -379,10 +379,10 @@ class _Context:
 
     def alerts_table(self) -> ViewResult:
         s = self.settings
-        if committed_offsets(s, s.alerts_sink_group_id, s.topic_alerts) is None:
+        if committed_offsets(s, s.alerts.sink_group_id, s.topics.alerts) is None:
             return ViewResult(
                 "alerts_table", exact=True, status="skipped",
-                note=f"the alert sink (group {s.alerts_sink_group_id}) never committed on "
-                f"{s.topic_alerts}: run `pos-alerts sink --until-caught-up` to audit the table",
+                note=f"the alert sink (group {s.alerts.sink_group_id}) never committed on "
+                f"{s.topics.alerts}: run `pos-alerts sink --until-caught-up` to audit the table",
             )  # fmt: skip
         return self._alerts_view("alerts_table", self.src.alerts_table(), "")

@@ -53,8 +53,8 @@ def archived_before(
     lag = archived_until(settings, instant)
     log.info(
         "archiver (consumer group %s, topic %s) at %s: %s",
-        settings.speed_archiver_group,
-        settings.topic_transactions,
+        settings.speed.archiver_group,
+        settings.topics.transactions,
         instant.isoformat(),
         lag.describe(),
     )
@@ -62,7 +62,7 @@ def archived_before(
         log.warning(
             "the archiver has committed no offsets to %s: is `pos-speed run` running "
             "against topic %s?",
-            settings.speed_archiver_group,
-            settings.topic_transactions,
+            settings.speed.archiver_group,
+            settings.topics.transactions,
         )
     return lag.done

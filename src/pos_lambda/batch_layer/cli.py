@@ -119,7 +119,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _interval(args: argparse.Namespace, settings: Settings) -> Interval:
-    hours = settings.batch_lookback_hours if args.lookback_hours is None else args.lookback_hours
+    hours = settings.batch.lookback_hours if args.lookback_hours is None else args.lookback_hours
     return Interval(parse_instant(args.start), parse_instant(args.end), timedelta(hours=hours))
 
 
@@ -241,7 +241,7 @@ def _master(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
     if args.action == "optimize":
         _emit(md.optimize(spark, settings))
     elif args.action == "vacuum":
-        hours = args.retain_hours or settings.batch_vacuum_retain_hours
+        hours = args.retain_hours or settings.batch.vacuum_retain_hours
         _emit({"files": md.vacuum(spark, settings, hours), "retain_hours": hours})
     elif args.action == "history":
         _emit(md.history(spark, settings))

@@ -117,10 +117,10 @@ def fold(
     folded = read.folded
     version = version_key(folded, upto)
     generation = folded.generation
-    keyspace = settings.cassandra_keyspace
+    keyspace = settings.cassandra.keyspace
     thresholds = (
         int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
     )
     if upto == folded.version:  # nothing archived since the last commit
         return Folding(version, 0, 0, 0, 0, 0, 0, 0, _days(read, interval, [], version, {}, {}))

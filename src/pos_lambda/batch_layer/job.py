@@ -36,8 +36,6 @@ Bookkeeping (status, counts, table version) goes to `batch_runs`.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +56,7 @@ from pos_lambda.batch_layer.store import (
     PointerState,
     advancing,
 )
+from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.views import records
@@ -255,15 +254,10 @@ def _record_done(store: BatchStore, result: RunResult, status: str) -> None:
 
 
 def _crash_point(settings: Settings, point: str) -> Callable[[], None] | None:
-    """Testing only (POS_BATCH_CRASH_POINT): kill -9 of the batch job at `point`."""
-    if settings.batch_crash_point != point:
-        return None
-
-    def crash() -> None:
-        log.warning("crash point %s reached: kill -9 of the batch job (testing)", point)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    return crash
+    """Testing only (POS_BATCH_CRASH_POINT): the failpoint `batch.<point>`, if armed."""
+    failpoints = Failpoints.from_settings(settings.faults)
+    name = f"batch.{point}"
+    return (lambda: failpoints.hit(name)) if failpoints.is_armed(name) else None
 
 
 def _days_to_move(
@@ -298,20 +292,13 @@ def _days_to_move(
 
 def _pause_before_commit(settings: Settings) -> None:
     """Testing only (POS_BATCH_PAUSE_BEFORE_COMMIT): await the file, to stage a race."""
-    flag = settings.batch_pause_before_commit
-    if flag is None:
-        return
-    from pos_lambda.adapters.service import wait_for
-
-    log.warning("paused before commit until %s exists (testing)", flag)
-    if not wait_for(flag.exists, timeout=600, interval=0.2):
-        raise RuntimeError(f"{flag} did not appear within 600 s")
+    Failpoints.from_settings(settings.faults).hit("batch.before_commit")
 
 
 def _written(spark: SparkSession, settings: Settings, table: str, keys: DataFrame) -> int:
     """Rows of `table` in the version partitions `keys` (direct join, no full scan)."""
     return cassandra.lookup(
-        spark, settings.cassandra_keyspace, table, keys, ("operation_id",)
+        spark, settings.cassandra.keyspace, table, keys, ("operation_id",)
     ).count()
 
 
@@ -354,7 +341,7 @@ def _recompute(
     copies = records.receipt_rows(
         checked,
         LATE_THRESHOLD_US,
-        int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+        int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
     )
     resolution = resolve(copies)
     winners = resolution.winners
@@ -400,7 +387,7 @@ def _recompute(
         receipts = sum(n for n, _ in per_day.values())
         aggregate_rows = sum(aggs_per_day.values())
 
-        ks = settings.cassandra_keyspace
+        ks = settings.cassandra.keyspace
         cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, RECEIPT_COLUMNS)
         crash = _crash_point(settings, "after_receipts")
         if crash is not None:

@@ -34,7 +34,7 @@ class QualityResult:
 
 
 def check(spark: SparkSession, settings: Settings, interval: Interval) -> QualityResult:
-    ks = settings.cassandra_keyspace
+    ks = settings.cassandra.keyspace
     with BatchStore(settings) as store:
         pointers = store.pointers()
         committed = {d: pointers[d].version for d in interval.days if d in pointers}

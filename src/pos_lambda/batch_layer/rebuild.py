@@ -136,7 +136,7 @@ def run_chunk(
         copies = records.receipt_rows(
             checked,
             int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-            int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
+            int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
         ).persist()
         misplaced = copies.where(key_bucket(_validated_key(), chunks) != chunk).count()
         if misplaced:
@@ -151,7 +151,7 @@ def run_chunk(
             .persist()
         )
         duplicates = resolution.duplicates.persist()
-        ks = settings.cassandra_keyspace
+        ks = settings.cassandra.keyspace
         cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, folding.RECEIPT_COLUMNS)
         conflicts = duplicates.where("conflict").count()
         if conflicts:
@@ -240,7 +240,7 @@ def commit(
     windows = shares.where(F.col("window_start").isNotNull()).select(*BATCH_AGGREGATE_COLUMNS)
     aggregates = summed(windows).withColumn("version", F.lit(generation)).persist()
     try:
-        ks = settings.cassandra_keyspace
+        ks = settings.cassandra.keyspace
         cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, ("version", *BATCH_AGGREGATE_COLUMNS))
         per_day = {
             r["day"]: (int(r["receipts"]), int(r["rows"]))

@@ -108,7 +108,7 @@ class BatchStore:
         from pos_lambda.adapters import cassandra_client
 
         self._cluster = cassandra_client.cluster(settings, writes=True)
-        self.session: Any = self._cluster.connect(settings.cassandra_keyspace)
+        self.session: Any = self._cluster.connect(settings.cassandra.keyspace)
 
     def close(self) -> None:
         self._cluster.shutdown()

@@ -386,13 +386,13 @@ def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
         if svc.process(chaos.base).pid() is None:
             raise StepFailed(f"{name} answers but is not managed here: cannot restart it")
     chaos.say(
-        f"reset: topics {s.topic_transactions}, {s.topic_alerts}; keyspace "
-        f"{s.cassandra_keyspace}; {s.data_dir}; ledger {args.ledger}"
+        f"reset: topics {s.topics.transactions}, {s.topics.alerts}; keyspace "
+        f"{s.cassandra.keyspace}; {s.data_dir}; ledger {args.ledger}"
     )
     steps.reset_topics(
         s,
-        {s.topic_transactions: s.topic_partitions, s.topic_alerts: s.topic_partitions},
-        [s.alerts_group_id, s.alerts_sink_group_id],
+        {s.topics.transactions: s.topics.partitions, s.topics.alerts: s.topics.partitions},
+        [s.alerts.group_id, s.alerts.sink_group_id],
     )
     steps.reset_keyspace(s)
     reset_dir(s.data_dir)
@@ -409,7 +409,7 @@ def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
     )  # fmt: skip
     mixed = add_conflicts(result.messages, args.conflict_rate, args.seed)
     summary = summary_with(result.summary, mixed.faults)
-    summary["topic"] = s.topic_transactions
+    summary["topic"] = s.topics.transactions
     ledger.write(args.ledger, result.receipts, [*result.faults, *mixed.faults], summary)
     happened = [datetime.fromisoformat(r["happened_at"]) for r in result.receipts]
     first = min(happened).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
@@ -429,7 +429,7 @@ def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> thre
     # librdkafka's own lines (connection refused while the broker restarts) go to the
     # log file through `logger`, not to the terminal.
     client = Producer(
-        producer_config(s.bootstrap_servers, True, s.kafka_security_config)
+        producer_config(s.bootstrap_servers, True, s.kafka.security_config)
         | {"logger": logging.getLogger("pos.chaos.producer")}
     )
 
@@ -438,7 +438,7 @@ def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> thre
             produce(
                 chaos.stream or [],
                 s.bootstrap_servers,
-                s.topic_transactions,
+                s.topics.transactions,
                 rate=chaos.args.rate,
                 quiet=True,
                 # Delivery retries (idempotent: exactly once) outlast a broker restart.
@@ -503,7 +503,7 @@ def catch_up(chaos: Chaos) -> None:
         chaos.check_deadline("catch-up")
         chaos.watch()
         speed = steps.speed_caught_up(s)
-        alerts = steps.group_caught_up(s, s.alerts_group_id, s.topic_transactions)
+        alerts = steps.group_caught_up(s, s.alerts.group_id, s.topics.transactions)
         if time.monotonic() - last >= 15:
             last = time.monotonic()
             chaos.say(f"catch-up: speed {'done' if speed else 'working'}, alerts "
@@ -572,7 +572,7 @@ def gather(
         conflict_rows = steps.count_rows(cql, tables.CONFLICTS_TABLE)
         rules = Counter(r.rule for r in cql.execute("SELECT rule FROM alerts", timeout=120))
     receipts = ledger.load_receipts(args.ledger).values()
-    bound = timedelta(hours=s.speed_max_lateness_hours)
+    bound = timedelta(hours=s.speed.max_lateness_hours)
     beyond = sum(
         1
         for r in receipts

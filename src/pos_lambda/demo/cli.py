@@ -138,9 +138,9 @@ class Run:
         """The namespace every subprocess (and the Airflow run's tasks) must use."""
         s = self.settings
         return {
-            "POS_CASSANDRA_KEYSPACE": s.cassandra_keyspace,
-            "POS_TOPIC_TRANSACTIONS": s.topic_transactions,
-            "POS_TOPIC_ALERTS": s.topic_alerts,
+            "POS_CASSANDRA_KEYSPACE": s.cassandra.keyspace,
+            "POS_TOPIC_TRANSACTIONS": s.topics.transactions,
+            "POS_TOPIC_ALERTS": s.topics.alerts,
             "POS_DATA_DIR": str(s.data_dir),
         }
 
@@ -171,13 +171,13 @@ def services(run: Run) -> None:
 def reset(run: Run) -> None:
     s = run.settings
     run.say(
-        f"reset: the demo's namespace anew: topics {s.topic_transactions}, {s.topic_alerts}; "
-        f"keyspace {s.cassandra_keyspace}; data dir {s.data_dir}; ledger {run.args.ledger}"
+        f"reset: the demo's namespace anew: topics {s.topics.transactions}, {s.topics.alerts}; "
+        f"keyspace {s.cassandra.keyspace}; data dir {s.data_dir}; ledger {run.args.ledger}"
     )
     reset_topics(
         s,
-        {s.topic_transactions: s.topic_partitions, s.topic_alerts: s.topic_partitions},
-        [s.alerts_group_id, s.alerts_sink_group_id],
+        {s.topics.transactions: s.topics.partitions, s.topics.alerts: s.topics.partitions},
+        [s.alerts.group_id, s.alerts.sink_group_id],
     )
     reset_keyspace(s)
     reset_dir(s.data_dir)
@@ -202,15 +202,15 @@ def produce(run: Run) -> tuple[dict[str, Any], datetime, datetime]:
     result = simulate(config)
     mixed = add_conflicts(result.messages, args.conflict_rate, args.seed)
     summary = summary_with(result.summary, mixed.faults)
-    summary["topic"] = run.settings.topic_transactions
+    summary["topic"] = run.settings.topics.transactions
     ledger.write(args.ledger, result.receipts, [*result.faults, *mixed.faults], summary)
     t0 = time.monotonic()
     stats = send(
         mixed.messages,
         run.settings.bootstrap_servers,
-        run.settings.topic_transactions,
+        run.settings.topics.transactions,
         quiet=True,
-        security=run.settings.kafka_security_config,
+        security=run.settings.kafka.security_config,
     )
     summary["delivery"] = {"status": "complete", "acked": stats.acked}
     ledger.write_summary(args.ledger, summary)
@@ -276,7 +276,7 @@ def speed_and_alerts(run: Run) -> tuple[story.SpeedSeen, story.AlertsSeen | None
     if alerts_proc is None:
         return seen, None
     await_or_fail(
-        lambda: group_caught_up(s, s.alerts_group_id, s.topic_transactions),
+        lambda: group_caught_up(s, s.alerts.group_id, s.topics.transactions),
         run.args.step_timeout,
         "the alerts processor to commit the whole topic",
     )
@@ -378,7 +378,7 @@ def _facts_from_ledger(run: Run, summary: dict[str, Any]) -> tuple[story.Produce
     from pos_lambda.producer import ledger
 
     receipts = ledger.load_receipts(run.args.ledger).values()
-    bound = timedelta(hours=run.settings.speed_max_lateness_hours)
+    bound = timedelta(hours=run.settings.speed.max_lateness_hours)
     beyond = sum(
         1
         for r in receipts
@@ -395,7 +395,7 @@ def _facts_from_ledger(run: Run, summary: dict[str, Any]) -> tuple[story.Produce
         skewed_devices=summary["skewed_devices"],
         first_happened=min(happened),
         last_happened=max(happened),
-        topic=run.settings.topic_transactions,
+        topic=run.settings.topics.transactions,
         ledger=str(run.args.ledger),
     )
     injected = story.Injected(
@@ -403,7 +403,7 @@ def _facts_from_ledger(run: Run, summary: dict[str, Any]) -> tuple[story.Produce
         bursts=f["burst"],
         late=f["late"],
         beyond_bound=beyond,
-        bound_hours=run.settings.speed_max_lateness_hours,
+        bound_hours=run.settings.speed.max_lateness_hours,
         out_of_order=f["out_of_order"],
         malformed=dict(summary.get("malformed_kinds", {})),
         conflicts=f.get("conflict", 0),

@@ -170,7 +170,7 @@ def _admin(settings: Settings) -> Any:
     from confluent_kafka.admin import AdminClient
 
     conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, "log_level": 2}
-    return AdminClient(conf | settings.kafka_security_config)
+    return AdminClient(conf | settings.kafka.security_config)
 
 
 def reset_topics(settings: Settings, topics: dict[str, int], groups: list[str]) -> None:
@@ -179,7 +179,7 @@ def reset_topics(settings: Settings, topics: dict[str, int], groups: list[str]) 
 
     admin = _admin(settings)
     existing = kafka_admin.existing_topics(
-        settings.bootstrap_servers, security=settings.kafka_security_config
+        settings.bootstrap_servers, security=settings.kafka.security_config
     )
     doomed = [t for t in topics if t in existing]
     if doomed:
@@ -188,7 +188,7 @@ def reset_topics(settings: Settings, topics: dict[str, int], groups: list[str]) 
 
         def gone() -> bool:
             left = kafka_admin.existing_topics(
-                settings.bootstrap_servers, security=settings.kafka_security_config
+                settings.bootstrap_servers, security=settings.kafka.security_config
             )
             return not set(doomed) & left
 
@@ -214,7 +214,7 @@ def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
 
     consumer = Consumer(
         {"bootstrap.servers": settings.bootstrap_servers, "group.id": "pos-demo-offsets"}
-        | settings.kafka_security_config
+        | settings.kafka.security_config
     )
     try:
         md = consumer.list_topics(topic, timeout=30)
@@ -237,7 +237,7 @@ def committed(settings: Settings, group: str, topic: str) -> dict[int, int]:
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
         }
-        | settings.kafka_security_config
+        | settings.kafka.security_config
     )
     try:
         md = consumer.list_topics(topic, timeout=30)
@@ -282,11 +282,11 @@ def checkpoint_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
 def speed_caught_up(settings: Settings, jobs: tuple[str, ...] = ("archiver", "views")) -> bool:
     """Every speed-layer query has committed a micro-batch up to the topic's end."""
     try:
-        end = end_offsets(settings, settings.topic_transactions)
+        end = end_offsets(settings, settings.topics.transactions)
     except Exception:
         return False
     for job in jobs:
-        got = checkpoint_offsets(settings.checkpoint_dir / job, settings.topic_transactions)
+        got = checkpoint_offsets(settings.checkpoint_dir / job, settings.topics.transactions)
         if got is None or any(got.get(p, 0) < o for p, o in end.items()):
             return False
     return True
@@ -301,7 +301,7 @@ def cql_session(settings: Settings) -> Iterator[Any]:
 
     cluster = cassandra_client.cluster(settings)
     try:
-        yield cluster.connect(settings.cassandra_keyspace)
+        yield cluster.connect(settings.cassandra.keyspace)
     finally:
         cluster.shutdown()
 
@@ -313,7 +313,7 @@ def reset_keyspace(settings: Settings) -> None:
     cluster = cassandra_client.cluster(settings, writes=True)
     try:
         session = cluster.connect()
-        session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra_keyspace}", timeout=120)
+        session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
     finally:
         cluster.shutdown()
     schema_apply.apply_cql(settings)

@@ -175,10 +175,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _check(args: argparse.Namespace, settings: Settings) -> None:
     check_topic(
         settings.bootstrap_servers,
-        settings.topic_transactions,
-        settings.topic_partitions if args.create_topic else None,
-        settings.topic_replication_factor,
-        security=settings.kafka_security_config,
+        settings.topics.transactions,
+        settings.topics.partitions if args.create_topic else None,
+        settings.topics.replication_factor,
+        security=settings.kafka.security_config,
     )
 
 
@@ -193,16 +193,16 @@ def _send(
     stats = produce(
         messages,
         settings.bootstrap_servers,
-        settings.topic_transactions,
+        settings.topics.transactions,
         idempotence=not args.no_idempotence,
         rate=args.rate,
         total=total,
         quiet=args.quiet,
-        security=settings.kafka_security_config,
+        security=settings.kafka.security_config,
     )
     took = time.monotonic() - t0
     print(
-        f"sent {stats.acked} messages to {settings.topic_transactions} in {took:.1f}s "
+        f"sent {stats.acked} messages to {settings.topics.transactions} in {took:.1f}s "
         f"({stats.acked / max(took, 1e-9):.0f} msg/s)",
         file=sys.stderr,
     )
@@ -237,7 +237,7 @@ def cmd_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         args.output.write_bytes(b"".join(m.value + b"\n" for m in result.messages))
         summary["output"] = str(args.output)
     if to_kafka:
-        summary["topic"] = settings.topic_transactions
+        summary["topic"] = settings.topics.transactions
         summary["delivery"] = {"status": "sending"}
     if args.ledger:
         # Written before sending: a producer killed mid-run still leaves the truth

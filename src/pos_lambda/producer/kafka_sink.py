@@ -48,7 +48,7 @@ def producer_config(
     bootstrap: str, idempotence: bool = True, security: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     return {
-        **(security or {}),  # Settings.kafka_security_config: SASL login, TLS
+        **(security or {}),  # Settings.kafka.security_config: SASL login, TLS
         "bootstrap.servers": bootstrap,
         # PID + sequence numbers: a retried batch is written once, in order.
         "enable.idempotence": idempotence,

@@ -103,7 +103,7 @@ def processes(settings: Settings) -> dict[str, ManagedProcess]:
 
 
 def base_url(settings: Settings) -> str:
-    return f"http://{settings.bind_host}:{settings.airflow_port}"
+    return f"http://{settings.bind_host}:{settings.airflow.port}"
 
 
 def venv_bin() -> Path:
@@ -125,7 +125,7 @@ def child_env(
     # runners): a writer waits up to `timeout` s for the lock, 5 s by Python's default, and
     # a trigger through the API failed with "Database error" after 5 s as a task's state
     # changes held it (CI).
-    sql_conn = settings.airflow_sql_alchemy_conn or (
+    sql_conn = settings.airflow.sql_alchemy_conn or (
         f"sqlite:///{ap.db.resolve()}?timeout={SQLITE_LOCK_TIMEOUT_SECONDS}"
     )
     path = base.get("PATH", "/usr/bin:/bin")
@@ -139,18 +139,18 @@ def child_env(
             # SparkSubmitOperator runs `spark-submit`: both must be this environment's.
             "PATH": path,
             "PYSPARK_PYTHON": str(bin_dir / "python"),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(settings.airflow_dags_dir.resolve()),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(settings.airflow.dags_dir.resolve()),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": str(settings.airflow_parallelism),
+            "AIRFLOW__CORE__PARALLELISM": str(settings.airflow.parallelism),
             "AIRFLOW__CORE__AUTH_MANAGER": SIMPLE_AUTH_MANAGER,
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{settings.airflow_admin_user}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{settings.airflow.admin_user}:admin",
             # Task runners report to the Execution API; its default URL assumes
             # localhost:8080, wrong as soon as the port is changed.
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sql_conn,
             "AIRFLOW__API__HOST": settings.bind_host,
-            "AIRFLOW__API__PORT": str(settings.airflow_port),
+            "AIRFLOW__API__PORT": str(settings.airflow.port),
             "AIRFLOW__API__BASE_URL": url,
             "AIRFLOW__API__WORKERS": "1",
             # Two cores: one parser process, and new DAG files show up within 30 s
@@ -162,7 +162,7 @@ def child_env(
             # environment needs no DB write and follows POS_SPARK_MASTER on each start;
             # JSON, because `local[*]` does not survive the URI form.
             f"AIRFLOW_CONN_{SPARK_CONN_ID.upper()}": json.dumps(
-                {"conn_type": "spark", "host": settings.spark_master}
+                {"conn_type": "spark", "host": settings.spark.master}
             ),
         }
     )
@@ -204,7 +204,7 @@ def is_ready(settings: Settings) -> bool:
 
 def login(settings: Settings) -> tuple[str, str] | None:
     """(user, password) of the admin, once the API server has generated the password."""
-    user = settings.airflow_admin_user
+    user = settings.airflow.admin_user
     try:
         passwords = json.loads(paths(settings).passwords.read_text())
     except (FileNotFoundError, ValueError):
@@ -272,11 +272,11 @@ def start(settings: Settings) -> float:
     if running:
         # A component died: restart all four rather than mix old and new processes.
         stop(settings)
-    require_free_ports("airflow", settings.bind_host, [settings.airflow_port])
+    require_free_ports("airflow", settings.bind_host, [settings.airflow.port])
     ap = paths(settings)
     require_free_disk(ap.root, MIN_FREE_DISK, "airflow")
-    if not settings.airflow_dags_dir.is_dir():
-        raise ServiceError(f"airflow: DAGs folder {settings.airflow_dags_dir} does not exist")
+    if not settings.airflow.dags_dir.is_dir():
+        raise ServiceError(f"airflow: DAGs folder {settings.airflow.dags_dir} does not exist")
     env = _env(settings)
     t0 = time.monotonic()
     _migrate(env, ap)

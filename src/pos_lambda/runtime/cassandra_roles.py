@@ -45,9 +45,9 @@ def ensure_admin(settings: Settings) -> bool:
         return False
     except NoHostAvailable as exc:
         refused = any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
-        if not (refused and settings.cassandra_username == DEFAULT_SUPERUSER[0]):
+        if not (refused and settings.cassandra.username == DEFAULT_SUPERUSER[0]):
             raise ServiceError(f"cannot log in to Cassandra as the administrator: {exc}") from exc
-    default = settings.model_copy(update={"cassandra_password": SecretStr(DEFAULT_SUPERUSER[1])})
+    default = settings.with_overrides(**{"cassandra_password": SecretStr(DEFAULT_SUPERUSER[1])})
     try:
         cluster, session = _connect(default)
     except NoHostAvailable as exc:
@@ -58,7 +58,7 @@ def ensure_admin(settings: Settings) -> bool:
     try:
         session.execute(  # type: ignore[attr-defined]
             "ALTER ROLE cassandra WITH PASSWORD = %s",
-            (settings.cassandra_password.get_secret_value(),),
+            (settings.cassandra.password.get_secret_value(),),
         )
     finally:
         cluster.shutdown()  # type: ignore[attr-defined]
@@ -80,6 +80,6 @@ def ensure_role(settings: Settings, role: str, password: str) -> None:
             (password,),
         )
         run(f'ALTER ROLE "{role}" WITH PASSWORD = %s', (password,))
-        run(f'GRANT ALL PERMISSIONS ON KEYSPACE {settings.cassandra_keyspace} TO "{role}"')
+        run(f'GRANT ALL PERMISSIONS ON KEYSPACE {settings.cassandra.keyspace} TO "{role}"')
     finally:
         cluster.shutdown()  # type: ignore[attr-defined]

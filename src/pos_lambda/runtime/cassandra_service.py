@@ -106,11 +106,11 @@ commitlog_sync_period: 10000ms
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "{host}:{settings.cassandra_storage_port}"
+      - seeds: "{host}:{settings.cassandra.storage_port}"
 listen_address: {host}
 rpc_address: {host}
-storage_port: {settings.cassandra_storage_port}
-native_transport_port: {settings.cassandra_port}
+storage_port: {settings.cassandra.storage_port}
+native_transport_port: {settings.cassandra.port}
 start_native_transport: true
 authenticator: AllowAllAuthenticator
 authorizer: AllowAllAuthorizer
@@ -144,8 +144,8 @@ LOGBACK = """\
 
 def jvm_options(settings: Settings, root: Path, jamm: Path) -> list[str]:
     return [
-        f"-Xms{settings.cassandra_heap}",
-        f"-Xmx{settings.cassandra_heap}",
+        f"-Xms{settings.cassandra.heap}",
+        f"-Xmx{settings.cassandra.heap}",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=300",
         "-Xss256k",
@@ -163,7 +163,7 @@ def jvm_options(settings: Settings, root: Path, jamm: Path) -> list[str]:
         f"-Dcassandra.storagedir={root}",
         f"-Dcassandra.logdir={root / 'logs'}",
         f"-Dlogback.configurationFile={root / 'logback.xml'}",
-        f"-Dcassandra.jmx.local.port={settings.cassandra_jmx_port}",
+        f"-Dcassandra.jmx.local.port={settings.cassandra.jmx_port}",
         # A lone seed has no one to gossip with; skip the settle wait (~30 s).
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         "-Dcassandra.ring_delay_ms=1000",
@@ -180,13 +180,13 @@ def _jars(settings: Settings) -> tuple[str, Path]:
 
 def is_ready(settings: Settings, timeout: float = 5.0) -> bool:
     """CQL answers a query on the native port."""
-    if not port_open(settings.bind_host, settings.cassandra_port):
+    if not port_open(settings.bind_host, settings.cassandra.port):
         return False
     from cassandra.cluster import Cluster, NoHostAvailable
 
     cluster = Cluster(
         settings.cassandra_contact_points,
-        port=settings.cassandra_port,
+        port=settings.cassandra.port,
         connect_timeout=timeout,
         protocol_version=5,
     )
@@ -208,7 +208,7 @@ def start(settings: Settings) -> float:
     require_free_ports(
         "cassandra",
         settings.bind_host,
-        [settings.cassandra_port, settings.cassandra_storage_port, settings.cassandra_jmx_port],
+        [settings.cassandra.port, settings.cassandra.storage_port, settings.cassandra.jmx_port],
     )
     cp = paths(settings)
     require_free_disk(cp.root, MIN_FREE_DISK, "cassandra")
@@ -235,8 +235,8 @@ def status(settings: Settings) -> str:
     pid = process(settings).pid()
     hosts = ",".join(settings.cassandra_contact_points)
     if pid is None:
-        if port_open(settings.bind_host, settings.cassandra_port):
-            return f"not managed here, but CQL at {hosts}:{settings.cassandra_port} answers"
+        if port_open(settings.bind_host, settings.cassandra.port):
+            return f"not managed here, but CQL at {hosts}:{settings.cassandra.port} answers"
         return "stopped"
     ready = "ready" if is_ready(settings) else "starting (not ready)"
-    return f"{ready} (pid {pid}, CQL {hosts}:{settings.cassandra_port})"
+    return f"{ready} (pid {pid}, CQL {hosts}:{settings.cassandra.port})"

@@ -65,7 +65,7 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     if not args.only or "cassandra" in args.only:
         n = schema_apply.apply_cql(settings)
         _say(
-            f"cassandra: schema applied to keyspace '{settings.cassandra_keyspace}' "
+            f"cassandra: schema applied to keyspace '{settings.cassandra.keyspace}' "
             f"({n} statements)"
         )
     if not args.only or "kafka" in args.only:
@@ -94,7 +94,7 @@ def cmd_status(settings: Settings, _: argparse.Namespace) -> int:
 
 def cmd_schema(settings: Settings, _: argparse.Namespace) -> int:
     n = schema_apply.apply_cql(settings)
-    _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra_keyspace}'")
+    _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra.keyspace}'")
     return 0
 
 
@@ -113,11 +113,11 @@ def cmd_cassandra_role(settings: Settings, args: argparse.Namespace) -> int:
     if cassandra_roles.ensure_admin(settings):
         _say("cassandra: the default superuser password was replaced by the configured one")
     n = schema_apply.apply_cql(settings)
-    _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra_keyspace}'")
+    _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra.keyspace}'")
     cassandra_roles.ensure_role(settings, args.role, password)
     _say(
         f"cassandra: role '{args.role}' can log in with its password and holds every "
-        f"permission on keyspace '{settings.cassandra_keyspace}'"
+        f"permission on keyspace '{settings.cassandra.keyspace}'"
     )
     return 0
 

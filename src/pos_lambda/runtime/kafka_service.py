@@ -65,15 +65,15 @@ def render_server_properties(settings: Settings, data_dir: Path) -> str:
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
-        "controller.quorum.voters": f"1@{host}:{settings.kafka_controller_port}",
-        "listeners": f"PLAINTEXT://{host}:{settings.kafka_port},"
-        f"CONTROLLER://{host}:{settings.kafka_controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{settings.kafka_port}",
+        "controller.quorum.voters": f"1@{host}:{settings.kafka.controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{settings.kafka.port},"
+        f"CONTROLLER://{host}:{settings.kafka.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{settings.kafka.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(data_dir),
-        "num.partitions": str(settings.topic_partitions),
+        "num.partitions": str(settings.topics.partitions),
         # One node: every internal topic must accept replication factor 1, or the
         # transaction coordinator and consumer groups never become available.
         "offsets.topic.replication.factor": "1",
@@ -148,8 +148,8 @@ def _classpath(settings: Settings) -> str:
 def _java_argv(settings: Settings, java: Path, kp: KafkaPaths, main: list[str]) -> list[str]:
     return [
         str(java),
-        f"-Xms{settings.kafka_heap}",
-        f"-Xmx{settings.kafka_heap}",
+        f"-Xms{settings.kafka.heap}",
+        f"-Xmx{settings.kafka.heap}",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
         "-Djava.awt.headless=true",
@@ -191,7 +191,7 @@ def is_ready(settings: Settings, timeout: float = 5.0) -> bool:
     from confluent_kafka import KafkaException, Producer
     from confluent_kafka.admin import AdminClient
 
-    if not port_open(settings.bind_host, settings.kafka_port):
+    if not port_open(settings.bind_host, settings.kafka.port):
         return False
     try:
         md = AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(
@@ -227,7 +227,7 @@ def start(settings: Settings) -> float:
     if await_running(proc, lambda: is_ready(settings), READY_TIMEOUT_S):
         return 0.0
     require_free_ports(
-        "kafka", settings.bind_host, [settings.kafka_port, settings.kafka_controller_port]
+        "kafka", settings.bind_host, [settings.kafka.port, settings.kafka.controller_port]
     )
     kp = paths(settings)
     require_free_disk(kp.root, MIN_FREE_DISK, "kafka")
@@ -245,7 +245,7 @@ def stop(settings: Settings) -> bool:
 def status(settings: Settings) -> str:
     pid = process(settings).pid()
     if pid is None:
-        if port_open(settings.bind_host, settings.kafka_port):
+        if port_open(settings.bind_host, settings.kafka.port):
             return f"not managed here, but {settings.bootstrap_servers} answers"
         return "stopped"
     ready = "ready" if is_ready(settings) else "starting (not ready)"

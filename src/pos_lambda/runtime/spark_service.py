@@ -82,11 +82,11 @@ def paths(settings: Settings) -> SparkPaths:
 
 
 def master_url(settings: Settings) -> str:
-    return f"spark://{settings.bind_host}:{settings.spark_master_port}"
+    return f"spark://{settings.bind_host}:{settings.spark.master_port}"
 
 
 def webui_url(settings: Settings) -> str:
-    return f"http://{settings.bind_host}:{settings.spark_master_webui_port}"
+    return f"http://{settings.bind_host}:{settings.spark.master_webui_port}"
 
 
 def daemon_env(
@@ -119,8 +119,8 @@ def master_argv(settings: Settings, home: Path) -> list[str]:
         str(home / "bin" / "spark-class"),
         MASTER_CLASS,
         "--host", settings.bind_host,
-        "--port", str(settings.spark_master_port),
-        "--webui-port", str(settings.spark_master_webui_port),
+        "--port", str(settings.spark.master_port),
+        "--webui-port", str(settings.spark.master_webui_port),
     ]  # fmt: skip
 
 
@@ -129,10 +129,10 @@ def worker_argv(settings: Settings, home: Path) -> list[str]:
         str(home / "bin" / "spark-class"),
         WORKER_CLASS,
         "--host", settings.bind_host,
-        "--port", str(settings.spark_worker_port),
-        "--webui-port", str(settings.spark_worker_webui_port),
-        "--cores", str(settings.spark_worker_cores),
-        "--memory", settings.spark_worker_memory,
+        "--port", str(settings.spark.worker_port),
+        "--webui-port", str(settings.spark.worker_webui_port),
+        "--cores", str(settings.spark.worker_cores),
+        "--memory", settings.spark.worker_memory,
         # Executors' working directories and logs: under the state dir, not inside the venv.
         "--work-dir", str(paths(settings).work.resolve()),
         master_url(settings),
@@ -161,7 +161,7 @@ def worker_ready(settings: Settings) -> bool:
         return False
     return any(
         w.get("host") == settings.bind_host
-        and w.get("port") == settings.spark_worker_port
+        and w.get("port") == settings.spark.worker_port
         and w.get("state") == "ALIVE"
         for w in state.get("workers", [])
     )
@@ -199,14 +199,14 @@ def start(settings: Settings) -> float:
     if not master_ran:
         took += _launch(
             settings, master, master_argv(settings, home), lambda: master_ready(settings), env,
-            ports=[settings.spark_master_port, settings.spark_master_webui_port],
+            ports=[settings.spark.master_port, settings.spark.master_webui_port],
         )  # fmt: skip
     if worker_ran:
         took += _await_worker(settings, worker)
     else:
         took += _launch(
             settings, worker, worker_argv(settings, home), lambda: worker_ready(settings), env,
-            ports=[settings.spark_worker_port, settings.spark_worker_webui_port],
+            ports=[settings.spark.worker_port, settings.spark.worker_webui_port],
         )  # fmt: skip
     return took
 
@@ -246,7 +246,7 @@ def status(settings: Settings) -> str:
     sp = paths(settings)
     pids = {d: sp.process(d).pid() for d in ("master", "worker")}
     if all(p is None for p in pids.values()):
-        if port_open(settings.bind_host, settings.spark_master_port):
+        if port_open(settings.bind_host, settings.spark.master_port):
             return f"not managed here, but {master_url(settings)} answers"
         return "stopped"
     running = ", ".join(f"{d} pid {p}" for d, p in pids.items() if p is not None)

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings()
     if args.command == "cookbook":
         values = {k: getattr(args, k, v) for k, v in cookbook.EXAMPLE.items()}
-        values["keyspace"] = settings.cassandra_keyspace
+        values["keyspace"] = settings.cassandra.keyspace
         print(cookbook.markdown(values).strip("`").removeprefix("sql\n"))
         return 0
     if args.command == "http":

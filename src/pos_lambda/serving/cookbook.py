@@ -1,8 +1,8 @@
 """The CQL cookbook: the cqlsh query for each view, kept here once.
 
-The README shows `markdown()` (a unit test checks that it does, verbatim) and an
+docs/serving.md shows `markdown()` (a unit test checks that it does, verbatim) and an
 integration test runs every recipe against the real Cassandra with real data, so the
-README's queries cannot rot. `pos-serve cookbook --store 101 --day 2026-03-02` prints
+documented queries cannot rot. `pos-serve cookbook --store 101 --day 2026-03-02` prints
 them for your own keyspace, store and day.
 """
 
@@ -100,7 +100,7 @@ def statements(values: dict[str, Any]) -> list[str]:
 
 
 def markdown(values: dict[str, Any] | None = None) -> str:
-    """The cookbook as one ```sql block (what the README shows, with EXAMPLE values)."""
+    """The cookbook as one ```sql block (what docs/serving.md shows, with EXAMPLE values)."""
     values = values or EXAMPLE
     body = "\n".join(f"-- {r.title}\n{r.cql.format(**values)}" for r in RECIPES)
     return f"```sql\n{body}\n```"

@@ -186,7 +186,7 @@ def serve(settings: Settings, port: int | None = None) -> None:
     """Run the app with uvicorn on bind_host (127.0.0.1 by default)."""
     import uvicorn
 
-    port = port or settings.serve_port
+    port = port or settings.serve.port
     print(
         f"serving on http://{settings.bind_host}:{port}/ (dashboard; API docs at /docs)",
         flush=True,

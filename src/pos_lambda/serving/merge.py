@@ -1,6 +1,6 @@
 """The serving merge: one exact answer per 15-minute window from batch + speed (pure).
 
-Semantics (README, "Serving layer"): window w = [s, s + 15 min) of store S on UTC day D
+Semantics (docs/serving.md): window w = [s, s + 15 min) of store S on UTC day D
 is answered
 
 - from the committed batch version of D iff the pointer has a row for D and

@@ -62,7 +62,7 @@ def verify(token: str, key: bytes) -> bytes | None:
 
 def page_key(settings: Settings) -> bytes:
     """The key of this process's page tokens (see the module docstring)."""
-    configured = settings.serve_page_key.get_secret_value()
+    configured = settings.serve.page_key.get_secret_value()
     if configured:
         return hashlib.sha256(configured.encode()).digest()
     path = settings.state_dir / "serve" / "page.key"

@@ -90,7 +90,7 @@ class Serving:
 
     def windows(self, store: int, start: datetime, end: datetime) -> WindowsAnswer:
         """The store's 15-minute windows starting in [start, end), each exactly once."""
-        span = TimeRange.checked(start, end, self.settings.serve_max_range_days)
+        span = TimeRange.checked(start, end, self.settings.serve.max_range_days)
         self.require_store(store)
         days = span.days
         pointer = self.views.pointer(days[0], days[-1])
@@ -107,7 +107,7 @@ class Serving:
 
     def daily_totals(self, store: int, first: date, last: date) -> list[DayTotal]:
         """The store's whole UTC days first..last (both included), merged."""
-        span = day_range(first, last, self.settings.serve_max_range_days)
+        span = day_range(first, last, self.settings.serve.max_range_days)
         return merge.daily_totals(self.windows(store, span.start, span.end).windows)
 
     def top_stores(self, day: date, limit: int = 10) -> TopStores:
@@ -127,7 +127,7 @@ class Serving:
         `receipts_batch`, the rest from the speed view's `receipts_by_store_day`,
         split at the same window boundary as the aggregates.
         """
-        size = check_limit(page_size or self.settings.serve_page_size, "page_size", MAX_PAGE_SIZE)
+        size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
         check_day(day)
         check_store(store)
         token = decode_page(page, self.page_key(), store, day) if page else None
@@ -171,7 +171,7 @@ class Serving:
         today = now.date()
         pointer = self.views.pointer(today, today)
         reasons, truncated = self.views.dead_letter_reasons(
-            self.settings.serve_dead_letter_scan_limit
+            self.settings.serve.dead_letter_scan_limit
         )
         by_reason = Counter(contract.reason_code(r) for r in reasons)
         return Health(

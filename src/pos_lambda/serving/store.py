@@ -128,7 +128,7 @@ class Views:
     @property
     def where(self) -> str:
         s = self._settings
-        return f"{','.join(s.cassandra_contact_points)}:{s.cassandra_port}"
+        return f"{','.join(s.cassandra_contact_points)}:{s.cassandra.port}"
 
     def close(self) -> None:
         with self._lock:
@@ -157,7 +157,7 @@ class Views:
         except DriverException as exc:  # InvalidRequest: keyspace/table/index missing
             raise Unavailable(
                 f"Cassandra at {self.where} refused a query: {exc} (is the schema of keyspace "
-                f"{self._settings.cassandra_keyspace!r} applied? `make schema`)"
+                f"{self._settings.cassandra.keyspace!r} applied? `make schema`)"
             ) from None
 
     @contextmanager
@@ -185,10 +185,10 @@ class Views:
 
             s = self._settings
             # Login, read consistency level and timeouts (connect and request) from settings.
-            cluster = cassandra_client.cluster(s, timeout=s.serve_timeout_seconds)
+            cluster = cassandra_client.cluster(s, timeout=s.serve.timeout_seconds)
             try:
                 with self._errors():
-                    session = cluster.connect(s.cassandra_keyspace)
+                    session = cluster.connect(s.cassandra.keyspace)
                     self._prepared = {k: session.prepare(v) for k, v in STATEMENTS.items()}
             except BaseException:
                 cluster.shutdown()

@@ -51,7 +51,7 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
     committer = OffsetsCommitter(settings)
     # Its own, longer interval (POS_SPEED_ARCHIVE_TRIGGER_SECONDS): see src/pos_lambda/settings.py.
     query = start_in_pool(
-        spark, writer, QUERY_NAME, settings.speed_archive_trigger_seconds, available_now
+        spark, writer, QUERY_NAME, settings.speed.archive_trigger_seconds, available_now
     )
     spark.streams.addListener(CommitArchived(query.runId, committer))
     return query

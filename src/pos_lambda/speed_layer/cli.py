@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.schemas import cql
-from pos_lambda.settings import Settings, load_settings
+from pos_lambda.settings import Settings, explain, load_settings
 from pos_lambda.speed_layer import QUERY_OF_JOB
 from pos_lambda.speed_layer.supervisor import (
     EXIT_RETRY,
@@ -52,7 +52,7 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
     from pos_lambda.adapters import cassandra_client
 
     cluster = cassandra_client.cluster(settings, writes=True)
-    session = cluster.connect(settings.cassandra_keyspace)
+    session = cluster.connect(settings.cassandra.keyspace)
     cols = (
         "query_name",
         "batch_id",
@@ -94,8 +94,8 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     # Spark would fail later with a Java stack trace; say what to do instead.
     kafka_admin.require_topic(
         settings.bootstrap_servers,
-        settings.topic_transactions,
-        security=settings.kafka_security_config,
+        settings.topics.transactions,
+        security=settings.kafka.security_config,
     )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -148,7 +148,7 @@ def status(settings: Settings, as_json: bool) -> int:
 
     cluster = cassandra_client.cluster(settings)
     try:
-        session = cluster.connect(settings.cassandra_keyspace)
+        session = cluster.connect(settings.cassandra.keyspace)
     except NoHostAvailable as exc:
         raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
     try:
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 speed_max_offsets_per_trigger=args.max_offsets_per_trigger,
             )
         except ValidationError as exc:  # a bad flag or POS_* value
-            print(f"error: invalid configuration:\n{exc}", file=sys.stderr)
+            print(f"error: invalid configuration:\n{_explained(exc)}", file=sys.stderr)
             return 2
         if args.driver:
             die_with_supervisor()
@@ -265,3 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _explained(exc: Exception) -> str:
+    return explain(exc) if isinstance(exc, ValidationError) else str(exc)

@@ -84,7 +84,7 @@ def _dead_letters(settings: Any, reason: str) -> list[DeadLetter]:
 
     cluster = cassandra_client.cluster(settings)
     try:
-        session = cluster.connect(settings.cassandra_keyspace)
+        session = cluster.connect(settings.cassandra.keyspace)
         rows = session.execute(
             "SELECT kafka_topic, kafka_partition, kafka_offset, raw_value, value_length, "
             f"value_sha256, reason FROM {cql.DEAD_LETTERS_TABLE}"

@@ -2,7 +2,7 @@
 
     python -m pos_lambda.speed_layer.show [--limit 10]
 
-For anything else, query the views with CQL (see README, Querying the views).
+For anything else, query the views with CQL (`pos-serve cookbook`; docs/serving.md).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def main() -> None:
 
     settings = load_settings()
     cluster = cassandra_client.cluster(settings)
-    session = cluster.connect(settings.cassandra_keyspace)
+    session = cluster.connect(settings.cassandra.keyspace)
     try:
         aggs = list(session.execute(f"SELECT * FROM {cql.AGG_SPEED_TABLE}"))
         receipts = session.execute(f"SELECT COUNT(*) FROM {cql.RAW_TABLE}").one()[0]

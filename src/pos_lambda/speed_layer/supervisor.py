@@ -52,13 +52,13 @@ def drivers_for(
     messages: 2,876 vs 2,719 events/s, 1.03-1.06 in three rounds; 3,011 vs 2,378 in the
     benchmark's two).
     """
-    mode = settings.speed_drivers
+    mode = settings.speed.drivers
     if mode == "auto":
-        local = settings.spark_master.startswith("local")
+        local = settings.spark.master.startswith("local")
         mode = "per-query" if local and not available_now else "shared"
     if mode == "shared" or len(jobs) == 1:
         return [Driver(jobs)]
-    return [Driver((j,), settings.speed_archiver_nice if j == "archiver" else 0) for j in jobs]
+    return [Driver((j,), settings.speed.archiver_nice if j == "archiver" else 0) for j in jobs]
 
 
 def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int:
@@ -140,7 +140,7 @@ def _keep_running(
         # Consecutive failures only: a driver that got work done starts the count anew.
         progressed = _progress_of(settings, queries) != progress_before
         failures = 1 if progressed else failures + 1
-        if failures > settings.speed_max_restarts:
+        if failures > settings.speed.max_restarts:
             log.error(
                 "%s failed %d times in a row (see above). Fix the cause and run "
                 "`pos-speed run` again: it resumes from its checkpoints under %s.",
@@ -150,7 +150,7 @@ def _keep_running(
         delay = min(2**failures, 30)
         log.warning(
             "%s: restarting from its checkpoint in %d s (%d of %d consecutive restarts)",
-            ", ".join(queries), delay, failures, settings.speed_max_restarts,
+            ", ".join(queries), delay, failures, settings.speed.max_restarts,
         )  # fmt: skip
         # A retry delay (giving Cassandra or Kafka time to come back), not synchronisation.
         if stop.wait(delay):

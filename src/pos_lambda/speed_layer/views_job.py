@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
@@ -47,6 +46,8 @@ from pos_lambda.adapters import cassandra, cassandra_client, kafka
 from pos_lambda.adapters.cassandra import Target
 from pos_lambda.adapters.driver_lookup import DriverLookup
 from pos_lambda.adapters.driver_writes import DriverWriter
+from pos_lambda.failpoints import NONE as NO_FAILPOINTS
+from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
@@ -165,11 +166,11 @@ class Write(Protocol):
     def __call__(self, df: DataFrame, *targets: Target) -> None: ...
 
 
-# Testing only: the crash point reached once each table is written (speed_crash_point).
-CRASH_AFTER = {
-    cql.AGG_SPEED_TABLE: "after_aggregates",
-    cql.RAW_TABLE: "after_raw_rows",
-    cql.RECEIPT_KEYS_TABLE: "after_receipt_keys",
+# The failpoint reached once each table is written (pos_lambda.failpoints).
+FAILPOINT_AFTER = {
+    cql.AGG_SPEED_TABLE: "speed.after_aggregates",
+    cql.RAW_TABLE: "speed.after_raw_rows",
+    cql.RECEIPT_KEYS_TABLE: "speed.after_receipt_keys",
 }
 
 
@@ -182,17 +183,17 @@ class ViewsBatch:
     late_threshold_us: int
     max_lateness_us: int
     # Receipts per key bucket (on average) from which the receipt_keys lookup reads
-    # whole partitions: Settings.speed_bucket_reads_from.
+    # whole partitions: Settings.speed.bucket_reads_from.
     bucket_reads_from: float
-    # Testing only (POS_SPEED_CRASH_POINT): kill -9 the speed layer at this point of the
-    # first micro-batch that writes receipts, to prove the replay converges.
-    crash_point: str | None = None
+    # Testing only (POS_SPEED_CRASH_POINT): kill -9 the speed layer between two of a
+    # micro-batch's writes, to prove the replay converges.
+    failpoints: Failpoints = NO_FAILPOINTS
     # The driver's reads of stored rows, for micro-batches of fewer valid records than
-    # `driver_reads_below` whose keys were collected (Settings.speed_driver_reads_below).
+    # `driver_reads_below` whose keys were collected (Settings.speed.driver_reads_below).
     lookup: DriverLookup | None = None
     driver_reads_below: int = 0
     # The driver's writes, for micro-batches of fewer Kafka records than
-    # `driver_writes_below` (Settings.speed_driver_writes_below).
+    # `driver_writes_below` (Settings.speed.driver_writes_below).
     writer: DriverWriter | None = None
     driver_writes_below: int = 0
 
@@ -221,16 +222,8 @@ class ViewsBatch:
         return write
 
     def _written(self, table: str) -> None:
-        if table in CRASH_AFTER:
-            self._maybe_crash(CRASH_AFTER[table])
-
-    def _maybe_crash(self, point: str) -> None:
-        if self.crash_point == point:
-            log.warning("crash point %s reached: kill -9 of the speed layer (testing)", point)
-            supervisor = os.environ.get(SUPERVISOR_PID_ENV)
-            if supervisor:  # the whole speed layer dies, as with `kill -9` of both
-                os.kill(int(supervisor), signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
+        if table in FAILPOINT_AFTER:
+            self.failpoints.hit(FAILPOINT_AFTER[table])
 
     def process(
         self, batch: DataFrame, native_first: bool = False, collect_keys: bool = False
@@ -374,7 +367,7 @@ def start(
     """Start the named views query; returns the StreamingQuery."""
     cassandra.await_tables(
         spark,
-        settings.cassandra_keyspace,
+        settings.cassandra.keyspace,
         [
             cql.RAW_TABLE,
             cql.RECEIPT_KEYS_TABLE,
@@ -384,39 +377,39 @@ def start(
         ],
     )
     # A CQL session of its own for the driver's reads and writes, closed with the query.
-    driver_reads = settings.speed_driver_reads_below > 0
-    driver_writes = settings.speed_driver_writes_below > 0
+    driver_reads = settings.speed.driver_reads_below > 0
+    driver_writes = settings.speed.driver_writes_below > 0
     session = None
     if driver_reads or driver_writes:
         session = cassandra_client.cluster(settings).connect()
-    keyspace = settings.cassandra_keyspace
+    keyspace = settings.cassandra.keyspace
     lookup = DriverLookup(spark, session, keyspace) if driver_reads else None
     writer = None
     if driver_writes:
-        writer = DriverWriter(session, keyspace, settings.cassandra_write_consistency)
+        writer = DriverWriter(session, keyspace, settings.cassandra.write_consistency)
     job = ViewsBatch(
         spark=spark,
         keyspace=keyspace,
         late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        max_lateness_us=int(settings.speed_max_lateness_hours * 3600 * 1_000_000),
-        bucket_reads_from=settings.speed_bucket_reads_from,
-        crash_point=settings.speed_crash_point,
+        max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
+        bucket_reads_from=settings.speed.bucket_reads_from,
+        failpoints=Failpoints.from_settings(settings.faults, supervisor_pid=_supervisor()),
         lookup=lookup,
-        driver_reads_below=settings.speed_driver_reads_below,
+        driver_reads_below=settings.speed.driver_reads_below,
         writer=writer,
-        driver_writes_below=settings.speed_driver_writes_below,
+        driver_writes_below=settings.speed.driver_writes_below,
     )
 
     # The size of a micro-batch is known only once it has been read; backlogs come in
     # runs of micro-batches, so the previous one's size decides how to validate and
     # whether to collect the keys for the driver's reads. The first micro-batch of a run
     # counts as a full one: it takes what came since the last.
-    previous_records = settings.speed_max_offsets_per_trigger
+    previous_records = settings.speed.max_offsets_per_trigger
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         nonlocal previous_records
-        native_first = previous_records >= settings.speed_native_check_from
-        collect_keys = previous_records < settings.speed_driver_reads_below
+        native_first = previous_records >= settings.speed.native_check_from
+        collect_keys = previous_records < settings.speed.driver_reads_below
         counts = job.process(batch, native_first, collect_keys)
         previous_records = counts.valid_rows + counts.invalid_rows
         recorder.add_counts(QUERY_NAME, batch_id, counts)
@@ -429,7 +422,7 @@ def start(
     )
     try:
         query = start_in_pool(
-            spark, stream, QUERY_NAME, settings.speed_trigger_seconds, available_now
+            spark, stream, QUERY_NAME, settings.speed.trigger_seconds, available_now
         )
     except BaseException:
         if session is not None:
@@ -463,3 +456,9 @@ class RunCloser(ProgressListener):
     def onQueryTerminated(self, event: Any) -> None:
         if str(event.runId) == self.run_id:  # a UUID here, its text there
             self.close()
+
+
+def _supervisor() -> int | None:
+    """The supervisor that restarts this driver (killed with it at a failpoint)."""
+    pid = os.environ.get(SUPERVISOR_PID_ENV)
+    return int(pid) if pid else None

@@ -16,7 +16,7 @@ from pos_lambda.settings import load_settings
 
 def test_defaults_and_transactional_id() -> None:
     s = load_settings()
-    assert (s.alerts_mode, s.alerts_group_id, transactional_id(s)) == (
+    assert (s.alerts.mode, s.alerts.group_id, transactional_id(s)) == (
         "exactly_once",
         "pos-alerts",
         "pos-alerts-1",

@@ -11,9 +11,9 @@ from pos_lambda.batch_layer.await_archive import IN_FLIGHT, archived_before, set
 
 def test_a_runs_pos_env_overrides_the_settings_by_their_env_names() -> None:
     settings = settings_with({"POS_TOPIC_TRANSACTIONS": "t.other", "POS_SPEED_ARCHIVER_GROUP": "g"})
-    assert settings.topic_transactions == "t.other"
-    assert settings.speed_archiver_group == "g"
-    assert settings_with(None).speed_archiver_group == "pos-archiver"
+    assert settings.topics.transactions == "t.other"
+    assert settings.speed.archiver_group == "g"
+    assert settings_with(None).speed.archiver_group == "pos-archiver"
 
 
 def test_a_pos_env_name_that_is_no_setting_is_refused_with_what_to_write() -> None:

@@ -67,7 +67,7 @@ def test_non_loopback_refusal_from_the_environment(monkeypatch: pytest.MonkeyPat
 def test_loopback_default_needs_no_auth_and_sends_none() -> None:
     s = Settings()
     assert s.bind_host == "127.0.0.1"
-    assert s.kafka_security_config == {"security.protocol": "plaintext"}
+    assert s.kafka.security_config == {"security.protocol": "plaintext"}
     assert s.spark_kafka_options == {
         "kafka.bootstrap.servers": "127.0.0.1:9092",
         "kafka.security.protocol": "PLAINTEXT",
@@ -76,7 +76,7 @@ def test_loopback_default_needs_no_auth_and_sends_none() -> None:
 
 def test_kafka_sasl_reaches_librdkafka_and_spark() -> None:
     s = Settings(**SECURED)  # type: ignore[arg-type]
-    assert s.kafka_security_config == {
+    assert s.kafka.security_config == {
         "security.protocol": "sasl_plaintext",
         "sasl.mechanisms": "SCRAM-SHA-512",
         "sasl.username": "pos",
@@ -94,15 +94,15 @@ def test_tls_trust_reaches_both_clients() -> None:
     s = Settings(
         **SECURED | {"kafka_security_protocol": "SASL_SSL", "kafka_ssl_ca_location": "/ca.pem"}
     )  # type: ignore[arg-type]
-    assert s.kafka_security_config["ssl.ca.location"] == "/ca.pem"
+    assert s.kafka.security_config["ssl.ca.location"] == "/ca.pem"
     assert s.spark_kafka_options["kafka.ssl.truststore.location"] == "/ca.pem"
     assert s.spark_kafka_options["kafka.ssl.truststore.type"] == "PEM"
 
 
 def test_secrets_are_masked_when_settings_are_printed() -> None:
     dumped = Settings(**SECURED).model_dump(mode="json")  # type: ignore[arg-type]
-    assert dumped["cassandra_password"] == "**********"
-    assert dumped["kafka_sasl_password"] == "**********"
+    assert dumped["cassandra"]["password"] == "**********"
+    assert dumped["kafka"]["sasl_password"] == "**********"
     assert "s3cret" not in repr(Settings(**SECURED))  # type: ignore[arg-type]
 
 

@@ -59,7 +59,7 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings()
     assert s.bootstrap_servers == "broker-a:9092,broker-b:9092"
     assert s.cassandra_contact_points == ["cass-a", "cass-b"]
-    assert s.spark_master == "spark://master:7077"
+    assert s.spark.master == "spark://master:7077"
 
 
 def test_settings_reject_bad_values_with_field_name() -> None:
@@ -71,7 +71,7 @@ def test_settings_reject_bad_values_with_field_name() -> None:
 
 def test_settings_are_frozen() -> None:
     with pytest.raises(ValidationError):
-        Settings().kafka_port = 1  # type: ignore[misc]
+        Settings().kafka.port = 1  # type: ignore[misc]
 
 
 def _fake_jar_cache(root: Path) -> Path:

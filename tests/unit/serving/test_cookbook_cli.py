@@ -1,4 +1,4 @@
-"""The README's CQL cookbook is the module's, and every pos-serve command has --help."""
+"""docs/serving.md shows the CQL cookbook verbatim, and every pos-serve command has --help."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pos_lambda.serving import cli, cookbook
 from pos_lambda.settings import PROJECT_ROOT
 
 
-def test_readme_shows_the_cookbook_verbatim() -> None:
-    assert cookbook.markdown() in (PROJECT_ROOT / "README.md").read_text()
+def test_serving_page_shows_the_cookbook_verbatim() -> None:
+    assert cookbook.markdown() in (PROJECT_ROOT / "docs" / "serving.md").read_text()
 
 
 def test_each_view_has_a_recipe() -> None:
