@@ -249,6 +249,10 @@ class Chaos:
                     )
                 else:
                     self.say(f"watch: pos-alerts exited {code}; starting it again")
+                    # It died before its crash point (e.g. Cassandra was down at its
+                    # start): the kill is still to be made, by the next process.
+                    if self.alerts_armed_now is not None:
+                        self.alerts_armed.insert(0, self.alerts_armed_now)
                 self.restarts += 1
                 self.start_alerts()
 
