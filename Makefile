@@ -95,9 +95,10 @@ demo: up ## end to end: faulty stream -> speed + alerts -> batch via Airflow -> 
 	$(VENV)/bin/pos-demo --count $(DEMO_COUNT) $(DEMO_ARGS)
 
 CHAOS_COUNT ?= 100000
+CHAOS_SEED ?= 13
 CHAOS_ARGS ?=
-chaos: up ## kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
-	$(VENV)/bin/pos-chaos --count $(CHAOS_COUNT) $(CHAOS_ARGS)
+chaos: up ## the e2e test tests/e2e/test_chaos.py: kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
+	$(PY) -m pytest -m e2e tests/e2e -s --count $(CHAOS_COUNT) --seed $(CHAOS_SEED) --chaos-args='$(CHAOS_ARGS)' $(PYTEST_ARGS)
 
 LEDGER ?= .state/demo-ledger
 audit: $(INSTALLED) ## compare every view with a producer ledger (LEDGER, default the demo's); exit 1 on a discrepancy

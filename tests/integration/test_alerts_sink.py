@@ -104,9 +104,12 @@ def test_sink_writes_committed_alerts_once_and_a_replay_changes_nothing(
     by_receipt = sorted(rows, key=lambda r: (r[2], r[1]))
     assert [(rule, tid, detail) for _, rule, tid, _, detail, _ in by_receipt] == [
         ("conflict", 1, {"revenue": "20.00", "first_offset": "0",
-                         "content_hash": _sha256('[1772442000000000,[["Sandwich","20.00",1]]]'),
+                         "content_hash": _sha256(
+                             '{"col1":1772442000000000,"line_items":'
+                             '[{"title":"Sandwich","price":20.00,"amount":1}]}'),
                          "first_content_hash": _sha256(
-                             '[1772442000000000,[["Sandwich","20.00",2]]]')}),
+                             '{"col1":1772442000000000,"line_items":'
+                             '[{"title":"Sandwich","price":20.00,"amount":2}]}')}),
         ("high_value", 1, {"revenue": "40.00", "threshold": "30.00"}),
         ("large_return", 3, {"returned_value": "12.00", "threshold": "10.00"}),
         ("device_silent", 4, {"silent_since": "2026-03-02T09:00:00+00:00",

@@ -406,7 +406,8 @@ def test_no_command_makes_final_wrong_future_interval_pinned_rerun_take_over(
     assert _pointers(cql) == pointers
     assert served_aggregates(cql) == want
     with BatchStore(settings) as store:
-        assert store.run(pinned.run_id).status == "written"
+        run = store.run(pinned.run_id)
+    assert run is not None and run.status == "written"
     partitions = f"SELECT DISTINCT operation_id, day, version FROM {tables.AGG_BATCH_TABLE}"
     stored = {r.version for r in cql.execute(partitions)}
     assert pinned.version in stored

@@ -25,10 +25,10 @@ from pos_lambda.batch_layer.interval import Interval
 from pos_lambda.producer import ledger as ledger_files
 from pos_lambda.producer.simulation import FaultConfig, SimulationConfig
 from pos_lambda.producer.simulation import simulate as run_simulation
-from pos_lambda.schemas import contract
 from pos_lambda.serving import Serving, cookbook
 from pos_lambda.serving.http import create_app
 from pos_lambda.settings import Settings
+from pos_lambda.views import windows
 from tests.integration.speed_helpers import (
     VENV_BIN,
     device_key,
@@ -158,7 +158,7 @@ def _merged(serving: Serving, p: Pipeline) -> dict[tuple[int, datetime], Any]:
         starts = [w.window_start for w in answer.windows]
         assert len(starts) == 96 * ((p.last_day - DAY).days + 1)
         assert starts == sorted(set(starts)), "a window twice or out of order"
-        assert starts[0] == MIDNIGHT and starts[-1] == end - contract.WINDOW  # none missing
+        assert starts[0] == MIDNIGHT and starts[-1] == end - windows.WINDOW  # none missing
         out.update({(store, w.window_start): w for w in answer.windows})
     return out
 

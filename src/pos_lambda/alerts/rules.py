@@ -12,9 +12,9 @@ Rules (thresholds in `Rules`, from the POS_ALERTS_* settings):
 - **large_return**: its returned lines (negative quantities) are worth more than a
   threshold (sum of price x |quantity| over those lines).
 - **conflict**: a copy of an already-seen natural key with a different content (its
-  `happened_at` instant and typed line items, as `pos_lambda.views.records.content_hash` defines
-  it for the speed layer): one alert per distinct conflicting content. Resends (same
-  content) never alert.
+  `happened_at` instant and typed line items, hashed as `pos_lambda.views.content`
+  defines it for the speed and batch layers too): one alert per distinct conflicting
+  content. Resends (same content) never alert.
 - **device_silent**: a device's receipt comes more than `silence` of store hours after
   the latest `happened_at` seen from that device before. A device that never sends
   again is not reported: there is no event time to say it is silent.
@@ -27,7 +27,6 @@ state of one partition is all a rule needs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from decimal import Decimal
 from typing import TypeVar
 
 from pos_lambda.schemas.contract import LIMITS, Receipt, parse_message
+from pos_lambda.views.content import content_hash
 
 NaturalKey = tuple[int, int, int]
 Device = tuple[int, int]  # (operation_id, vendor_fiscal_module)
@@ -43,7 +43,6 @@ Device = tuple[int, int]  # (operation_id, vendor_fiscal_module)
 RULES = ("high_value", "large_return", "conflict", "device_silent")
 # uuid5 namespace of alert ids: a fixed constant, so ids never change between versions.
 ALERT_NAMESPACE = uuid.UUID("6c1b7a52-5f7e-4d0e-9a54-2f4a3c9d8e10")
-_CENT = Decimal("0.01")
 
 
 @dataclass(frozen=True)
@@ -201,15 +200,6 @@ def alert_id(rule: str, key: NaturalKey, content_hash: str = "") -> str:
     return str(uuid.uuid5(ALERT_NAMESPACE, name))
 
 
-def content_hash(receipt: Receipt) -> str:
-    """What a copy says (instant and typed line items), as the speed layer's content hash:
-    "1.9" and "1.90", or one instant written with two offsets, are the same content."""
-    micros = (receipt.happened_at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
-    items = [[i.title, str(i.price.quantize(_CENT)), i.amount] for i in receipt.line_items]
-    text = json.dumps([micros, items], separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def returned_value(receipt: Receipt) -> Decimal:
     return sum((i.price * -i.amount for i in receipt.line_items if i.amount < 0), Decimal("0.00"))
 
@@ -253,7 +243,7 @@ class PartitionState:
         if not isinstance(parsed, Receipt):
             self.invalid += 1  # bad input is the speed layer's to dead-letter, not an alert
             return []
-        key, digest = parsed.natural_key, content_hash(parsed)
+        key, digest = parsed.natural_key, content_hash(parsed.happened_at, parsed.line_items)
         seen = self.copies.get(key)
         if seen is not None:
             if digest in seen.hashes:

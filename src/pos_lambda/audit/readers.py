@@ -32,10 +32,11 @@ from pos_lambda.audit.expectations import (
 from pos_lambda.schemas import cql
 from pos_lambda.serving import Serving
 from pos_lambda.serving.errors import UnknownStore
-from pos_lambda.serving.merge import day_bounds, floor_window
+from pos_lambda.serving.merge import day_bounds
 from pos_lambda.serving.model import Pointer, Receipt, Window
 from pos_lambda.serving.store import utc
 from pos_lambda.settings import Settings
+from pos_lambda.views.windows import window_start
 
 PAGE = 1000
 KAFKA_TIMEOUT_S = 120.0
@@ -114,7 +115,7 @@ class Sources:
                 continue
             ref = version.receipts_ref
             for r in self._all_receipts("batch", store, day, day_bounds(day)[1], ref):
-                if pointer.covering(floor_window(r.happened_at)) is not None:
+                if pointer.covering(window_start(r.happened_at)) is not None:
                     out.append(((store, r.vendor_fiscal_module, r.transaction_id), _raw(r)))
         return out
 

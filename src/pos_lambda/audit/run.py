@@ -43,10 +43,10 @@ from pos_lambda.audit.readers import (
     speed_processed,
 )
 from pos_lambda.audit.report import AuditReport, ViewResult
-from pos_lambda.schemas.contract import WINDOW
 from pos_lambda.serving.errors import ServingError
 from pos_lambda.serving.model import Pointer
 from pos_lambda.settings import Settings
+from pos_lambda.views.windows import WINDOW
 
 SPEED_VIEWS = ("receipts_by_store_day", "receipt_keys", "agg_15m_speed")
 BATCH_VIEWS = ("receipts_batch", "agg_15m_batch")

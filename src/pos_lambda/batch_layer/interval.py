@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from pos_lambda.schemas.contract import WINDOW
+from pos_lambda.views.windows import is_window_start
 
 # How far past now an interval's end may lie: the clocks of the Airflow worker and of
 # this machine may disagree by seconds, never by this much. Beyond it, the run would
@@ -38,10 +38,6 @@ def parse_instant(text: str) -> datetime:
     return value.astimezone(UTC)
 
 
-def _aligned(at: datetime) -> bool:
-    return (at - datetime(1970, 1, 1, tzinfo=UTC)) % WINDOW == timedelta(0)
-
-
 @dataclass(frozen=True)
 class Interval:
     start: datetime
@@ -52,7 +48,7 @@ class Interval:
         for name, at in (("start", self.start), ("end", self.end)):
             if at.tzinfo is None:
                 raise IntervalError(f"--{name} must be timezone-aware (UTC)")
-            if not _aligned(at):
+            if not is_window_start(at):
                 raise IntervalError(
                     f"--{name} {at.isoformat()} is not on a 15-minute window boundary "
                     "(a window would be cut in two)"

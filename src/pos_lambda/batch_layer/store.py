@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+from pos_lambda.batch_layer import runs
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings
 
@@ -120,6 +121,7 @@ class BatchStore:
 
     def record_run(self, run_id: uuid.UUID, fields: Mapping[str, Any]) -> None:
         """Upsert bookkeeping columns of one run (called at start, end and on failure)."""
+        runs.check_columns(fields)
         cols = ["view_name", "run_id", *fields]
         self.session.execute(
             f"INSERT INTO {cql.BATCH_RUNS_TABLE} ({', '.join(cols)}) "
@@ -127,11 +129,12 @@ class BatchStore:
             [VIEW_NAME, run_id, *fields.values()],
         )
 
-    def run(self, run_id: uuid.UUID) -> Any:
-        return self.session.execute(
+    def run(self, run_id: uuid.UUID) -> runs.BatchRun | None:
+        row = self.session.execute(
             f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s AND run_id = %s",
             [VIEW_NAME, run_id],
         ).one()
+        return None if row is None else runs.BatchRun.from_row(row)
 
     def run_versions(self) -> list[tuple[str, datetime]]:
         """(version, started_at) of every run that got as far as choosing its version."""

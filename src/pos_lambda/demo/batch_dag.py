@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pos_lambda.adapters.service import wait_for
+from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.demo.airflow_api import AirflowApi
 from pos_lambda.demo.steps import StepFailed, await_or_fail, cql_session
 from pos_lambda.runtime import airflow_service
@@ -32,19 +33,6 @@ class DagRun:
     seconds: float
     tasks: list[tuple[str, str, int]]
     was_paused: bool
-
-
-@dataclass(frozen=True)
-class BatchRunRow:
-    """The run's bookkeeping row in `batch_runs` (written by the job itself)."""
-
-    lookback_hours: float
-    input_rows: int
-    invalid_rows: int
-    receipts: int
-    duplicates_removed: int
-    conflicts: int
-    beyond_speed_bound: int
 
 
 def ensure_airflow(settings: Settings, say: Callable[[str], None]) -> bool:
@@ -149,8 +137,8 @@ def restore(settings: Settings, run: DagRun | None, stop_airflow: bool) -> list[
     return notes
 
 
-def committed_run(settings: Settings, start: datetime, end: datetime) -> BatchRunRow:
-    """The newest committed `batch_runs` row over [start, end)."""
+def committed_run(settings: Settings, start: datetime, end: datetime) -> BatchRun:
+    """The newest committed `batch_runs` row over [start, end) (written by the job)."""
     from pos_lambda.schemas import cql as tables
 
     with cql_session(settings) as cql:
@@ -163,16 +151,7 @@ def committed_run(settings: Settings, start: datetime, end: datetime) -> BatchRu
         ]
     if not rows:
         raise StepFailed(f"batch: no committed run over [{start}, {end}) in batch_runs")
-    r = max(rows, key=lambda r: r.finished_at)
-    return BatchRunRow(
-        lookback_hours=float(r.lookback_hours or 0),
-        input_rows=int(r.input_rows or 0),
-        invalid_rows=int(r.invalid_rows or 0),
-        receipts=int(r.receipts or 0),
-        duplicates_removed=int(r.duplicates_removed or 0),
-        conflicts=int(r.conflicts or 0),
-        beyond_speed_bound=int(r.beyond_speed_bound or 0),
-    )
+    return BatchRun.from_row(max(rows, key=lambda r: r.finished_at))
 
 
 def fixes(settings: Settings) -> tuple[int, int]:

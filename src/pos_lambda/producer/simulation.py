@@ -30,7 +30,8 @@ from typing import Any
 
 from pos_lambda.producer import malformed
 from pos_lambda.producer.catalog import HOURLY_TRAFFIC, ITEMS, STORE_UTC_OFFSETS
-from pos_lambda.schemas.contract import LATE_THRESHOLD, LIMITS, WINDOW, LineItem, Receipt
+from pos_lambda.schemas.contract import LATE_THRESHOLD, LIMITS, LineItem, Receipt
+from pos_lambda.views.windows import window_start
 
 REALISTIC_RESEND_RATE = 0.006  # terminals retrying over flaky (GPRS) links
 FAULT_KINDS = ("resend", "burst", "late", "out_of_order", "malformed")
@@ -333,13 +334,6 @@ def simulate(config: SimulationConfig) -> SimulationResult:
     receipts = [_ledger_line(p, copies[p.receipt.natural_key]) for p in planned]
     summary = _summary(config, messages, receipts, faults, layout)
     return SimulationResult(messages, receipts, faults, summary)
-
-
-def window_start(t: datetime) -> datetime:
-    """Start of the 15-minute UTC window (epoch quarters) containing `t`."""
-    seconds = int(WINDOW.total_seconds())
-    epoch = int(t.timestamp())
-    return datetime.fromtimestamp(epoch - epoch % seconds, tz=UTC)
 
 
 def _ledger_line(p: _Planned, copies: int) -> dict[str, Any]:

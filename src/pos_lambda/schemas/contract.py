@@ -36,7 +36,6 @@ SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name(f"pos_transaction.v{SCHEMA_VERSION}.schema.json")
 
 NATURAL_KEY = ("operation_id", "vendor_fiscal_module", "transaction_id")
-WINDOW = timedelta(minutes=15)
 # A receipt is *late* when its first copy reaches Kafka (record timestamp) more than
 # this after it happened. The producer's ledger and both layers use this definition.
 LATE_THRESHOLD = timedelta(minutes=15)

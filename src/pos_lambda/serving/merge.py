@@ -22,20 +22,13 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from pos_lambda.schemas.contract import WINDOW
 from pos_lambda.serving.model import Aggregate, DayTotal, Pointer, Totals, Window
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def floor_window(at: datetime) -> datetime:
-    """The start of the 15-minute window holding `at` (UTC)."""
-    return at - (at - EPOCH) % WINDOW
+from pos_lambda.views.windows import WINDOW, window_start
 
 
 def window_starts(start: datetime, end: datetime) -> Iterator[datetime]:
     """Starts of the windows that begin in [floor(start), end)."""
-    at = floor_window(start)
+    at = window_start(start)
     while at < end:
         yield at
         at += WINDOW

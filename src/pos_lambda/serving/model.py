@@ -13,7 +13,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Literal
 
-from pos_lambda.schemas.contract import WINDOW
+from pos_lambda.batch_layer.runs import BatchRun
+from pos_lambda.views.windows import WINDOW
 
 Source = Literal["batch", "speed"]
 
@@ -227,22 +228,6 @@ class StoreDay:
 
 
 @dataclass(frozen=True)
-class BatchRun:
-    run_id: str
-    status: str
-    interval_start: datetime | None
-    interval_end: datetime | None
-    version: str | None
-    horizon: datetime | None
-    receipts: int | None
-    duplicates_removed: int | None
-    conflicts: int | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    error: str | None
-
-
-@dataclass(frozen=True)
 class SpeedQuery:
     query_name: str
     batch_id: int
@@ -265,6 +250,6 @@ class Health:
     checked_at: datetime
     horizon: datetime | None
     horizon_age_seconds: float | None  # how far event time has moved past the horizon
-    batch_runs: list[BatchRun]
+    batch_runs: list[BatchRun]  # the rows of `batch_runs` (pos_lambda.batch_layer.runs)
     speed: list[SpeedQuery]
     dead_letters: DeadLetters

@@ -45,6 +45,7 @@ from pos_lambda.serving.requests import (
 )
 from pos_lambda.serving.store import Views
 from pos_lambda.settings import Settings
+from pos_lambda.views.windows import window_start
 
 MAX_PAGE_SIZE = 1000
 MAX_TOP = 1000
@@ -97,7 +98,7 @@ class Serving:
         rows = merge.merge_windows(store, span.start, span.end, pointer, batch, speed)
         return WindowsAnswer(
             operation_id=store,
-            start=merge.floor_window(span.start),
+            start=window_start(span.start),
             end=span.end,
             horizon=pointer.horizon,
             totals=merge.totals(rows),

@@ -19,11 +19,11 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas import cql
 from pos_lambda.serving.errors import QueryError, Unavailable
 from pos_lambda.serving.model import (
     Aggregate,
-    BatchRun,
     Conflict,
     DayVersion,
     Fix,
@@ -372,23 +372,7 @@ class Views:
     # --- pipeline health -------------------------------------------------------------------
 
     def batch_runs(self, limit: int) -> list[BatchRun]:
-        return [
-            BatchRun(
-                run_id=str(r.run_id),
-                status=r.status or "unknown",
-                interval_start=utc(r.interval_start),
-                interval_end=utc(r.interval_end),
-                version=r.version,
-                horizon=utc(r.horizon),
-                receipts=r.receipts,
-                duplicates_removed=r.duplicates_removed,
-                conflicts=r.conflicts,
-                started_at=utc(r.started_at),
-                finished_at=utc(r.finished_at),
-                error=r.error,
-            )
-            for r in self.rows("batch_runs", VIEW_NAME, limit)
-        ]
+        return [BatchRun.from_row(r) for r in self.rows("batch_runs", VIEW_NAME, limit)]
 
     def speed_progress(self, now: datetime) -> list[SpeedQuery]:
         out = []

@@ -3,7 +3,8 @@
 Lambda architectures classically drift because the speed and the batch layer each
 implement "the same" aggregation. Here both call these pure DataFrame transforms:
 
-- `window_start`: the 15-minute UTC window of an instant.
+- `window_start`: the 15-minute UTC window of an instant (the column form of
+  `pos_lambda.views.windows.window_start`; tests/unit/views/test_windows.py holds them equal).
 - `aggregate_15m`: absolute 15-minute aggregates per store from deduplicated
   receipts: receipt count, item quantity, revenue (decimal), late-receipt count.
 
@@ -20,9 +21,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
-from pos_lambda.schemas.contract import WINDOW
+from pos_lambda.views.windows import WINDOW_MICROS
 
-WINDOW_SECONDS = int(WINDOW.total_seconds())
 # Spark's widest decimal: a window's sum of receipt revenues (each up to
 # contract.MAX_RECEIPT_REVENUE, 17 integer digits) overflows only past ~10^19 receipts;
 # a narrower type would turn an overflow into a null (or an error) for the window.
@@ -40,8 +40,13 @@ AGGREGATE_COLUMNS = (
 
 
 def window_start(ts: Column) -> Column:
-    """Start of the 15-minute UTC window containing `ts`."""
-    return F.timestamp_seconds(F.floor(F.unix_timestamp(ts) / WINDOW_SECONDS) * WINDOW_SECONDS)
+    """Start of the 15-minute UTC window containing `ts`.
+
+    In whole microseconds, with pmod (never negative): unix_timestamp would truncate the
+    fraction toward zero and put 1969-12-31T23:44:59.999999Z in the 23:45 window.
+    """
+    micros = F.unix_micros(ts)
+    return F.timestamp_micros(micros - F.pmod(micros, F.lit(WINDOW_MICROS)))
 
 
 def aggregate_15m(receipts: DataFrame, **more: Column) -> DataFrame:

@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 )
 
 from pos_lambda.schemas import contract
-from pos_lambda.views import native_check
+from pos_lambda.views import content, native_check
 
 # Kafka source column -> our name (the "kafka_" prefix keeps them apart from receipt fields).
 KAFKA_COLUMNS = {
@@ -279,9 +279,15 @@ def content_hash(happened_at: Column, line_items: Column) -> Column:
     """Hash of what a copy says (its instant and line items, typed): equal for resends.
 
     Typed values, not raw bytes: "1.9" and "1.90", or the same instant written with
-    another offset, are the same receipt.
+    another offset, are the same receipt. The hashed text is the one
+    `pos_lambda.views.content` defines (the alerts processor's); the fields are named
+    explicitly so that the caller's column names cannot change the hash.
     """
-    return F.sha2(F.to_json(F.struct(F.unix_micros(happened_at), line_items)), 256)
+    fields = (
+        F.unix_micros(happened_at).alias(content.INSTANT_FIELD),
+        line_items.alias(content.ITEMS_FIELD),
+    )
+    return F.sha2(F.to_json(F.struct(*fields)), 256)
 
 
 def receipt_rows(checked: DataFrame, late_threshold_us: int, max_lateness_us: int) -> DataFrame:

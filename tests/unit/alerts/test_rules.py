@@ -17,10 +17,8 @@ from pos_lambda.alerts.rules import (
     Rules,
     Source,
     alert_id,
-    content_hash,
     store_time_between,
 )
-from pos_lambda.schemas.contract import Receipt, parse_message
 
 RULES = Rules(
     high_value=Decimal("50.00"),
@@ -110,11 +108,18 @@ def test_a_conflicting_copy_does_not_fire_the_value_rules() -> None:
     assert [a.rule for a in alerts] == ["conflict"]
 
 
-def test_content_hash_is_the_instant_and_typed_items() -> None:
-    receipt = parse_message(msg(42))
-    assert isinstance(receipt, Receipt)
-    canonical = '[1772438400000000,[["Espresso","1.90",2]]]'
-    assert content_hash(receipt) == hashlib.sha256(canonical.encode()).hexdigest()
+def test_a_conflict_names_both_contents_by_their_canonical_hash() -> None:
+    # The text pos_lambda.views.content defines (the speed layer's stored hash).
+    def canonical(amount: int) -> str:
+        text = (
+            '{"col1":1772438400000000,"line_items":'
+            f'[{{"title":"Espresso","price":1.90,"amount":{amount}}}]}}'
+        )
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    [alert] = feed([msg(42), msg(42, items=[{**ESPRESSO, "amount": 3}])])
+    assert alert.detail["first_content_hash"] == canonical(2)
+    assert alert.detail["content_hash"] == canonical(3)
 
 
 def test_alert_ids_are_fixed_by_rule_key_and_content() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +14,6 @@ from pos_lambda.producer.simulation import (
     SimulationConfig,
     encode,
     simulate,
-    window_start,
 )
 from pos_lambda.schemas.contract import (
     REASONS,
@@ -255,14 +254,4 @@ def test_encode_prints_local_time_with_offset() -> None:
     assert encode(r, utc_offset_h=2) == (
         b'{"happened_at":"2026-03-03T00:30:00+02:00","operation_id":1,"transaction_id":5,'
         b'"vendor_fiscal_module":9,"transactions":[{"title":"Tea","price":"1.50","amount":2}]}'
-    )
-
-
-def test_window_start_is_the_utc_quarter_hour() -> None:
-    cet = timezone(timedelta(hours=1))
-    assert window_start(datetime(2026, 3, 2, 8, 14, 59, tzinfo=UTC)) == datetime(
-        2026, 3, 2, 8, 0, tzinfo=UTC
-    )
-    assert window_start(datetime(2026, 3, 2, 9, 15, tzinfo=cet)) == datetime(
-        2026, 3, 2, 8, 15, tzinfo=UTC
     )

@@ -7,11 +7,11 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.serving import dashboard
 from pos_lambda.serving.merge import merge_windows, totals
 from pos_lambda.serving.model import (
     Aggregate,
-    BatchRun,
     DayTotal,
     DayVersion,
     DeadLetters,
@@ -65,18 +65,17 @@ class FakeServing:
             horizon_age_seconds=7200.0,
             batch_runs=[
                 BatchRun(
-                    "r1",
-                    "committed",
-                    MIDNIGHT,
-                    HORIZON,
-                    "v7",
-                    HORIZON,
-                    5,
-                    1,
-                    0,
-                    HORIZON,
-                    HORIZON,
-                    None,
+                    run_id="r1",
+                    status="committed",
+                    interval_start=MIDNIGHT,
+                    interval_end=HORIZON,
+                    version="v7",
+                    horizon=HORIZON,
+                    receipts=5,
+                    duplicates_removed=1,
+                    conflicts=0,
+                    started_at=HORIZON,
+                    finished_at=HORIZON,
                 )
             ],
             speed=[SpeedQuery("pos-speed-views", 42, HORIZON, 3.0, 0, 10, 100.0)],
