@@ -35,8 +35,9 @@ from pos_lambda.adapters import cassandra_client, schema_apply
 from pos_lambda.schemas import contract, cql
 from pos_lambda.schemas.contract import Invalid, parse_message
 from pos_lambda.settings import Settings, load_settings
+from pos_lambda.views.windows import WINDOW
 
-WINDOW_S = int(contract.WINDOW.total_seconds())
+WINDOW_S = int(WINDOW.total_seconds())
 LATE_US = int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000)
 
 

@@ -59,9 +59,10 @@ from pos_lambda.producer.kafka_sink import produce
 from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, SimulationResult, simulate
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings, load_settings
+from pos_lambda.views.windows import WINDOW
 
 GOAL_RATIO = 1.2
-WINDOW_S = int(contract.WINDOW.total_seconds())
+WINDOW_S = int(WINDOW.total_seconds())
 LATE_EVERY = 50  # every 50th preloaded receipt arrived late (the late_count column works)
 VIEWS_QUERY = QUERY_OF_JOB["views"]
 Window = tuple[int, datetime]  # (operation_id, window_start UTC)

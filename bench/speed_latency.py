@@ -86,9 +86,10 @@ from bench.harness import QUERIES, QUERY_OF_JOB, SpeedLayer, drop, progress_rows
 from pos_lambda.adapters import cassandra_client, schema_apply
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer.kafka_sink import produce, producer_config
-from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate, window_start
+from pos_lambda.producer.simulation import OutgoingMessage, SimulationConfig, simulate
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings, SparkSettings, load_settings
+from pos_lambda.views.windows import window_start
 
 ARCHIVER, VIEWS = QUERY_OF_JOB["archiver"], QUERY_OF_JOB["views"]
 # Goals of issue 11: p99 (s) per rate; the fixed cost of a micro-batch of <= 10 rows.
