@@ -79,8 +79,10 @@ def run_dag(
         # A paused DAG's runs are never scheduled, and unpausing it makes the scheduler
         # start its latest hourly run too, unless the DAG is known to be at
         # max_active_runs: the dag-processor records that when it parses the DAG again
-        # (every 30 s), so unpause only after a parse that saw our run.
-        say(f"batch: awaiting a parse of {DAG_ID} that counts this run (<= 30 s) ...")
+        # (every 30 s, or at once on request), so unpause only after a parse that saw
+        # our run.
+        api.request_parse(DAG_ID)
+        say(f"batch: awaiting a parse of {DAG_ID} that counts this run (requested) ...")
         if not wait_for(lambda: api.parsed_after(DAG_ID, triggered_at), 120, 1.0):
             say("batch: no new parse in 120 s; Airflow may also run its latest hour")
         api.set_paused(DAG_ID, False)

@@ -28,7 +28,7 @@ def test_the_archiver_has_its_own_longer_interval_by_default(
     monkeypatch.delenv("POS_SPEED_ARCHIVE_TRIGGER_SECONDS", raising=False)
     monkeypatch.delenv("POS_SPEED_TRIGGER_SECONDS", raising=False)
     s = load_settings()
-    assert (s.speed.trigger_seconds, s.speed.archive_trigger_seconds) == (5.0, 30.0)
+    assert (s.speed.trigger_seconds, s.speed.archive_trigger_seconds) == (1.0, 30.0)
     monkeypatch.setenv("POS_SPEED_ARCHIVE_TRIGGER_SECONDS", "2.5")
     assert load_settings().speed.archive_trigger_seconds == 2.5
     with pytest.raises(ValidationError, match="speed_archive_trigger_seconds"):
