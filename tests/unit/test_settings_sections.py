@@ -79,6 +79,6 @@ def test_every_setting_is_described_in_the_table() -> None:
     assert len(rows) == len(Settings.model_fields) - len(SECTIONS) + sum(
         len(type(getattr(load_settings(), name)).model_fields) for name in SECTIONS
     )
-    assert "| speed | `POS_SPEED_TRIGGER_SECONDS` | `5.0` |" in "\n".join(rows)
+    assert "| speed | `POS_SPEED_ARCHIVE_TRIGGER_SECONDS` | `30.0` |" in "\n".join(rows)
     undescribed = [row for row in rows if row.rstrip().endswith("|  |")]
     assert undescribed == []
