@@ -671,7 +671,7 @@ class Settings(BaseSettings):
         """The POS_* variables that make a child process build exactly these settings
         (secrets in clear: they go to the child's environment, never to a log)."""
         env = {}
-        for _, name, value in self._flat_values():
+        for name, value in self._flat_values():
             if value is None:
                 continue
             if isinstance(value, SecretStr):
@@ -679,18 +679,18 @@ class Settings(BaseSettings):
             env[name] = str(value)
         return env
 
-    def _flat_values(self) -> list[tuple[str, str, object]]:
-        values: list[tuple[str, str, object]] = []
+    def _flat_values(self) -> list[tuple[str, object]]:
+        """(environment variable, value) of every setting."""
+        values: list[tuple[str, object]] = []
         for name in type(self).model_fields:
             part = getattr(self, name)
             if isinstance(part, _Section):
                 prefix = type(part).model_config.get("env_prefix", "POS_")
                 values += [
-                    (name, f"{prefix}{f}".upper(), getattr(part, f))
-                    for f in type(part).model_fields
+                    (f"{prefix}{f}".upper(), getattr(part, f)) for f in type(part).model_fields
                 ]
             else:
-                values.append(("", f"POS_{name}".upper(), part))
+                values.append((f"POS_{name}".upper(), part))
         return values
 
     @property

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 
 class ServiceError(RuntimeError):
-    """A local service could not be started, stopped or reached; the message says why."""
+    """A service could not be started, stopped or reached; the message says why."""
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
