@@ -221,6 +221,9 @@ class Poller:
         )
         self.interval_s = interval_s
         self.partitions: set[tuple[int, date]] = set()
+        # Windows read only until they reach a level (`await_level`): with a store per
+        # receipt, polling every store-day ever seen would read thousands of partitions.
+        self.levels: dict[WindowKey, int] = {}
         self.counts: dict[WindowKey, int] = {}
         self.first_seen: dict[WindowKey, dict[int, float]] = {}
         self.progress = self.session.prepare(
@@ -239,13 +242,20 @@ class Poller:
         with self._lock:
             self.partitions |= {(op, ws.date()) for op, ws in windows}
 
+    def await_level(self, wkey: WindowKey, n: int) -> None:
+        """Read `wkey`'s store-day until its receipt_count reaches n."""
+        with self._lock:
+            self.levels[wkey] = max(n, self.levels.get(wkey, 0))
+
     def _run(self) -> None:
         from cassandra.concurrent import execute_concurrent_with_args
 
         while not self._stop.is_set():
             started = time.monotonic()
             with self._lock:
-                parts = sorted(self.partitions)
+                pending = {(op, ws.date()) for (op, ws), n in self.levels.items()
+                           if self.counts.get((op, ws), 0) < n}  # fmt: skip
+                parts = sorted(self.partitions | pending)
             if parts:
                 days: dict[date, list[int]] = {}
                 for op, day in parts:

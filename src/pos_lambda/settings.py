@@ -378,6 +378,23 @@ class SpeedSettings(_Section):
             " users see. 0: same priority."
         ),
     )
+    warm_up: bool = Field(
+        default=True,
+        description=(
+            "Each driver of a continuous `pos-speed run` first runs its micro-batch's work on "
+            "synthetic records (views: into speed_warm_up_keyspace; archiver: a scratch Delta "
+            "table), so that the cold start (class loading, code generation, JIT) is paid before "
+            "`pos-speed` reports itself ready, not by the first receipts."
+        ),
+    )
+    warm_up_keyspace: str = Field(
+        default="pos_warm_up",
+        pattern=r"^[a-z][a-z0-9_]{0,47}$",
+        description=(
+            "The scratch keyspace of the views driver's warm-up (created with the speed tables "
+            "if missing; shared by every pipeline on the cluster, each warm-up with new keys)."
+        ),
+    )
     max_restarts: int = Field(
         default=5,
         ge=0,

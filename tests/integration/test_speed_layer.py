@@ -18,6 +18,7 @@ from pos_lambda.adapters.service import wait_for
 from pos_lambda.schemas import contract
 from pos_lambda.schemas import cql as tables
 from pos_lambda.settings import Settings
+from pos_lambda.speed_layer import views_job
 from tests.integration.kafka_helpers import read_committed
 from tests.integration.speed_helpers import (
     VENV_BIN,
@@ -114,6 +115,12 @@ def test_resends_in_a_later_batch_leave_aggregates_unchanged(
     assert len(raw_rows(cql)) == 300
     views = _progress_totals(settings.speed_status_file)["pos-speed-views"]
     assert views["resends_absorbed"] == 40
+    # Each micro-batch's size, known from the checkpoint's offset logs before it is read
+    # (it picks the micro-batch's route): every message of the first run, then the 40.
+    checkpoint = settings.checkpoint_dir / "views"
+    assert views_job.batch_size(checkpoint, 0) == summary["messages"]
+    assert views_job.batch_size(checkpoint, 1) == 40
+    assert views_job.batch_size(checkpoint, 2) is None  # not planned yet
 
 
 def test_late_receipts_update_their_window_and_beyond_bound_are_left_to_batch(
@@ -247,6 +254,11 @@ def test_sigterm_stops_the_stream_gracefully(
             os.killpg(driver.pid, signal.SIGKILL)
     assert driver.returncode == 0, output.decode()[-3000:]
     assert b"stopping pos-speed-views" in output
+    # Each driver warmed up on synthetic records before its query started, and the
+    # supervisor said so once both were ready; nothing of the warm-up reached the views.
+    assert b"pos-speed-views warmed up in" in output
+    assert b"pos-speed-archiver warmed up in" in output
+    assert b"speed layer ready in" in output
 
 
 def _drivers(supervisor: int) -> dict[str, int]:

@@ -74,3 +74,15 @@ def require_keyspace(settings: Settings) -> None:
             f"keyspace '{settings.cassandra.keyspace}' does not exist in Cassandra at {where}: "
             "create it with `make schema` (or `pos-infra schema`)"
         )
+
+
+def has_tables(settings: Settings, keyspace: str, tables: list[str]) -> bool:
+    """Whether `keyspace` exists with all of `tables` (one read of the schema tables)."""
+    c = cluster(settings, timeout=10)
+    try:
+        rows = c.connect().execute(
+            "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,)
+        )
+        return set(tables) <= {r.table_name for r in rows}
+    finally:
+        c.shutdown()

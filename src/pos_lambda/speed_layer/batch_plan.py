@@ -16,6 +16,7 @@ previous one's size (`modes`): a micro-batch's own size is known only once it is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -179,10 +180,42 @@ class Modes:
     collect_keys: bool  # its first Spark job collects the keys, for the driver's reads
 
 
-def modes(previous_records: int, limits: Thresholds) -> Modes:
-    """The next micro-batch's modes after one of `previous_records` Kafka records.
-    Backlogs come in runs of micro-batches, so the previous one's size predicts this one's."""
+def modes(records: int, limits: Thresholds) -> Modes:
+    """A micro-batch's modes for `records` Kafka records: its own count, read from the
+    checkpoint's offset log (`records_between`), or when that is unknown the previous
+    micro-batch's (backlogs come in runs of micro-batches)."""
     return Modes(
-        native_first=previous_records >= limits.native_check_from,
-        collect_keys=previous_records < limits.driver_reads_below,
+        native_first=records >= limits.native_check_from,
+        collect_keys=records < limits.driver_reads_below,
+    )
+
+
+# --- a micro-batch's size before it is read ------------------------------------------------
+
+
+def logged_offsets(text: str) -> dict[str, dict[str, int]] | None:
+    """The Kafka offsets (topic -> partition -> offset) a streaming checkpoint's log file
+    records: `offsets/N` (a version line, the batch's metadata, then each source's end
+    offsets: this query has one source) or `sources/0/0` (the source's starting offsets,
+    after a zero byte Spark writes for old readers). None when it holds no such JSON."""
+    lines = text.lstrip("\x00").strip().splitlines()
+    if len(lines) < 2:
+        return None
+    try:
+        found = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(found, dict) or not all(isinstance(p, dict) for p in found.values()):
+        return None
+    return {t: {p: int(o) for p, o in parts.items()} for t, parts in found.items()}
+
+
+def records_between(start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> int:
+    """Kafka records from `start` to `end` offsets: an upper bound of what a micro-batch
+    reads (transaction markers and aborted records take offsets too). A partition new at
+    `end` counts from 0."""
+    return sum(
+        max(0, offset - start.get(topic, {}).get(partition, 0))
+        for topic, parts in end.items()
+        for partition, offset in parts.items()
     )

@@ -37,6 +37,7 @@ from pos_lambda.speed_layer.supervisor import (
     EXIT_RETRY,
     die_with_supervisor,
     drivers_for,
+    report_ready,
     supervise,
 )
 
@@ -114,6 +115,7 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
         if "views" in jobs:
             queries.append(views_job.start(spark, settings, recorder, available_now))
         log.info("started %s (available-now: %s)", ", ".join(jobs), available_now)
+        report_ready()
         # Short waits keep the main thread free to receive signals between them.
         while not stop.is_set() and any(q.isActive for q in queries):
             with contextlib.suppress(StreamingQueryException):  # examined just below

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,9 @@ from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
 
 # The driver's exit code for "a query failed, start me again" (sysexits EX_TEMPFAIL).
 EXIT_RETRY = 75
+# The file descriptor on which a driver tells its supervisor it is ready (`report_ready`).
+READY_FD_ENV = "POS_SPEED_READY_FD"
+READY = b"ready\n"
 log = logging.getLogger("pos.speed")
 
 
@@ -72,6 +76,7 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
     """
     stop = threading.Event()
     children: dict[int, subprocess.Popen[bytes]] = {}
+    readiness = Readiness([", ".join(d.jobs) for d in drivers])
     # Reentrant: a second signal can arrive while the handler of the first holds it.
     lock = threading.RLock()
     failed: list[int] = []  # exit codes of the drivers that stopped for good, first first
@@ -90,12 +95,24 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
         with lock:
             if stop.is_set():
                 raise _Stopped
-            child = subprocess.Popen(
-                [*nice, sys.executable, "-m", "pos_lambda.speed_layer.cli", *argv,
-                 "--jobs", ",".join(driver.jobs), "--driver"],
-                env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid())},
-            )  # fmt: skip
+            ready_in, ready_out = os.pipe()
+            try:
+                child = subprocess.Popen(
+                    [*nice, sys.executable, "-m", "pos_lambda.speed_layer.cli", *argv,
+                     "--jobs", ",".join(driver.jobs), "--driver"],
+                    env={**os.environ, SUPERVISOR_PID_ENV: str(os.getpid()),
+                         READY_FD_ENV: str(ready_out)},
+                    pass_fds=(ready_out,),
+                )  # fmt: skip
+            except BaseException:
+                os.close(ready_in)
+                raise
+            finally:
+                os.close(ready_out)  # the child's copy is the only writer left
             children[index] = child
+            threading.Thread(
+                target=readiness.await_from, args=(index, ready_in), daemon=True
+            ).start()
             return child
 
     def keep(index: int) -> None:
@@ -119,6 +136,42 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
         while t.is_alive():
             t.join(1)  # short waits: the main thread takes the signals
     return failed[0] if failed else 0
+
+
+class Readiness:
+    """Which drivers have said they are ready (warmed up, queries started); logs when
+    all have, once: "speed layer ready in N s", the line operators and benchmarks await."""
+
+    def __init__(self, drivers: list[str]) -> None:
+        self.drivers = drivers
+        self.started = time.monotonic()
+        self.ready: set[int] = set()
+        self.lock = threading.Lock()
+
+    def await_from(self, index: int, pipe: int) -> None:
+        """Read the driver's pipe until it says ready or closes (it exited first)."""
+        with os.fdopen(pipe, "rb") as lines:
+            if lines.readline() == READY:
+                self.mark(index)
+
+    def mark(self, index: int) -> None:
+        with self.lock:
+            again = index in self.ready
+            self.ready.add(index)
+            took = time.monotonic() - self.started
+            if again:
+                log.info("driver (%s) ready again after its restart", self.drivers[index])
+            elif len(self.ready) == len(self.drivers):
+                log.info("speed layer ready in %.1f s: %s running", took, "; ".join(self.drivers))
+
+
+def report_ready() -> None:
+    """In a driver: tell the supervisor this driver is ready (no supervisor: nothing)."""
+    fd = os.environ.pop(READY_FD_ENV, None)
+    if fd is not None:
+        with contextlib.suppress(OSError):  # the supervisor is gone: nobody to tell
+            os.write(int(fd), READY)
+            os.close(int(fd))
 
 
 class _Stopped(Exception):

@@ -36,27 +36,39 @@ Run it with `pos-speed run` (see src/pos_lambda/speed_layer/cli.py).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pos_lambda.adapters import cassandra, cassandra_client, kafka
+from pos_lambda.adapters import cassandra, cassandra_client, kafka, schema_apply
 from pos_lambda.adapters.driver_lookup import DriverLookup
 from pos_lambda.adapters.driver_writes import DriverWriter
 from pos_lambda.adapters.view_store import ConnectorStore, DriverStore
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
-from pos_lambda.speed_layer.batch_plan import Thresholds, modes
+from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV, warm_up
+from pos_lambda.speed_layer.batch_plan import (
+    Thresholds,
+    logged_offsets,
+    modes,
+    records_between,
+)
 from pos_lambda.speed_layer.listening import RunCloser
 from pos_lambda.speed_layer.progress import ProgressRecorder
 from pos_lambda.speed_layer.triggers import start_in_pool
 from pos_lambda.speed_layer.views_batch import ViewsBatch
 
+if TYPE_CHECKING:
+    from cassandra.cluster import Session
+
 QUERY_NAME = QUERY_OF_JOB["views"]
+log = logging.getLogger("pos.speed")
 
 
 def start(
@@ -65,51 +77,36 @@ def start(
     recorder: ProgressRecorder,
     available_now: bool = False,
 ) -> StreamingQuery:
-    """Start the named views query; returns the StreamingQuery."""
-    cassandra.await_tables(
-        spark,
-        settings.cassandra.keyspace,
-        [
-            cql.RAW_TABLE,
-            cql.RECEIPT_KEYS_TABLE,
-            cql.CONFLICTS_TABLE,
-            cql.AGG_SPEED_TABLE,
-            cql.DEAD_LETTERS_TABLE,
-        ],
-    )
+    """Start the named views query (after a warm-up, if settings.speed.warm_up); returns
+    the StreamingQuery."""
+    cassandra.await_tables(spark, settings.cassandra.keyspace, SPEED_TABLES)
     limits = Thresholds(
         driver_reads_below=settings.speed.driver_reads_below,
         driver_writes_below=settings.speed.driver_writes_below,
         bucket_reads_from=settings.speed.bucket_reads_from,
         native_check_from=settings.speed.native_check_from,
     )
-    keyspace = settings.cassandra.keyspace
     # A CQL session of its own for the driver's reads and writes, closed with the query.
-    session = None
-    driver = None
-    if limits.uses_driver:
-        session = cassandra_client.cluster(settings).connect()
-        driver = DriverStore(
-            DriverLookup(spark, session, keyspace),
-            DriverWriter(session, keyspace, settings.cassandra.write_consistency),
-        )
-    job = ViewsBatch(
-        store=ConnectorStore(spark, keyspace),
-        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
-        max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
-        limits=limits,
-        driver=driver,
-        failpoints=Failpoints.from_settings(settings.faults, supervisor_pid=_supervisor()),
-    )
+    session = cassandra_client.cluster(settings).connect() if limits.uses_driver else None
+    try:
+        if settings.speed.warm_up and not available_now:
+            _warm_up(spark, settings, limits, session)
+        job = _views_batch(spark, settings, settings.cassandra.keyspace, limits, session)
+    except BaseException:
+        if session is not None:
+            session.cluster.shutdown()
+        raise
 
-    # The size of a micro-batch is known only once it has been read (batch_plan.modes):
-    # the first micro-batch of a run counts as a full one, as it takes what came since
-    # the last.
+    # A micro-batch's size, before it is read: from the offsets the checkpoint logged
+    # for it. Unknown (an unreadable log), the previous micro-batch's predicts it, and
+    # a run's first counts as a full one, as it takes what came since the last run.
+    checkpoint = settings.checkpoint_dir / "views"
     previous_records = settings.speed.max_offsets_per_trigger
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         nonlocal previous_records
-        how = modes(previous_records, limits)
+        size = batch_size(checkpoint, batch_id)
+        how = modes(previous_records if size is None else size, limits)
         counts = job.process(batch, how.native_first, how.collect_keys)
         previous_records = counts.valid_rows + counts.invalid_rows
         recorder.add_counts(QUERY_NAME, batch_id, counts)
@@ -131,6 +128,75 @@ def start(
     if session is not None:
         _close_after(spark, query, session.cluster.shutdown)
     return query
+
+
+SPEED_TABLES = [
+    cql.RAW_TABLE,
+    cql.RECEIPT_KEYS_TABLE,
+    cql.CONFLICTS_TABLE,
+    cql.AGG_SPEED_TABLE,
+    cql.DEAD_LETTERS_TABLE,
+]
+
+
+def _views_batch(
+    spark: SparkSession,
+    settings: Settings,
+    keyspace: str,
+    limits: Thresholds,
+    session: Session | None,
+) -> ViewsBatch:
+    """The micro-batch's shell over the tables of `keyspace`."""
+    driver = None
+    if session is not None:
+        driver = DriverStore(
+            DriverLookup(spark, session, keyspace),
+            DriverWriter(session, keyspace, settings.cassandra.write_consistency),
+        )
+    return ViewsBatch(
+        store=ConnectorStore(spark, keyspace),
+        late_threshold_us=int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000),
+        max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
+        limits=limits,
+        driver=driver,
+        failpoints=Failpoints.from_settings(settings.faults, supervisor_pid=_supervisor()),
+    )
+
+
+def _warm_up(
+    spark: SparkSession, settings: Settings, limits: Thresholds, session: Session | None
+) -> None:
+    """The micro-batch's work on synthetic records, into the scratch keyspace (see
+    pos_lambda.speed_layer.warm_up), before the query starts."""
+    keyspace = settings.speed.warm_up_keyspace
+    if keyspace == settings.cassandra.keyspace:
+        raise ValueError(
+            f"POS_SPEED_WARM_UP_KEYSPACE is the pipeline's own keyspace ({keyspace}): the "
+            "warm-up writes synthetic receipts; name a scratch keyspace"
+        )
+    if not cassandra_client.has_tables(settings, keyspace, SPEED_TABLES):
+        log.info("creating the warm-up keyspace %s (once)", keyspace)
+        schema_apply.apply_cql(settings, keyspace)
+        cassandra.await_tables(spark, keyspace, SPEED_TABLES)
+    job = _views_batch(spark, settings, keyspace, limits, session)
+    passes = warm_up.warm_views(spark, lambda b, native, keys: job.process(b, native, keys))
+    log.info(warm_up.report(QUERY_NAME, passes))
+
+
+def batch_size(checkpoint: Path, batch_id: int) -> int | None:
+    """Kafka records in micro-batch `batch_id` of the query checkpointed at `checkpoint`:
+    from the previous batch's end offsets (the source's starting offsets for batch 0) to
+    its own, both logged before the batch runs. None when a log cannot be read."""
+
+    def logged(path: Path) -> dict[str, dict[str, int]] | None:
+        try:
+            return logged_offsets(path.read_text(errors="replace"))
+        except OSError:
+            return None
+
+    before = checkpoint / ("offsets" if batch_id else "sources/0") / str(max(batch_id - 1, 0))
+    start, end = logged(before), logged(checkpoint / "offsets" / str(batch_id))
+    return None if start is None or end is None else records_between(start, end)
 
 
 def _close_after(spark: SparkSession, query: StreamingQuery, close: Callable[[], None]) -> None:

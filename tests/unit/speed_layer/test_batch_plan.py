@@ -84,3 +84,36 @@ def test_the_previous_micro_batch_decides_validation_and_key_collection(
     previous: int, expected: Modes
 ) -> None:
     assert modes(previous, LIMITS) == expected
+
+
+# Spark's checkpoint logs, as a Kafka source's query writes them (Spark 3.5).
+OFFSETS_3 = (
+    'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1795819013434,"conf":{}}\n'
+    '{"pos.transactions":{"2":110,"1":95,"3":80,"0":90}}'
+)
+OFFSETS_4 = 'v1\n{"batchWatermarkMs":0}\n{"pos.transactions":{"2":112,"1":95,"3":85,"0":90}}'
+STARTING = '\x00v1\n{"pos.transactions":{"2":0,"1":0,"3":0,"0":0}}'
+
+
+def test_the_checkpoints_offset_logs_give_a_micro_batchs_size_before_it_is_read() -> None:
+    from pos_lambda.speed_layer.batch_plan import logged_offsets, records_between
+
+    third, fourth, start = (
+        logged_offsets(OFFSETS_3),
+        logged_offsets(OFFSETS_4),
+        logged_offsets(STARTING),
+    )
+    assert third == {"pos.transactions": {"0": 90, "1": 95, "2": 110, "3": 80}}
+    assert fourth is not None and third is not None and start is not None
+    assert records_between(third, fourth) == 2 + 5
+    assert records_between(start, third) == 90 + 95 + 110 + 80
+    # A partition added between the two counts from 0.
+    grown = {"pos.transactions": {**fourth["pos.transactions"], "4": 6}}
+    assert records_between(third, grown) == 7 + 6
+
+
+@pytest.mark.parametrize("text", ["", "v1\n", "v1\n{}\nnot json", 'v1\n{"a": 1}\n[1, 2]'])
+def test_an_unreadable_offset_log_gives_no_size(text: str) -> None:
+    from pos_lambda.speed_layer.batch_plan import logged_offsets
+
+    assert logged_offsets(text) is None

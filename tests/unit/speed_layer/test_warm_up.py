@@ -1,0 +1,80 @@
+"""The warm-up's synthetic micro-batch (pure data) and its readiness signal."""
+
+from __future__ import annotations
+
+import os
+import threading
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from pos_lambda.schemas.contract import Invalid, Receipt, parse_message
+from pos_lambda.settings import load_settings
+from pos_lambda.speed_layer import supervisor
+from pos_lambda.speed_layer.warm_up import Pass, report, synthetic_records
+
+NOW = datetime(2026, 11, 27, 12, 0, 30, tzinfo=UTC)
+
+
+def test_the_synthetic_micro_batch_takes_every_path_of_the_views_decisions() -> None:
+    records = synthetic_records(NOW, first_id=500)
+    assert [r[4] for r in records] == [0, 1, 2, 3, 4, 5, 6]  # offsets of partition 0
+    assert {r[5] for r in records} == {NOW}  # in Kafka now
+    parsed = [parse_message(r[1]) for r in records]
+    receipts = [p for p in parsed if isinstance(p, Receipt)]
+    assert len(receipts) == 6 and isinstance(parsed[6], Invalid)  # one malformed
+    keys = [r.natural_key for r in receipts]
+    # Four new receipts in two stores, a resend of the first, a conflict with the second.
+    assert keys[:4] == [(900_001, 1, 500), (900_002, 1, 501), (900_001, 1, 502), (900_002, 1, 503)]
+    assert records[4][1] == records[0][1]
+    assert keys[5] == (900_002, 1, 501) and records[5][1] != records[1][1]
+    assert receipts[5].line_items[0].price == Decimal("9.99")
+    # A minute old: within the speed views' lateness bound, in the current window.
+    assert receipts[0].happened_at == NOW - timedelta(minutes=1)
+
+
+def test_each_warm_up_brings_new_receipts() -> None:
+    first = {r[1] for r in synthetic_records(NOW, first_id=500)}
+    later = {r[1] for r in synthetic_records(NOW, first_id=510)}
+    assert len(first & later) == 1  # only the malformed value repeats
+
+
+def test_the_report_names_each_pass_and_the_total() -> None:
+    line = report("pos-speed-views", [Pass("first", 2.5), Pass("again", 0.25)])
+    assert line == (
+        "pos-speed-views warmed up in 2.8 s on synthetic records (first 2.50 s, again 0.25 s)"
+    )
+
+
+def test_the_warm_up_keyspace_is_a_setting_refused_when_not_a_keyspace_name() -> None:
+    from pydantic import ValidationError
+
+    assert load_settings().speed.warm_up_keyspace == "pos_warm_up"
+    with pytest.raises(ValidationError, match="speed_warm_up_keyspace"):
+        load_settings(speed_warm_up_keyspace="no-dashes")
+
+
+def test_the_supervisor_hears_each_drivers_readiness_and_logs_once_all_are_ready(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readiness = supervisor.Readiness(["archiver", "views"])
+    pipes = [os.pipe(), os.pipe()]
+    listeners = [
+        threading.Thread(target=readiness.await_from, args=(i, r)) for i, (r, _) in enumerate(pipes)
+    ]
+    for t in listeners:
+        t.start()
+    caplog.set_level("INFO", logger="pos.speed")
+    monkeypatch.setenv(supervisor.READY_FD_ENV, str(pipes[1][1]))
+    supervisor.report_ready()  # the views driver, as a driver process reports it
+    listeners[1].join(10)
+    assert readiness.ready == {1}
+    assert "speed layer ready" not in caplog.text
+    os.close(pipes[0][1])  # the archiver driver exits before it is ready
+    listeners[0].join(10)
+    assert readiness.ready == {1}
+    readiness.mark(0)  # its restart reports ready
+    assert "speed layer ready in" in caplog.text
+    assert "archiver; views running" in caplog.text
+    assert supervisor.READY_FD_ENV not in os.environ  # reported once
