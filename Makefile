@@ -114,6 +114,7 @@ bench: up ## every benchmark (side-by-side ratios), then the report in docs/benc
 	$(PY) -m bench.speed_backlog --vs 587bde6  # speed views before/after the hostile-input hardening
 	$(PY) -m bench.speed_vs_plain  # speed layer (views query; both queries; one-shot cold and running warm after a 200k-message warm-up) vs a plain Python consumer, same topic (250k, faults), ledger-checked
 	$(PY) -m bench.speed_latency --vary POS_SPEED_DRIVERS=per-query,shared --warmup 210 --max-warmup 420  # produce-to-visible p50/p99 of `pos-speed run` (1 s trigger) at 10 and 1,000 events/s, a driver per query (shipped) vs both in one driver; micro-batch cost. at least 210 s of warm-up, and until the archiver has drained the cold start's backlog (at 1,000 events/s ~3-4 min), at most 420 s
+	$(PY) -m bench.speed_cold_start  # from a cold start with the shipped defaults: p99 in the first 120 s at 10/s (20 stores, a new store per receipt, warm-up off), time to ready; first 100-row micro-batch vs warm; one-shot 50k (cold JVM) vs the plain consumer
 	$(PY) -m bench.speed_micro_batch  # a small views micro-batch's fixed cost, stage by stage; the project vs PySpark's own Python worker daemon (--baseline REV: vs an earlier revision)
 	$(PY) -m bench.speed_constant_cost  # the same 1,000-message micro-batch on 1M stored receipts vs empty tables (constant per-batch cost)
 	$(PY) -m bench.alerts_eos  # alerts: exactly once vs at least once, 10 ms / 100 ms / 1 s

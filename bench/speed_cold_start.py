@@ -162,8 +162,11 @@ def latency_run(
         "batches": summarise_batches(progress, first_at, drained_at),
     }
     print(f"  {name}: p50 {out['p50_s']} s, p99 {out['p99_s']} s, max {out['max_s']} s over "
-          f"{len(measured)} receipts; counts {'exact' if exact else 'NOT exact'}",
-          flush=True)  # fmt: skip
+          f"{len(measured)} receipts (first 10 s: p99 {out['first_10_s_p99_s']} s); counts "
+          f"{'exact' if exact else 'NOT exact'}", flush=True)  # fmt: skip
+    for query, b in out["batches"].items():
+        print(f"    {query}: {b['batches']} micro-batches, p50 {b['duration_ms_p50']} ms, max "
+              f"{b['duration_ms_max']} ms, first {b['first_batch_ms']} ms", flush=True)  # fmt: skip
     return out
 
 
@@ -376,6 +379,9 @@ def main() -> None:
     parser.add_argument("--start-timeout", type=float, default=300)
     parser.add_argument("--warm-batches", type=int, default=3,
                         help="warm micro-batches the first one is compared with")  # fmt: skip
+    parser.add_argument(
+        "--variants", default="", help="the latency part's variants to run, by name (default: all)"
+    )
     parser.add_argument("--one-shot-count", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=2, help="one-shot rounds")
     args = parser.parse_args()
@@ -397,6 +403,8 @@ def main() -> None:
             ]
             out["latency"] = []
             for name, planned, extra in variants:
+                if args.variants and name not in args.variants.split(","):
+                    continue
                 r = latency_run(base, name, planned, extra, args, log)
                 created.append((r["keyspace"], r["topic"]))
                 out["latency"].append(r)
