@@ -13,12 +13,13 @@
 Instants are ISO-8601 with an offset (`Z` for UTC), on 15-minute boundaries; the
 interval is [start, end), and it must have ended (an end more than two minutes after now
 is refused: the run would make windows final before their receipts exist). Prints one
-JSON line with the run's bookkeeping (with `--quality`, the check's result under
-"quality", or its error: the commit stands and the exit code stays that of the run;
-the check's result or error is recorded on the run's batch_runs row). Exit codes: 0 done, 2 bad arguments (a future
-interval among them), 1 the run failed (recorded as `failed` in batch_runs), 3 another
-run committed the pointer while this one computed (recorded as `conflict`; rerun), 4
-nothing to do yet (no master dataset: the archiver has not written its first records).
+JSON line with the run's bookkeeping and where its time went ("seconds"); with
+`--quality`, the check's result under "quality", or its error (the commit stands and
+the exit code stays the run's; result or error is recorded on the run's batch_runs
+row). Exit codes: 0 done, 2 bad arguments (a future interval among them), 1 the run
+failed (recorded as `failed` in batch_runs), 3 another run committed the pointer while
+this one computed (recorded as `conflict`; rerun), 4 nothing to do yet (no master
+dataset: the archiver has not written its first records).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -142,6 +144,7 @@ EXIT_NOTHING_TO_DO = 4
 
 
 def main(argv: list[str] | None = None) -> int:
+    began = time.monotonic()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     parser = _parser()
     args = parser.parse_args(argv)
@@ -180,20 +183,27 @@ def main(argv: list[str] | None = None) -> int:
     from pos_lambda.adapters.spark_session import build_session
 
     spark = build_session(settings, f"pos-batch-{args.command}")
+    # Where a run's time goes, printed with it: the session's start (the JVM's among
+    # it) is the fixed cost a small run pays (bench/batch_dag.py).
+    seconds = {"session": time.monotonic() - began}
     try:
         if args.command == "run":
             from pos_lambda.batch_layer import job
 
             assert interval is not None
+            lap = time.monotonic()
             result = job.run(spark, settings, interval, args.delta_version, args.take_over)
             done = dataclasses.asdict(result)
+            seconds["run"] = time.monotonic() - lap
             if args.quality:
                 from pos_lambda.batch_layer import quality
 
+                lap = time.monotonic()
                 # Never raises: a failed check leaves the commit standing and exit 0,
                 # recorded for the DAG's quality task to fail on (quality.after_run).
                 done["quality"] = quality.after_run(spark, settings, interval, result.run_id)
-            _emit(done)
+                seconds["quality"] = time.monotonic() - lap
+            _emit({**done, "seconds": {k: round(v, 3) for k, v in seconds.items()}})
         elif args.command == "rebuild":
             _rebuild(spark, settings, args)
         elif args.command == "quality":

@@ -80,9 +80,7 @@ def check(spark: SparkSession, settings: Settings, interval: Interval) -> Qualit
         result.unpersist()
 
 
-def run_fields(
-    result: QualityResult | None, error: str | None, at: datetime
-) -> dict[str, Any]:
+def run_fields(result: QualityResult | None, error: str | None, at: datetime) -> dict[str, Any]:
     """The `batch_runs` columns that record a check (its result, or why it failed)."""
     if result is None:
         return {"quality_checked_at": None, "quality_error": (error or "unknown")[:2000]}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -29,7 +29,7 @@ def test_the_newest_run_over_exactly_the_interval_is_reported() -> None:
     runs = [
         _run("first-try", 1),
         _run("retry", 4),
-        _run("other-hour", 9, interval_start=END, interval_end=datetime(2026, 3, 2, 10, tzinfo=UTC)),
+        _run("next-hour", 9, interval_start=END, interval_end=END + timedelta(hours=1)),
         _run("wider", 8, interval_start=datetime(2026, 3, 2, 0, tzinfo=UTC)),
     ]
     picked = pick(runs, START, END)
