@@ -58,7 +58,8 @@ def verdict(run: BatchRun | None, start: datetime, end: datetime) -> dict[str, A
     if run.quality_checked_at is None:
         raise QualityNotRecorded(
             f"run {run.run_id} ({run.status}) over {interval} recorded no quality check "
-            f"(killed after its commit, or run without --quality); run {rerun}"
+            "(killed after its commit, run without --quality, or its keyspace lacks the "
+            f"quality_* columns of batch_runs: `pos-infra schema` adds them); run {rerun}"
         )
     return {
         "run_id": run.run_id,
