@@ -110,6 +110,7 @@ bench: up ## every benchmark (side-by-side ratios), then the report in docs/benc
 	$(PY) -m bench.producer_clients  # confluent-kafka vs kafka-python, idempotent, same messages
 	$(PY) -m bench.speed_designs
 	$(PY) -m bench.batch_recompute --seconds 21600  # 6 h of 1 s micro-batch files (a whole day: --seconds 86400, ~4x longer)
+	$(PY) -m bench.batch_dag  # a pos_batch DAG run through Airflow (started if not running) vs `pos-batch run --quality` as one process, one hour of 5,000 receipts, ledger-checked: Airflow's and spark-submit's fixed costs (goal <= 1.5)
 	$(PY) -m bench.batch_history  # one hourly run (10,000 new receipts) on 1M, 10M and 50M records of generated, folded history; rows written per new receipt (with/without late data); non-write time vs delta-rs + polars
 	$(PY) -m bench.speed_backlog --vs 587bde6  # speed views before/after the hostile-input hardening
 	$(PY) -m bench.speed_vs_plain  # speed layer (views query; both queries; one-shot cold and running warm after a 200k-message warm-up) vs a plain Python consumer, same topic (250k, faults), ledger-checked

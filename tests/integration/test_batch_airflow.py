@@ -102,8 +102,20 @@ def test_the_scheduler_runs_the_batch_dag_for_a_real_interval(
         for r in runs
         if r.interval_start.year == 2026 and r.interval_start.month == 3
     ] == [("committed", end)]
-    # The quality task recorded what the batch fixed: the speed layer never ran here,
-    # so every receipt of every window is the batch's.
+    # The recompute ran the quality check in its own Spark application and recorded it
+    # on its row, for the quality task (no Spark) to report: the speed layer never ran
+    # here, so every window of the ledger's is one the batch fixed, and every day of the
+    # interval and its look-back has a committed version.
+    [ours] = [r for r in runs if r.interval_start.year == 2026 and r.interval_start.month == 3]
+    assert (ours.quality_windows, ours.quality_windows_fixed) == (len(want), len(want))
+    assert ours.quality_missing_days is None  # [] reads back as null
+    assert ours.quality_checked_at is not None and ours.quality_error is None
+    assert sorted(t for t, _, _ in api.tasks(DAG_ID, "test-interval")) == [
+        "await_archive",
+        "quality",
+        "recompute",
+    ]
+    # And what the batch fixed per window, in batch_fixes:
     fixes = {
         (r.operation_id, r.window_start): (r.receipts_fixed, Decimal(r.revenue_fixed))
         for r in cql.execute(f"SELECT * FROM {tables.BATCH_FIXES_TABLE}")

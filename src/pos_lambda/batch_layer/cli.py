@@ -3,6 +3,7 @@
     pos-batch run --start 2026-03-02T00:00:00Z --end 2026-03-02T01:00:00Z [--lookback-hours 48]
     pos-batch run ... --delta-version 17     # reproduce a run: the same input, the same rows
                                              # (written for inspection; --take-over serves it)
+    pos-batch run ... --quality              # then the data-quality check, same session
     pos-batch quality --start ... --end ...  # batch vs speed per store-window -> batch_fixes
     pos-batch rebuild [--chunks 8]           # recompute every day from every record
                                              # (after a validator or winner-rule change)
@@ -12,10 +13,13 @@
 Instants are ISO-8601 with an offset (`Z` for UTC), on 15-minute boundaries; the
 interval is [start, end), and it must have ended (an end more than two minutes after now
 is refused: the run would make windows final before their receipts exist). Prints one
-JSON line with the run's bookkeeping. Exit codes: 0 done, 2 bad arguments (a future
-interval among them), 1 the run failed (recorded as `failed` in batch_runs), 3 another
-run committed the pointer while this one computed (recorded as `conflict`; rerun), 4
-nothing to do yet (no master dataset: the archiver has not written its first records).
+JSON line with the run's bookkeeping and where its time went ("seconds"); with
+`--quality`, the check's result under "quality", or its error (the commit stands and
+the exit code stays the run's; result or error is recorded on the run's batch_runs
+row). Exit codes: 0 done, 2 bad arguments (a future interval among them), 1 the run
+failed (recorded as `failed` in batch_runs), 3 another run committed the pointer while
+this one computed (recorded as `conflict`; rerun), 4 nothing to do yet (no master
+dataset: the archiver has not written its first records).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -62,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
                 default=None,
                 help="read the master dataset at this table version (default: the newest); "
                 "the version is written for inspection, not served, unless --take-over",
+            )
+            c.add_argument(
+                "--quality",
+                action="store_true",
+                help="after the commit, run the data-quality check (as `pos-batch quality`) "
+                "in the same Spark session and record it on the run's batch_runs row (the "
+                "DAG's recompute: one Spark application per DAG run)",
             )
             c.add_argument(
                 "--take-over",
@@ -132,6 +144,7 @@ EXIT_NOTHING_TO_DO = 4
 
 
 def main(argv: list[str] | None = None) -> int:
+    began = time.monotonic()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     parser = _parser()
     args = parser.parse_args(argv)
@@ -146,6 +159,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
         if args.command == "run" and args.take_over and args.delta_version is None:
             parser.error("--take-over needs --delta-version (it serves a pinned rerun)")
+        if (
+            args.command == "run"
+            and args.quality
+            and args.delta_version is not None
+            and not args.take_over
+        ):
+            parser.error("--quality checks the served views; a pinned run serves nothing")
     if args.command == "gc":
         return _gc(settings, args)
     if args.command == "rebuild":
@@ -163,13 +183,27 @@ def main(argv: list[str] | None = None) -> int:
     from pos_lambda.adapters.spark_session import build_session
 
     spark = build_session(settings, f"pos-batch-{args.command}")
+    # Where a run's time goes, printed with it: the session's start (the JVM's among
+    # it) is the fixed cost a small run pays (bench/batch_dag.py).
+    seconds = {"session": time.monotonic() - began}
     try:
         if args.command == "run":
             from pos_lambda.batch_layer import job
 
             assert interval is not None
+            lap = time.monotonic()
             result = job.run(spark, settings, interval, args.delta_version, args.take_over)
-            _emit(dataclasses.asdict(result))
+            done = dataclasses.asdict(result)
+            seconds["run"] = time.monotonic() - lap
+            if args.quality:
+                from pos_lambda.batch_layer import quality
+
+                lap = time.monotonic()
+                # Never raises: a failed check leaves the commit standing and exit 0,
+                # recorded for the DAG's quality task to fail on (quality.after_run).
+                done["quality"] = quality.after_run(spark, settings, interval, result.run_id)
+                seconds["quality"] = time.monotonic() - lap
+            _emit({**done, "seconds": {k: round(v, 3) for k, v in seconds.items()}})
         elif args.command == "rebuild":
             _rebuild(spark, settings, args)
         elif args.command == "quality":

@@ -36,6 +36,14 @@ class BatchRun:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     error: str | None = None
+    # The data-quality check (`pos-batch run --quality`) after the commit: when it ran,
+    # its store-windows compared and changed, the days it found no commit for, or why
+    # it failed (the commit stands either way).
+    quality_checked_at: datetime | None = None
+    quality_windows: int | None = None
+    quality_windows_fixed: int | None = None
+    quality_missing_days: list[str] | None = None
+    quality_error: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> BatchRun:
@@ -43,7 +51,11 @@ class BatchRun:
         values: dict[str, Any] = {}
         for name in COLUMNS:
             value = getattr(row, name, None)
-            values[name] = _utc(value) if isinstance(value, datetime) else value
+            if isinstance(value, datetime):
+                value = _utc(value)
+            elif isinstance(value, list | tuple):  # a CQL list; Cassandra stores [] as null
+                value = [str(v) for v in value]
+            values[name] = value
         values.pop("status")
         return cls(
             **values,

@@ -136,6 +136,16 @@ class BatchStore:
         ).one()
         return None if row is None else runs.BatchRun.from_row(row)
 
+    def runs_since(self, since: datetime) -> list[runs.BatchRun]:
+        """The runs that started at or after `since` (run ids are time UUIDs of their
+        start: a slice of the partition's clustering order, not a scan of every run)."""
+        rows = self.session.execute(
+            f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s "
+            "AND run_id >= minTimeuuid(%s)",
+            [VIEW_NAME, since],
+        )
+        return [runs.BatchRun.from_row(r) for r in rows]
+
     def run_versions(self) -> list[tuple[str, datetime]]:
         """(version, started_at) of every run that got as far as choosing its version."""
         rows = self.session.execute(

@@ -129,3 +129,13 @@ class AirflowApi:
             (t["task_id"], str(t["state"]), int(t.get("try_number") or 0))
             for t in doc["task_instances"]
         ]
+
+    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        """The run's record: state, queued_at, start_date, end_date, ..."""
+        run: dict[str, Any] = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        return run
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        """The run's task instances' records: task_id, start_date, end_date, ..."""
+        doc = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        return list(doc["task_instances"])

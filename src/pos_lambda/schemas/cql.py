@@ -149,6 +149,10 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
   committed_at timestamp,
   PRIMARY KEY (view_name, day)
 )""",
+        # One row per batch run. The quality_* columns (added after the first release:
+        # `pos-infra schema` adds them to older keyspaces) hold the data-quality check of
+        # `pos-batch run --quality`, so the DAG's `quality` task reads it without Spark;
+        # quality_checked_at says the check ran (an empty list reads back as null).
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{BATCH_RUNS_TABLE} (
   view_name text,
   run_id timeuuid,
@@ -170,6 +174,11 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
   started_at timestamp,
   finished_at timestamp,
   error text,
+  quality_checked_at timestamp,
+  quality_windows bigint,
+  quality_windows_fixed bigint,
+  quality_missing_days list<text>,
+  quality_error text,
   PRIMARY KEY (view_name, run_id)
 ) WITH CLUSTERING ORDER BY (run_id DESC)""",
         # What the batch fixed per store-window, compared with the speed view (written

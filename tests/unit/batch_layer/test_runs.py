@@ -38,6 +38,7 @@ def test_from_a_driver_row_timestamps_in_utc_and_nulls_kept() -> None:
             "interval_start": naive,
             "finished_at": datetime(2026, 3, 2, 11, 30, tzinfo=timezone(timedelta(hours=1))),
             "receipts": 12,
+            "quality_missing_days": ("2026-03-01",),
         }
     )
     run = runs.BatchRun.from_row(row)
@@ -47,5 +48,6 @@ def test_from_a_driver_row_timestamps_in_utc_and_nulls_kept() -> None:
         interval_start=datetime(2026, 3, 2, 9, 0, tzinfo=UTC),
         finished_at=datetime(2026, 3, 2, 10, 30, tzinfo=UTC),
         receipts=12,
+        quality_missing_days=["2026-03-01"],
     )
     assert runs.BatchRun.from_row(SimpleNamespace(run_id="x", status=None)).status == "unknown"

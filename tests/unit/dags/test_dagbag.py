@@ -46,12 +46,35 @@ def test_batch_dag_is_hourly_over_data_intervals_and_never_overlaps(dagbag: Any)
     }
     assert sensor.mode == "reschedule"
     assert sensor.timeout == timedelta(minutes=30).total_seconds()
-    for task in (dag.get_task("recompute"), dag.get_task("quality")):
-        assert task.pool == "pos_batch"
-        assert task.retries == 2
-        assert task.execution_timeout is not None
-        assert task.execution_timeout <= timedelta(hours=1)
-        assert task._conn_id == "spark_pos"  # the provider keeps it private
+    # One Spark application per DAG run: the recompute runs the quality check too...
+    recompute = dag.get_task("recompute")
+    assert recompute.application_args == [
+        "run",
+        "--quality",
+        "--start",
+        "{{ data_interval_start.isoformat() }}",
+        "--end",
+        "{{ data_interval_end.isoformat() }}",
+    ]
+    assert recompute.pool == "pos_batch"
+    assert recompute.retries == 2
+    assert recompute.execution_timeout is not None
+    assert recompute.execution_timeout <= timedelta(hours=1)
+    assert recompute._conn_id == "spark_pos"  # the provider keeps it private
+    # ...and `quality` only reads what it recorded: a Python task, no spark-submit.
+    from airflow.providers.standard.operators.python import PythonOperator
+
+    quality = dag.get_task("quality")
+    assert type(quality) is PythonOperator
+    assert quality.python_callable.__name__ == "quality_recorded"
+    assert quality.op_kwargs == {
+        "start": "{{ data_interval_start.isoformat() }}",
+        "end": "{{ data_interval_end.isoformat() }}",
+        "since": "{{ dag_run.start_date.isoformat() }}",
+        "pos_env": "{{ params.pos_env }}",
+    }
+    assert quality.execution_timeout is not None
+    assert quality.execution_timeout <= timedelta(minutes=5)
 
 
 def test_interval_comes_from_the_data_interval_never_logical_date() -> None:
