@@ -144,7 +144,7 @@ def latency_run(
     measured = latencies(sent, poller, range(len(sent.windows)))
     exact = all(poller.counts.get(w) == n for w, n in sent.per_window.items())
     progress = progress_rows(base, ks)
-    out = {
+    out: dict[str, Any] = {
         "variant": name,
         "topic": topic,
         "keyspace": ks,
