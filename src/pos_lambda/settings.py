@@ -335,17 +335,17 @@ class SpeedSettings(_Section):
         default=4_000,
         ge=0,
         description=(
-            "A views micro-batch after one of at least this many Kafka records (a backlog; a "
-            "run's first micro-batch counts as a full one) validates natively in Spark first and "
-            "sends only what that path does not accept to the contract's Python validator. 0: "
-            "always; above max_offsets_per_trigger: never."
+            "A views micro-batch of at least this many Kafka records (a backlog; its size read "
+            "from the checkpoint's offset log, else the previous one's) validates natively "
+            "first and sends only what that path does not accept to the contract's Python "
+            "validator. 0: always; above max_offsets_per_trigger: never."
         ),
     )
     driver_reads_below: int = Field(
         default=4_000,
         ge=0,
         description=(
-            "A views micro-batch after one of fewer than this many Kafka records reads the stored"
+            "A views micro-batch of fewer than this many Kafka records reads the stored"
             " rows it needs from the driver, one CQL query per partition, instead of a Spark join"
             " per table (cheaper to plan). 0: never."
         ),

@@ -49,6 +49,7 @@ from pos_lambda.adapters import cassandra, cassandra_client, kafka, schema_apply
 from pos_lambda.adapters.driver_lookup import DriverLookup
 from pos_lambda.adapters.driver_writes import DriverWriter
 from pos_lambda.adapters.view_store import ConnectorStore, DriverStore
+from pos_lambda.failpoints import NONE as NO_FAILPOINTS
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
@@ -91,7 +92,10 @@ def start(
     try:
         if settings.speed.warm_up and not available_now:
             _warm_up(spark, settings, limits, session)
-        job = _views_batch(spark, settings, settings.cassandra.keyspace, limits, session)
+        failpoints = Failpoints.from_settings(settings.faults, supervisor_pid=_supervisor())
+        job = _views_batch(
+            spark, settings, settings.cassandra.keyspace, limits, session, failpoints
+        )
     except BaseException:
         if session is not None:
             session.cluster.shutdown()
@@ -145,8 +149,10 @@ def _views_batch(
     keyspace: str,
     limits: Thresholds,
     session: Session | None,
+    failpoints: Failpoints = NO_FAILPOINTS,
 ) -> ViewsBatch:
-    """The micro-batch's shell over the tables of `keyspace`."""
+    """The micro-batch's shell over the tables of `keyspace` (the warm-up's with no
+    failpoint: a test's crash point must fire in the pipeline's micro-batches only)."""
     driver = None
     if session is not None:
         driver = DriverStore(
@@ -159,7 +165,7 @@ def _views_batch(
         max_lateness_us=int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
         limits=limits,
         driver=driver,
-        failpoints=Failpoints.from_settings(settings.faults, supervisor_pid=_supervisor()),
+        failpoints=failpoints,
     )
 
 
