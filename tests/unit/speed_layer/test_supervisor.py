@@ -59,3 +59,18 @@ def test_invalid_driver_settings_are_refused(name: str, value: object) -> None:
 
     with pytest.raises(ValidationError, match=name):
         load_settings(**{name: value})
+
+
+def test_a_one_shot_driver_compiles_with_c1_only_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pos_lambda.speed_layer.cli import one_shot
+
+    monkeypatch.delenv("POS_SPARK_DRIVER_JAVA_OPTIONS", raising=False)
+    monkeypatch.delenv("POS_SPEED_ONE_SHOT_JAVA_OPTIONS", raising=False)
+    shipped = one_shot(load_settings())
+    assert shipped.spark.driver_java_options == "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
+    tiered = one_shot(load_settings(speed_one_shot_java_options=""))
+    assert tiered.spark.driver_java_options == "-XX:+UseParallelGC"
+    g1 = one_shot(load_settings(spark_driver_java_options=""))
+    assert g1.spark.driver_java_options == "-XX:TieredStopAtLevel=1"
