@@ -217,6 +217,16 @@ class SparkSettings(_Section):
             "the driver (docs/speed-performance.md); empty: the JVM's default (G1)."
         ),
     )
+    bounded_java_options: str = Field(
+        default="-XX:TieredStopAtLevel=1",
+        description=(
+            "JVM options added to the driver's for bounded runs on a cold JVM: `pos-speed run "
+            "--available-now`, `pos-batch run` and `quality` (the DAG's spark-submit too). C1 "
+            "only: compiling less beats waiting for C2 there (one-shot views, 50k messages: "
+            "4,749 vs 3,147 events/s, 200k: 7,745 vs 7,332; a batch run over 5,000 receipts: "
+            "12.0 vs 16.2 s). Empty: tiered compilation, as continuous runs use."
+        ),
+    )
     class_archives: bool = Field(
         default=True,
         description=(
@@ -376,15 +386,6 @@ class SpeedSettings(_Section):
             "The archiver driver's niceness when the queries run per-query: the master dataset "
             "feeds the hourly batch layer, so it yields the CPU to the views query, whose latency"
             " users see. 0: same priority."
-        ),
-    )
-    one_shot_java_options: str = Field(
-        default="-XX:TieredStopAtLevel=1",
-        description=(
-            "JVM options added to the driver's for `pos-speed run --available-now`: a bounded "
-            "run on a cold JVM, where compiling with C1 only beats waiting for C2 (one-shot "
-            "views over 50k messages 4,749 vs 3,147 events/s; over 200k 7,745 vs 7,332). "
-            "Empty: the JVM's tiered compilation, as continuous runs use."
         ),
     )
     warm_up: bool = Field(
@@ -752,6 +753,15 @@ class Settings(BaseSettings):
     @property
     def class_archive_dir(self) -> Path:
         return self.state_dir / "class-archives"
+
+    def bounded(self) -> Settings:
+        """These settings for a bounded run (a one-shot, a batch run): the driver's JVM
+        options plus spark_bounded_java_options."""
+        extra = self.spark.bounded_java_options.strip()
+        if not extra:
+            return self
+        options = f"{self.spark.driver_java_options} {extra}".strip()
+        return self.with_overrides(spark_driver_java_options=options)
 
     @property
     def checkpoint_dir(self) -> Path:

@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(str(exc))
     from pos_lambda.adapters.spark_session import build_session
 
+    if args.command in ("run", "quality"):  # bounded runs on a cold JVM: C1 only (settings)
+        settings = settings.bounded()
     spark = build_session(settings, f"pos-batch-{args.command}")
     # Where a run's time goes, printed with it: the session's start (the JVM's among
     # it) is the fixed cost a small run pays (bench/batch_dag.py).

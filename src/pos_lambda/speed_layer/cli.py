@@ -143,16 +143,6 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     return 0
 
 
-def one_shot(settings: Settings) -> Settings:
-    """The settings of an `--available-now` driver: its JVM options plus
-    speed_one_shot_java_options (C1 only: a bounded run on a cold JVM)."""
-    extra = settings.speed.one_shot_java_options.strip()
-    if not extra:
-        return settings
-    options = f"{settings.spark.driver_java_options} {extra}".strip()
-    return settings.with_overrides(spark_driver_java_options=options)
-
-
 def status(settings: Settings, as_json: bool) -> int:
     from cassandra.cluster import NoHostAvailable
 
@@ -261,8 +251,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.driver:
             die_with_supervisor()
-            if args.available_now:
-                settings = one_shot(settings)
+            if args.available_now:  # a bounded run on a cold JVM: C1 only (settings)
+                settings = settings.bounded()
             return run(settings, jobs, args.available_now)
         from pos_lambda.adapters import cassandra_client
 

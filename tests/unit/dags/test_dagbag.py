@@ -61,6 +61,11 @@ def test_batch_dag_is_hourly_over_data_intervals_and_never_overlaps(dagbag: Any)
     assert recompute.execution_timeout is not None
     assert recompute.execution_timeout <= timedelta(hours=1)
     assert recompute._conn_id == "spark_pos"  # the provider keeps it private
+    # A bounded run: spark-submit's driver JVM compiles with C1 only (Settings.bounded).
+    assert recompute.conf == {"spark.driver.extraJavaOptions": "{{ pos_bounded_java_options() }}"}
+    rendered = dag.user_defined_macros["pos_bounded_java_options"]()
+    assert "-XX:TieredStopAtLevel=1" in rendered.split()
+    assert "-XX:+UseParallelGC" in rendered.split()
     # ...and `quality` only reads what it recorded: a Python task, no spark-submit.
     from airflow.providers.standard.operators.python import PythonOperator
 

@@ -61,16 +61,14 @@ def test_invalid_driver_settings_are_refused(name: str, value: object) -> None:
         load_settings(**{name: value})
 
 
-def test_a_one_shot_driver_compiles_with_c1_only_unless_told_otherwise(
+def test_a_bounded_run_compiles_with_c1_only_unless_told_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pos_lambda.speed_layer.cli import one_shot
-
     monkeypatch.delenv("POS_SPARK_DRIVER_JAVA_OPTIONS", raising=False)
-    monkeypatch.delenv("POS_SPEED_ONE_SHOT_JAVA_OPTIONS", raising=False)
-    shipped = one_shot(load_settings())
+    monkeypatch.delenv("POS_SPARK_BOUNDED_JAVA_OPTIONS", raising=False)
+    shipped = load_settings().bounded()
     assert shipped.spark.driver_java_options == "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
-    tiered = one_shot(load_settings(speed_one_shot_java_options=""))
+    tiered = load_settings(spark_bounded_java_options="").bounded()
     assert tiered.spark.driver_java_options == "-XX:+UseParallelGC"
-    g1 = one_shot(load_settings(spark_driver_java_options=""))
+    g1 = load_settings(spark_driver_java_options="").bounded()
     assert g1.spark.driver_java_options == "-XX:TieredStopAtLevel=1"
