@@ -84,6 +84,11 @@ class AirflowApi:
         )
         return [(str(r["dag_run_id"]), str(r["state"])) for r in doc["dag_runs"]]
 
+    def fail_run(self, dag_id: str, run_id: str) -> None:
+        """Mark a run failed (its running tasks are stopped): a running run cannot be
+        deleted."""
+        self.call("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}", {"state": "failed"})
+
     def delete_run(self, dag_id: str, run_id: str) -> None:
         req = urllib.request.Request(
             f"{self.url}/api/v2/dags/{dag_id}/dagRuns/{run_id}", method="DELETE"
