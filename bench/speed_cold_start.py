@@ -45,8 +45,9 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ from bench.speed_latency import (
     percentile,
     summarise_batches,
 )
-from bench.speed_vs_plain import run_plain
+from bench.speed_vs_plain import run_plain, run_speed
 from pos_lambda.adapters import schema_apply
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer import ledger as ledger_files
@@ -268,29 +269,6 @@ def _await_batch_with_rows(
 # --- 3. one-shot against the plain consumer -----------------------------------------------
 
 
-def one_shot_views(settings: Settings, keyspace: str, ledger: Path) -> dict[str, Any]:
-    """`pos-speed run --available-now --jobs views` in a fresh process (cold JVM)."""
-    data = Path(tempfile.mkdtemp(prefix="bench-oneshot-"))
-    try:
-        schema_apply.apply_cql(settings, keyspace)
-        started = time.monotonic()
-        status = harness.speed_once(settings.topics.transactions, keyspace, data, "views")
-        process_s = time.monotonic() - started
-    finally:
-        shutil.rmtree(data, ignore_errors=True)
-    views = status[VIEWS]
-    problems = harness.check_ledger(settings, keyspace, ledger)
-    return {
-        "messages": int(views["input_rows"]),
-        "events_per_second": float(views["processed_rows_per_second"]),
-        "micro_batch_ms": views["duration_ms"],
-        "process_s": round(process_s, 1),
-        "process_events_per_second": int(views["input_rows"]) / process_s,
-        "exact": not problems,
-        "problems": problems,
-    }
-
-
 def one_shot(base: Settings, args: argparse.Namespace) -> dict[str, Any]:
     from bench.faulted_topic import produce_faulted_topic
 
@@ -299,7 +277,11 @@ def one_shot(base: Settings, args: argparse.Namespace) -> dict[str, Any]:
     ledger_files.write(ledger, result.receipts, result.faults, result.summary)
     runs: dict[str, list[dict[str, Any]]] = {"plain": [], "views": []}
     keyspaces: list[str] = []
-    contenders = {"plain": run_plain, "views": one_shot_views}
+    # The views query alone, one micro-batch of a fresh JVM (bench/speed_vs_plain.py's).
+    contenders: dict[str, Callable[[Settings, str, Path], dict[str, Any]]] = {
+        "plain": run_plain,
+        "views": partial(run_speed, jobs="views"),
+    }
     try:
         for rnd, (name, run) in harness.alternate(args.rounds, contenders.items(), True):
             ks = f"bench_oneshot_{name}_{uuid.uuid4().hex[:6]}"
@@ -357,7 +339,9 @@ def figures(out: dict[str, Any], trigger_s: float) -> list[results.Figure]:
     if shot:
         med = {n: statistics.median(float(r["events_per_second"]) for r in rs)
                for n, rs in shot["runs"].items()}  # fmt: skip
-        process = statistics.median(r["process_events_per_second"] for r in shot["runs"]["views"])
+        process = statistics.median(
+            int(r["messages"]) / float(r["process_s"]) for r in shot["runs"]["views"]
+        )
         n = f"{shot['messages']:,} messages"
         figs += [
             results.vs_peer(f"one-shot views, {n}, from its micro-batch's start (cold JVM)",
