@@ -298,6 +298,10 @@ def committed_offsets(settings: Settings, group: str, topic: str) -> dict[int, i
         return {tp.partition: tp.offset for tp in got if tp.offset >= 0} or None
 
 
+# What a record of the alerts topic that is no alert reads as.
+FOREIGN_RECORD: AlertIdentity = ("not_an_alert", 0, 0, 0)
+
+
 def alerts_in_topic(settings: Settings) -> list[AlertIdentity] | None:
     """Every committed alert of settings.topics.alerts (read_committed, start to end);
     None when the topic does not exist."""
@@ -334,7 +338,7 @@ def _alert_identity(value: bytes | None) -> AlertIdentity:
         return (str(doc["rule"]), int(doc["operation_id"]), int(doc["vendor_fiscal_module"]),
                 int(doc["transaction_id"]))  # fmt: skip
     except (ValueError, KeyError, TypeError):
-        return ("not_an_alert", 0, 0, 0)  # a foreign record: reported as wrong
+        return FOREIGN_RECORD  # not the processor's: reported beside the comparison
 
 
 # --- the speed layer's progress ---------------------------------------------------------------

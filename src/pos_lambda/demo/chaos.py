@@ -13,15 +13,19 @@ While a seeded stream (resends, bursts, conflicting copies, late, out-of-order a
 malformed messages) is produced at a steady rate into its own topic, the run strikes at
 seeded random points of the stream: kill -9 of the speed-layer driver three times (in a
 micro-batch: its checkpoint has an offsets entry without a commit), a hard restart of the
-Kafka broker, a restart of Cassandra (kill -9, start), and kill -9 of the batch job
-mid-write (its crash point after the receipts, before the aggregates and the pointer);
-the alerts processor kills itself mid-transaction twice (its crash point: alerts on the
-broker, commit not made). Whatever exits is started again, as a process manager
-would. Then everything catches up (the speed layer's checkpoints reach the topic's end
-offsets, the alerts group commits them), the batch layer runs through its Airflow DAG
-(`--batch direct`: `pos-batch run` + `quality` without Airflow), the auditor compares
-every view with the ledger, and the figures table is printed and written to
-`docs/chaos.md` and `docs/chaos.json` (`--out`).
+Kafka broker, a restart of Cassandra (kill -9, start), Cassandra down for longer than
+the speed layer's restarts ride out (--outage-seconds), kill -9 of the batch job
+mid-write (its crash point after the receipts, before the aggregates and the pointer;
+it first waits for the master dataset if the archiver has not made it yet), oversized
+malformed messages (up to 900 kB, in the ledger as dead letters to be), and a foreign
+record on the alerts topic; the alerts processor kills itself mid-transaction twice
+(its crash point: alerts on the broker, commit not made). Whatever exits is started
+again, as a process manager would. --fault-window puts the faults elsewhere in the
+stream (0,0.15: all at its start). Then everything catches up (the speed layer's
+checkpoints reach the topic's end offsets, the alerts group commits them), the batch
+layer runs through its Airflow DAG (`--batch direct`: `pos-batch run` + `quality`
+without Airflow), the auditor compares every view with the ledger, and the figures
+table is printed and written to `docs/chaos.md` and `docs/chaos.json` (`--out`).
 
 Its own namespace: keyspace `pos_chaos`, topics `chaos.transactions`/`chaos.alerts`,
 data dir `.state/chaos/data`, ledger `.state/chaos/ledger` (all reset at the start);
@@ -97,10 +101,28 @@ NAMESPACE = {
 }
 
 
+# The Cassandra outage: the speed layer's supervisor restarts a failed driver 5 times
+# with 2, 4, 8, 16, 30 s between (POS_SPEED_MAX_RESTARTS): 90 s outlast a micro-batch's
+# retries and most of those restarts.
+OUTAGE_S = 90
+# Oversized malformed messages, in bytes: just over the contract's 64 KiB, larger, and
+# near Kafka's default 1 MB message limit.
+OVERSIZED_BYTES = (64 * 1024 + 1, 300_000, 900_000)
+
 DEFAULT_COUNT = 100_000
 DEFAULT_SEED = 13
 # The end-to-end test that gives the verdict, relative to the project root.
 E2E_TEST = Path("tests") / "e2e" / "test_chaos.py"
+
+
+def _window(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give START,END, e.g. 0,0.15") from None
+    if not 0.0 <= lo < hi <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= START < END <= 1")
+    return lo, hi
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,6 +162,29 @@ def build_parser() -> argparse.ArgumentParser:
         type=cli_args.positive_int,
         default=900,
         help="one step or recovery, s (900)",
+    )
+    p.add_argument(
+        "--fault-window",
+        type=_window,
+        default=figures.DEFAULT_WINDOW,
+        metavar="START,END",
+        help="fractions of the stream between which the faults strike "
+        f"({figures.DEFAULT_WINDOW[0]},{figures.DEFAULT_WINDOW[1]}); 0,0.15 puts every one "
+        "at the start, before the master dataset or a batch run exists",
+    )
+    p.add_argument(
+        "--outage-seconds",
+        type=cli_args.positive_int,
+        default=OUTAGE_S,
+        help=f"how long the Cassandra outage lasts ({OUTAGE_S}; longer than the speed "
+        "layer's restarts of a failed driver ride out)",
+    )
+    p.add_argument(
+        "--alerts-crash-max",
+        type=cli_args.positive_int,
+        default=30,
+        help="the alerts processor kills itself in a transaction drawn from 3 to this (30); "
+        "lower it for a short stream, which gives the processor fewer transactions",
     )
     p.add_argument("--out", type=Path, default=PROJECT_ROOT / "docs", help="chaos.md/.json dir")
     p.add_argument("--logs", type=Path, default=STATE / "logs", help="log dir")
@@ -190,6 +235,8 @@ class Chaos:
     dag: batch_dag.DagRun | None = None
     airflow_started: bool = False  # by this run (then stopped at the end)
     interval: tuple[datetime, datetime] = (datetime.min, datetime.min)  # the data's hours
+    # Messages a fault sends (in the ledger from the start, sent when it strikes).
+    oversized: list[OutgoingMessage] = field(default_factory=list)
 
     @property
     def env(self) -> dict[str, str]:
@@ -363,6 +410,114 @@ class Chaos:
             )
         return "killed after writing its receipts, before its aggregates and pointer"
 
+    def _views_committed_after(self, before: int, what: str) -> None:
+        """A new micro-batch committed, or (the stream over) the query at the topic's end."""
+
+        def working() -> bool:
+            self.watch()
+            return self._last_commit() > before or (
+                self.sent() >= len(self.stream.messages if self.stream else [])
+                and steps.speed_caught_up(self.settings, ("views",))
+            )
+
+        await_or_fail(working, self.args.step_timeout, what)
+
+    def cassandra_outage(self) -> str:
+        """Cassandra stopped (kill -9) for --outage-seconds while the stream flows: the
+        speed drivers fail and restart with back-off (their supervisor may give up and
+        be started again by the watch, as a process manager would); recovered when the
+        views query commits a micro-batch after the node is back."""
+        from pos_lambda.runtime import cassandra_service
+
+        if not cassandra_service.process(self.base).kill():
+            raise StepFailed("Cassandra is not managed here (no pid file): cannot stop it")
+        before = self._last_commit()
+        self.say(f"fault: Cassandra down for {self.args.outage_seconds} s ...")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < self.args.outage_seconds:
+            self.check_deadline("the Cassandra outage")
+            self.watch()
+            time.sleep(0.5)  # the outage's length is the fault itself, not a wait
+        took = cassandra_service.start(self.base)
+        back = time.monotonic()
+        self._views_committed_after(before, "the views query to commit after the outage")
+        return (
+            f"down {self.args.outage_seconds} s, node back in {took:.0f} s, views committed "
+            f"{time.monotonic() - back:.0f} s later"
+        )
+
+    def oversized_malformed(self) -> str:
+        """Receipts padded past the contract's size, sent mid-stream by a second
+        idempotent producer; recovered when each is a dead letter (found by its bytes'
+        fingerprint, as the auditor finds it)."""
+        import hashlib
+
+        from pos_lambda.producer.kafka_sink import produce
+        from pos_lambda.schemas import cql as tables
+
+        s = self.settings
+        sent = produce(self.oversized, s.bootstrap_servers, s.topics.transactions, quiet=True)
+        want = {hashlib.sha256(m.value).hexdigest() for m in self.oversized}
+
+        def dead_lettered() -> bool:
+            with contextlib.suppress(Exception), cql_session(s) as cql:  # Cassandra restarting
+                rows = cql.execute(
+                    f"SELECT value_sha256 FROM {tables.DEAD_LETTERS_TABLE}", timeout=60
+                )
+                return want <= {r.value_sha256 for r in rows}
+            return False
+
+        await_or_fail(dead_lettered, self.args.step_timeout, "the oversized dead letters", 2.0)
+        sizes = ", ".join(f"{len(m.value):,}" for m in self.oversized)
+        return f"{sent.acked} messages of {sizes} bytes, each a dead letter (too_large)"
+
+    def foreign_alert(self) -> str:
+        """A record that is no alert, written to the alerts topic by someone else: the
+        sink must skip it and go on (recovered when the sink's group is past it), and the
+        auditor must report it without taking it for the pipeline's output."""
+        from confluent_kafka import Producer
+
+        s = self.settings
+        client = Producer({"bootstrap.servers": s.bootstrap_servers, "enable.idempotence": True}
+                          | s.kafka.security_config)  # fmt: skip
+        where: list[tuple[int, int]] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                where.append((int(msg.partition()), int(msg.offset())))
+
+        client.produce(
+            s.topics.alerts, key=b"not-an-alert", value=b'{"hello": "from elsewhere"}',
+            on_delivery=delivered,
+        )  # fmt: skip
+        if client.flush(60) != 0 or not where:
+            raise StepFailed("the foreign record was not acknowledged by Kafka")
+        partition, offset = where[0]
+
+        def past_it() -> bool:
+            with contextlib.suppress(Exception):  # no commit yet, a coordinator moving
+                got = steps.committed(s, s.alerts.sink_group_id, s.topics.alerts)
+                return got.get(partition, -1) > offset
+            return False
+
+        sink = start_logged(
+            [str(VENV_BIN / "pos-alerts"), "sink"], self.env, self.log("alerts-sink-foreign")
+        )
+        self.procs.append(sink)
+        try:
+            await_or_fail(
+                lambda: past_it() or sink.poll() is not None,
+                self.args.step_timeout, "the alerts sink to pass the foreign record",
+            )  # fmt: skip
+            if sink.poll() is not None:
+                raise StepFailed(
+                    f"the alerts sink exited {sink.returncode} on a foreign record; log "
+                    f"{self.log('alerts-sink-foreign')}:\n{tail(self.log('alerts-sink-foreign'))}"
+                )
+        finally:
+            stop_gracefully(sink, 60)
+        return f"at {s.topics.alerts} [{partition}] @{offset}: skipped by the sink, which went on"
+
     def strike(self, fault: figures.Planned) -> None:
         at = self.sent()
         self.say(f"fault: {figures.LABELS[fault.kind]} at message {at:,} ...")
@@ -414,12 +569,48 @@ def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
     mixed = add_conflicts(result.messages, args.conflict_rate, args.seed)
     summary = summary_with(result.summary, mixed.faults)
     summary["topic"] = s.topics.transactions
-    ledger.write(args.ledger, result.receipts, [*result.faults, *mixed.faults], summary)
+    oversized = oversized_faults(chaos, result.messages)
+    summary = with_oversized(summary, oversized)
+    ledger.write(args.ledger, result.receipts, [*result.faults, *mixed.faults, *oversized], summary)
     happened = [datetime.fromisoformat(r["happened_at"]) for r in result.receipts]
     first = min(happened).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     last = max(happened).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     chaos.interval = (first, last + timedelta(hours=1))
     return mixed.messages, summary
+
+
+def oversized_faults(chaos: Chaos, messages: list[OutgoingMessage]) -> list[dict[str, Any]]:
+    """The oversized messages the `oversized_malformed` fault sends (kept on `chaos`):
+    the stream's first receipt, padded, as ledger faults the auditor expects as dead
+    letters with reason too_large."""
+    import hashlib
+
+    from pos_lambda.producer import malformed
+    from pos_lambda.schemas.contract import Receipt, parse_message
+
+    parsed = ((m, parse_message(m.value)) for m in messages)
+    like, receipt = next((m, r) for m, r in parsed if isinstance(r, Receipt))
+    faults = []
+    for size in OVERSIZED_BYTES:
+        kind, value, reason = malformed.oversized_message(receipt, size)
+        chaos.oversized.append(OutgoingMessage(like.key, value, 0, f"malformed:{kind}"))
+        faults.append({
+            "kind": "malformed", "malformed_kind": kind, "expected_reason": reason,
+            "value_sha256": hashlib.sha256(value).hexdigest(),
+            "detail": f"{kind} message of {size:,} bytes; the validator must say {reason}",
+        })  # fmt: skip
+    return faults
+
+
+def with_oversized(summary: dict[str, Any], faults: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ledger's summary counting the oversized messages too (they are in the topic)."""
+    kinds = dict(summary.get("malformed_kinds", {}))
+    for f in faults:
+        kinds[f["malformed_kind"]] = kinds.get(f["malformed_kind"], 0) + 1
+    counts = dict(summary["faults"])
+    counts["malformed"] = counts.get("malformed", 0) + len(faults)
+    return {**summary, "messages": summary["messages"] + len(faults), "faults": counts,
+            "malformed_kinds": kinds}  # fmt: skip
 
 
 def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> threading.Thread:
@@ -648,7 +839,9 @@ def run(args: argparse.Namespace) -> figures.ChaosFacts:
         alerts_instance_id=NAMESPACE["POS_ALERTS_INSTANCE_ID"],
         data_dir=Path(NAMESPACE["POS_DATA_DIR"]),
     )
-    fault_plan = figures.plan(args.seed)
+    fault_plan = figures.plan(
+        args.seed, window=args.fault_window, alerts_crash_max=args.alerts_crash_max
+    )
     chaos = Chaos(settings, base, args, say, fault_plan)
     chaos.alerts_armed = list(fault_plan.alerts_crash_at)
     chaos.deadline = time.monotonic() + args.timeout

@@ -16,14 +16,21 @@ from pos_lambda.demo.story import Audited, n
 
 # What strikes while the stream is produced, besides the alerts processor's own kills.
 STREAM_FAULTS = ("speed_kill", "speed_kill", "speed_kill", "kafka_restart",
-                 "cassandra_restart", "batch_kill")  # fmt: skip
+                 "cassandra_restart", "batch_kill", "cassandra_outage", "oversized_malformed",
+                 "foreign_alert")  # fmt: skip
 LABELS = {
     "speed_kill": "kill -9 of the speed-layer driver (mid micro-batch)",
     "kafka_restart": "Kafka broker hard restart (kill -9, start)",
     "cassandra_restart": "Cassandra restart (kill -9, start)",
+    "cassandra_outage": "Cassandra down longer than the speed layer's retries",
+    "oversized_malformed": "oversized malformed messages (over the contract's 64 KiB)",
+    "foreign_alert": "a foreign record on the alerts topic",
     "alerts_kill": "kill -9 of the alerts processor mid-transaction",
     "batch_kill": "kill -9 of the batch job mid-write",
 }
+# Where in the stream (fractions of its messages) the faults strike by default: after
+# the start, before the end, so that every one strikes while the stream flows.
+DEFAULT_WINDOW = (0.05, 0.85)
 
 
 @dataclass(frozen=True)
@@ -38,19 +45,32 @@ class Plan:
     alerts_crash_at: list[int]  # the processor kills itself in this transaction (per start)
 
 
-def plan(seed: int, faults: tuple[str, ...] = STREAM_FAULTS, alerts_kills: int = 2) -> Plan:
-    """One fault per equal slot of [0.05, 0.85) of the stream, kinds shuffled, each at a
-    random point of its slot: random, yet never two at once, and all while producing."""
+def plan(
+    seed: int,
+    faults: tuple[str, ...] = STREAM_FAULTS,
+    alerts_kills: int = 2,
+    window: tuple[float, float] = DEFAULT_WINDOW,
+    alerts_crash_max: int = 30,
+) -> Plan:
+    """One fault per equal slot of `window` ([0.05, 0.85) of the stream by default),
+    kinds shuffled, each at a random point of its slot: random, yet never two at once.
+    A window at the stream's start (e.g. [0, 0.15)) puts faults before what they act on
+    exists (no master dataset, no committed batch): the run must wait for it, not fail."""
     rng = random.Random(seed)
     kinds = list(faults)
     rng.shuffle(kinds)
-    lo, hi = 0.05, 0.85
+    lo, hi = window
+    if not 0.0 <= lo < hi <= 1.0:
+        raise ValueError(f"fault window {window}: need 0 <= start < end <= 1")
     width = (hi - lo) / max(len(kinds), 1)
     planned = [
         Planned(kind, round(lo + width * (i + rng.uniform(0.1, 0.9)), 4))
         for i, kind in enumerate(kinds)
     ]
-    return Plan(planned, [rng.randint(3, 30) for _ in range(alerts_kills)])
+    # The processor kills itself in its Nth transaction since it started, N in
+    # [3, alerts_crash_max]: a short stream gives it fewer transactions to reach.
+    crash_at = [rng.randint(3, max(3, alerts_crash_max)) for _ in range(alerts_kills)]
+    return Plan(planned, crash_at)
 
 
 @dataclass(frozen=True)
@@ -101,7 +121,7 @@ def _faults_cell(facts: ChaosFacts) -> str:
     done: dict[str, int] = {}
     for o in facts.outcomes:
         done[o.kind] = done.get(o.kind, 0) + 1
-    order = ["speed_kill", "kafka_restart", "cassandra_restart", "alerts_kill", "batch_kill"]
+    order = list(LABELS)
     parts = [f"{LABELS[k]} x{done[k]}" for k in order if k in done]
     return f"{len(facts.outcomes)} of {facts.planned}: " + "; ".join(parts)
 

@@ -2,7 +2,9 @@
 contract's validator must give (the ledger records it; tests check it).
 
 Kinds: broken_json (truncated), missing_field, wrong_type, negative_price,
-oversized_list (one line item more than the contract allows).
+oversized_list (one line item more than the contract allows). Beside them, never drawn
+at random: `oversized_message`, a receipt padded past the contract's message size (the
+chaos run sends a few, up to Kafka's own limit).
 """
 
 from __future__ import annotations
@@ -59,3 +61,18 @@ def make(rng: random.Random, like: Receipt) -> tuple[str, bytes, str]:
     item = doc["transactions"][0]
     doc["transactions"] = [item] * (LIMITS.max_line_items + 1)
     return kind, json.dumps(doc).encode(), "too_many_items"
+
+
+OVERSIZED = "oversized_message"
+
+
+def oversized_message(like: Receipt, size: int) -> tuple[str, bytes, str]:
+    """(kind, message bytes, expected reason) for `like` padded with an unknown field to
+    exactly `size` bytes, which must exceed the contract's LIMITS.max_message_bytes: a
+    terminal that attaches a log or an image to its receipt."""
+    if size <= LIMITS.max_message_bytes:
+        raise ValueError(f"{size} bytes is not over the contract's {LIMITS.max_message_bytes}")
+    head = json.dumps(like.to_json())[:-1] + ', "attachment": "'
+    tail = '"}'
+    pad = size - len(head.encode()) - len(tail)
+    return OVERSIZED, (head + "x" * pad + tail).encode(), "too_large"

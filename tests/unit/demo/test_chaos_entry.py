@@ -39,3 +39,31 @@ def test_bad_arguments_fail_before_pytest_starts(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_:
         chaos.main(["--count", "0"], root=tmp_path)
     assert exit_.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "window"),
+    [("0,0.15", (0.0, 0.15)), ("0.05,0.85", (0.05, 0.85)), ("0.2,1", (0.2, 1.0))],
+)
+def test_the_fault_window_is_two_fractions(text: str, window: tuple[float, float]) -> None:
+    assert chaos.build_parser().parse_args(["--fault-window", text]).fault_window == window
+
+
+@pytest.mark.parametrize("text", ["0.15", "a,b", "0.5,0.2", "0,1.5", "-0.1,0.5"])
+def test_a_bad_fault_window_is_refused(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        chaos.build_parser().parse_args(["--fault-window", text])
+    assert "--fault-window" in capsys.readouterr().err
+
+
+def test_the_oversized_messages_count_in_the_ledgers_summary() -> None:
+    summary = {
+        "messages": 5_091, "faults": {"malformed": 25, "resend": 30},
+        "malformed_kinds": {"broken_json": 25},
+    }  # fmt: skip
+    faults = [{"malformed_kind": "oversized_message"}] * 3
+    assert chaos.with_oversized(summary, faults) == {
+        "messages": 5_094, "faults": {"malformed": 28, "resend": 30},
+        "malformed_kinds": {"broken_json": 25, "oversized_message": 3},
+    }  # fmt: skip
+    assert summary["messages"] == 5_091  # the input is left as it was

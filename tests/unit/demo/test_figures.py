@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from pos_lambda.demo import figures
 from pos_lambda.demo.story import Audited, ViewAudit
 
@@ -16,9 +18,26 @@ def test_the_plan_is_seeded_spread_out_and_inside_the_stream() -> None:
     ats = [f.at for f in a.faults]
     assert ats == sorted(ats)
     assert all(0.05 < x < 0.85 for x in ats)
-    # one fault per slot of (0.85 - 0.05) / 6: at least 0.2 slot widths apart
-    assert all(b - a_ > 0.2 * 0.8 / 6 for a_, b in itertools.pairwise(ats))
+    # one fault per slot of (0.85 - 0.05) / 9: at least 0.2 slot widths apart
+    assert all(b - a_ > 0.2 * 0.8 / 9 for a_, b in itertools.pairwise(ats))
     assert len(a.alerts_crash_at) == 2 and all(3 <= t <= 30 for t in a.alerts_crash_at)
+
+
+def test_a_short_streams_plan_crashes_the_alerts_processor_early() -> None:
+    crash_at = figures.plan(13, alerts_crash_max=6).alerts_crash_at
+    assert len(crash_at) == 2 and all(3 <= t <= 6 for t in crash_at)
+
+
+def test_a_plan_can_put_every_fault_at_the_streams_start() -> None:
+    early = figures.plan(4242, window=(0.0, 0.15))
+    assert sorted(f.kind for f in early.faults) == sorted(figures.STREAM_FAULTS)
+    assert all(0.0 < f.at < 0.15 for f in early.faults)
+
+
+@pytest.mark.parametrize("window", [(0.5, 0.5), (0.2, 0.1), (-0.1, 0.5), (0.5, 1.2)])
+def test_a_plan_refuses_a_window_outside_the_stream(window: tuple[float, float]) -> None:
+    with pytest.raises(ValueError, match="fault window"):
+        figures.plan(1, window=window)
 
 
 def _facts(clean: bool, count: int = 100_000) -> figures.ChaosFacts:
