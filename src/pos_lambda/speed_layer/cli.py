@@ -317,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             settings,
             drivers_for(settings, jobs, args.available_now),
             argv if argv is not None else sys.argv[1:],
+            serve_metrics=not args.available_now,  # a one-shot run is not scraped
         )
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
