@@ -99,10 +99,29 @@ def test_an_hour_nothing_reached_the_archiver_for_is_skipped_one_with_records_wa
         f"{settings.data_dir / 'master'} holds no Delta commit; the speed layer's "
         "archiver (`pos-speed run`) creates it with its first micro-batch"
     )
+    # The DAG's sensor turns it into a skip: recompute and quality skipped, run success.
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    with pytest.raises(AirflowSkipException, match="no master dataset yet"):
+        _dag_module().archived_before(HOUR_END.isoformat(), pos_env)
     _send(settings, EARLY, range(3))
     assert ready_to_recompute(HOUR_END.isoformat(), pos_env) is False  # wait, not skip
+    assert _dag_module().archived_before(HOUR_END.isoformat(), pos_env) is False
     _archive(spark, settings)
     assert wait_for(lambda: archived_until(settings, HOUR_END).done, timeout=60, interval=0.5), (
         archived_until(settings, HOUR_END).describe()
     )
     assert ready_to_recompute(HOUR_END.isoformat(), pos_env) is True
+
+
+def _dag_module() -> Any:
+    """dags/pos_batch.py, imported as the scheduler's DAG processor would."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "dags" / "pos_batch.py"
+    spec = importlib.util.spec_from_file_location("pos_batch_dag_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

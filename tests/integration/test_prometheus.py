@@ -39,6 +39,8 @@ from tests.integration.speed_helpers import (
 pytestmark = pytest.mark.integration
 
 STORE = 9
+AT = datetime(2026, 3, 2, 8, 10, tzinfo=UTC)  # the receipts happened from 08:10:01
+HOUR = ("2026-03-02T08:00:00+00:00", "2026-03-02T09:00:00+00:00")  # the batch run's
 VALID = 20  # receipts 1..20 of device 1
 RESENT = 3  # receipts 1..3 sent twice, byte for byte
 MALFORMED = 4  # values that are not JSON
@@ -104,13 +106,12 @@ def test_prometheus_scrapes_the_layers_and_fires_when_the_speed_layer_stops(
         speed_trigger_seconds=1.0,
         speed_archive_trigger_seconds=1.0,
     )
-    at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
-    valid = [receipt_json(STORE, 1, tid, at + timedelta(seconds=tid)) for tid in range(1, 21)]
+    valid = [receipt_json(STORE, 1, tid, AT + timedelta(seconds=tid)) for tid in range(1, 21)]
     values = valid + valid[:RESENT] + [b"{not json %d" % i for i in range(MALFORMED)]
     produce_raw(
         settings,
         values,
-        timestamps=[ms(at + timedelta(seconds=30))] * len(values),
+        timestamps=[ms(AT + timedelta(seconds=30))] * len(values),
         keys=[device_key(STORE, 1)] * len(values),
     )
 
@@ -159,6 +160,25 @@ def test_prometheus_scrapes_the_layers_and_fires_when_the_speed_layer_stops(
             assert (_value(url, "pos_alerts_transactions_committed_total") or 0) >= 1
             assert (_value(url, f"pos_speed_micro_batch_duration_seconds{views}") or 0) > 0
             assert _firing(url, "PosSpeedLayerDown") == []
+
+            # A batch run over the hour (everything is archived by now): the serving
+            # process's batch series follow its batch_runs row and pointer.
+            batch = subprocess.run(
+                [str(VENV_BIN / "pos-batch"), "run", "--start", HOUR[0], "--end", HOUR[1]],
+                env=env_for(settings), capture_output=True, text=True, timeout=600,
+            )  # fmt: skip
+            assert batch.returncode == 0, batch.stderr[-3000:]
+            assert json.loads(batch.stdout.splitlines()[-1])["receipts"] == VALID
+            _await_values(
+                url,
+                {
+                    'pos_batch_last_run_status{status="committed"}': 1,
+                    "pos_batch_horizon_timestamp_seconds": 1772442000,  # 2026-03-02T09:00Z
+                },
+                timeout=60,
+            )
+            took = _value(url, "pos_batch_last_run_duration_seconds")
+            assert took is not None and 0 < took < 600
 
             speed.send_signal(signal.SIGTERM)
             assert speed.wait(timeout=120) == 0
