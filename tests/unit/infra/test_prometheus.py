@@ -17,10 +17,14 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["promtool", *args], capture_output=True, text=True, timeout=60)
 
 
-def test_the_shipped_config_and_rules_are_valid() -> None:
-    checked = _promtool("check", "config", str(prometheus_service.SHIPPED_CONFIG))
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 1 rule files found" in checked.stdout
+def test_the_shipped_configs_and_rules_are_valid() -> None:
+    for config in (
+        prometheus_service.SHIPPED_CONFIG,
+        prometheus_service.SHIPPED_CONFIG.with_name("prometheus.compose.yml"),
+    ):
+        checked = _promtool("check", "config", str(config))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert "SUCCESS: 1 rule files found" in checked.stdout
     rules = _promtool("check", "rules", str(prometheus_service.RULES))
     assert rules.returncode == 0, rules.stdout + rules.stderr
     assert "SUCCESS: 7 rules found" in rules.stdout
@@ -39,3 +43,28 @@ def test_a_generated_config_scrapes_the_targets_with_the_shipped_rules(tmp_path:
     (tmp_path / "prometheus.yml").write_text(text)
     checked = _promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_compose_config_scrapes_the_same_jobs_by_service_name() -> None:
+    import yaml
+
+    local, compose = (
+        yaml.safe_load(p.read_text())
+        for p in (
+            prometheus_service.SHIPPED_CONFIG,
+            prometheus_service.SHIPPED_CONFIG.with_name("prometheus.compose.yml"),
+        )
+    )
+    assert local["rule_files"] == compose["rule_files"] == ["alert-rules.yml"]
+    assert {
+        j["job_name"]: j["static_configs"][0]["targets"] for j in compose["scrape_configs"]
+    } == {
+        "pos-speed": ["speed:9410"],
+        "pos-alerts": ["alerts:9411"],
+        "pos-serving": ["serve:8000"],
+    }
+    assert [j["job_name"] for j in local["scrape_configs"]] == [
+        "pos-speed",
+        "pos-alerts",
+        "pos-serving",
+    ]
