@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The pipeline image: every pos-* command (pos-speed, pos-batch, pos-serve, pos-alerts,
 # pos-producer, pos-infra), Airflow 3 with the DAGs, and Spark's standalone master and
 # worker from the pinned PySpark's own scripts, so driver and cluster share one version.
@@ -17,8 +16,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/pos/app
 # The dependency files first, so a code change does not refetch the jars.
-COPY pyproject.toml constraints.txt README.md ./
-COPY infra/ infra/
+COPY pyproject.toml constraints.txt ./
+COPY infra/jars/ infra/jars/
 # Only the modules the jar fetching imports, so a change elsewhere keeps this layer.
 COPY src/pos_lambda/__init__.py src/pos_lambda/settings.py src/pos_lambda/
 COPY src/pos_lambda/adapters/__init__.py src/pos_lambda/adapters/service.py src/pos_lambda/adapters/
@@ -29,10 +28,16 @@ RUN python -m venv /opt/pos/venv \
 RUN POS_JARS_DIR=/opt/pos/jars PYTHONPATH=src /opt/pos/venv/bin/python -c \
       "from pos_lambda.runtime import jars; from pos_lambda.settings import load_settings; \
        print(jars.fetch(load_settings(), ('spark',)))"
+# The dependencies next, read from pyproject.toml alone (extras: airflow, since the DAGs
+# run in this image too, and deploy, Airflow's PostgreSQL driver; dev stays out), with
+# the same constraints as the Makefile's setup step: a change to the code reuses them.
+RUN /opt/pos/venv/bin/python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+      print('\n'.join(p['dependencies'] + [d for x in ('airflow', 'deploy') for d in p['optional-dependencies'][x]]))" \
+      > /tmp/requirements.txt \
+ && /opt/pos/venv/bin/pip install --no-cache-dir -c constraints.txt -r /tmp/requirements.txt
 COPY . .
-# Same command as the Makefile's setup step. Extras: airflow (the DAGs run in this image
-# too) and deploy (Airflow's PostgreSQL driver); dev (tests, linters) stays out.
-RUN /opt/pos/venv/bin/pip install --no-cache-dir -c constraints.txt -e '.[airflow,deploy]'
+# The project itself, as `make setup` installs it (editable, so src/ is the code).
+RUN /opt/pos/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt -e '.[airflow,deploy]'
 
 # --- runtime: a JRE 17, the venv, the jars, a non-root user ------------------------------
 FROM ${PYTHON_IMAGE}

@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos audit bench screenshots screenshots-dashboard docs lock clean
+.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -99,6 +99,24 @@ CHAOS_SEED ?= 13
 CHAOS_ARGS ?=
 chaos: up ## the e2e test tests/e2e/test_chaos.py: kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
 	$(PY) -m pytest -m e2e tests/e2e -s --count $(CHAOS_COUNT) --seed $(CHAOS_SEED) --chaos-args='$(CHAOS_ARGS)' $(PYTEST_ARGS)
+
+# The pipeline image. PYTHON_IMAGE is its base (a Python 3.11 Debian image); where no
+# registry is reachable, infra/docker/local-base.sh makes one from Debian's packages.
+PYTHON_IMAGE ?= python:3.11.14-slim-bookworm
+IMAGE_TAG ?= local
+# `host`: RUN steps use the host's network, which works without a bridge network too.
+DOCKER_BUILD_NETWORK ?= host
+image: ## build the pipeline image pos-lambda:IMAGE_TAG (local) on PYTHON_IMAGE; BuildKit or the legacy builder
+	docker build --network $(DOCKER_BUILD_NETWORK) --build-arg PYTHON_IMAGE=$(PYTHON_IMAGE) -t pos-lambda:$(IMAGE_TAG) .
+	@docker image inspect --format 'pos-lambda:$(IMAGE_TAG): {{.Size}} bytes' pos-lambda:$(IMAGE_TAG)
+
+DEPLOY_PYTHON_IMAGE ?= pos-python:3.11-bookworm
+deploy-test: up ## the deploy on a real Docker engine: local engine + base, image, compose up, demo stream, restart, audit (~10 min; not in `make test`)
+	infra/docker/engine.sh up
+	@engine_started=$$(test -f .state/docker/dockerd.pid && echo yes); \
+	infra/docker/local-base.sh $(DEPLOY_PYTHON_IMAGE) \
+	  && PYTHON_IMAGE=$(DEPLOY_PYTHON_IMAGE) $(PY) -m pytest -m deploy tests/deploy -s $(PYTEST_ARGS); \
+	status=$$?; [ -z "$$engine_started" ] || infra/docker/engine.sh down; exit $$status
 
 LEDGER ?= .state/demo-ledger
 audit: $(INSTALLED) ## compare every view with a producer ledger (LEDGER, default the demo's); exit 1 on a discrepancy

@@ -173,3 +173,36 @@ def test_the_driver_jvm_runs_the_throughput_collector_by_default(spark: Any) -> 
     jvm = spark.sparkContext._jvm
     beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
+
+
+def test_cassandra_role_on_an_open_cluster_applies_the_schema_and_says_no_role_was_made(
+    services: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The local Cassandra runs AllowAllAuthenticator, where role passwords and grants
+    are refused: compose's `cassandra-init` step must still leave the schema in place
+    and say why it made no role, instead of failing on a CQL error."""
+    import argparse
+
+    from cassandra.cluster import Cluster
+
+    from pos_lambda.runtime.cli import cmd_cassandra_role
+
+    keyspace = f"t_role_{uuid.uuid4().hex[:12]}"
+    settings = services.with_overrides(cassandra_keyspace=keyspace)
+    assert cmd_cassandra_role(settings, argparse.Namespace(role="pos")) == 0
+    said = capsys.readouterr().err
+    assert "does not authenticate (AllowAllAuthenticator), so no role was created" in said
+    cluster = Cluster(settings.cassandra_contact_points, port=settings.cassandra.port)
+    try:
+        session = cluster.connect()
+        tables = {
+            r.table_name
+            for r in session.execute(
+                "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s",
+                (keyspace,),
+            )
+        }
+        assert {"receipts_by_store_day", "batch_runs"} <= tables
+        session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
+    finally:
+        cluster.shutdown()

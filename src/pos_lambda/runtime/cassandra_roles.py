@@ -22,6 +22,30 @@ from pos_lambda.adapters.service import ServiceError
 from pos_lambda.settings import Settings
 
 DEFAULT_SUPERUSER = ("cassandra", "cassandra")
+# The authenticator's setting is `authenticator` up to Cassandra 4.1 and
+# `authenticator.class_name` since 5.0 (a parameterized class there).
+AUTHENTICATOR_SETTINGS = ("authenticator", "authenticator.class_name")
+
+
+def authenticates(configured: list[str]) -> bool:
+    """Whether a node with these authenticator settings asks clients to log in: anything
+    but AllowAllAuthenticator (by short or full class name) does; an empty answer is
+    taken as authenticating, the safe side (roles are then attempted and errors shown)."""
+    named = [value.rsplit(".", 1)[-1] for value in configured if value]
+    return not named or any(name != "AllowAllAuthenticator" for name in named)
+
+
+def cluster_authenticates(settings: Settings) -> bool:
+    """Ask the node itself (its `system_views.settings` virtual table)."""
+    cluster, session = _connect(settings)
+    try:
+        rows = session.execute(  # type: ignore[attr-defined]
+            "SELECT value FROM system_views.settings WHERE name IN (%s, %s)",
+            AUTHENTICATOR_SETTINGS,
+        )
+        return authenticates([row.value for row in rows])
+    finally:
+        cluster.shutdown()  # type: ignore[attr-defined]
 
 
 def _connect(settings: Settings) -> tuple[object, object]:

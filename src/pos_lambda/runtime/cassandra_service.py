@@ -236,7 +236,8 @@ def status(settings: Settings) -> str:
     hosts = ",".join(settings.cassandra_contact_points)
     if pid is None:
         if port_open(settings.bind_host, settings.cassandra.port):
-            return f"not managed here, but CQL at {hosts}:{settings.cassandra.port} answers"
+            ready = "ready" if is_ready(settings) else "starting (not ready)"
+            return f"{ready} (not managed here: CQL {hosts}:{settings.cassandra.port})"
         return "stopped"
     ready = "ready" if is_ready(settings) else "starting (not ready)"
     return f"{ready} (pid {pid}, CQL {hosts}:{settings.cassandra.port})"

@@ -3,6 +3,7 @@ apply the schema and create topics.
 
     pos-infra up            # jars (once), Kafka + Cassandra, schema, topics
     pos-infra status        # exit 0 only if both services are ready
+    pos-infra status kafka  # just one of them
     pos-infra down          # stop both; no process is left behind
     pos-infra jars | schema | topics
     pos-infra airflow up|down|status|env   # local Airflow 3 (not part of `up`)
@@ -83,9 +84,12 @@ def cmd_down(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_status(settings: Settings, _: argparse.Namespace) -> int:
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     ok = True
+    named = getattr(args, "service", None)
     for name, svc in SERVICES.items():
+        if named and name != named:
+            continue
         state = svc.status(settings)
         ok &= state.startswith("ready")
         print(f"{name:<10} {state}")
@@ -114,6 +118,16 @@ def cmd_cassandra_role(settings: Settings, args: argparse.Namespace) -> int:
         _say("cassandra: the default superuser password was replaced by the configured one")
     n = schema_apply.apply_cql(settings)
     _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra.keyspace}'")
+    if not cassandra_roles.cluster_authenticates(settings):
+        # An open cluster (AllowAllAuthenticator, as `pos-infra up` runs locally): every
+        # client already has every permission, and Cassandra refuses role passwords and
+        # grants there. The schema is what the pipeline needs; say why nothing else ran.
+        _say(
+            "cassandra: this cluster does not authenticate (AllowAllAuthenticator), so no "
+            f"role was created; enable PasswordAuthenticator and CassandraAuthorizer, then "
+            f"run this again to create role '{args.role}'"
+        )
+        return 0
     cassandra_roles.ensure_role(settings, args.role, password)
     _say(
         f"cassandra: role '{args.role}' can log in with its password and holds every "
@@ -177,7 +191,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="start just this service (repeatable)",
     )
     sub.add_parser("down", help="stop Kafka and Cassandra")
-    sub.add_parser("status", help="report readiness; exit 1 unless both are ready")
+    status = sub.add_parser(
+        "status",
+        help="report readiness; exit 1 unless both (or the one named) are ready",
+    )
+    status.add_argument(
+        "service",
+        nargs="?",
+        choices=sorted(SERVICES),
+        help="just this service (a health check of one dependency, as compose's stand-ins use)",
+    )
     sub.add_parser("schema", help="create the Cassandra keyspace and tables")
     sub.add_parser("topics", help="create the Kafka topics")
     role = sub.add_parser(

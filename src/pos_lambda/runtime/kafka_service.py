@@ -246,7 +246,10 @@ def status(settings: Settings) -> str:
     pid = process(settings).pid()
     if pid is None:
         if port_open(settings.bind_host, settings.kafka.port):
-            return f"not managed here, but {settings.bootstrap_servers} answers"
+            # Someone else's broker (another checkout, a container's host): ready all
+            # the same when it serves, so `pos-infra status kafka` can be a health check.
+            ready = "ready" if is_ready(settings) else "starting (not ready)"
+            return f"{ready} (not managed here: {settings.bootstrap_servers})"
         return "stopped"
     ready = "ready" if is_ready(settings) else "starting (not ready)"
     return f"{ready} (pid {pid}, {settings.bootstrap_servers})"

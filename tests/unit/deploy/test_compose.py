@@ -23,6 +23,8 @@ from pos_lambda.settings import PROJECT_ROOT
 COMPOSE_FILE = PROJECT_ROOT / "compose.yaml"
 ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
 DOCKERFILE = PROJECT_ROOT / "Dockerfile"
+# compose.yaml on a Docker engine without bridge networks (tests/deploy, make deploy-test).
+HOST_NETWORK = PROJECT_ROOT / "infra" / "docker" / "compose.host-network.yaml"
 CORE = {
     "kafka",
     "cassandra",
@@ -43,6 +45,8 @@ FULL_ONLY = {
     "airflow-dag-processor",
     "airflow-triggerer",
 }
+# One-off commands (`docker compose run --rm batch pos-batch run ...`), never `up`'s.
+TOOLS = {"batch"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|TOKEN|JAAS|SQL_ALCHEMY_CONN", re.IGNORECASE)
 
 
@@ -55,11 +59,19 @@ def _compose_cmd() -> list[str]:
     )
 
 
-def _compose(*args: str, env_file: Path = ENV_EXAMPLE) -> subprocess.CompletedProcess[str]:
+def _compose(
+    *args: str, env_file: Path = ENV_EXAMPLE, files: tuple[Path, ...] = (COMPOSE_FILE,)
+) -> subprocess.CompletedProcess[str]:
     # Only PATH and HOME: no variable of the calling shell may fill in a secret.
     env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
     return subprocess.run(
-        [*_compose_cmd(), "--env-file", str(env_file), "-f", str(COMPOSE_FILE), *args],
+        [
+            *_compose_cmd(),
+            "--env-file",
+            str(env_file),
+            *(a for f in files for a in ("-f", str(f))),
+            *args,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -91,13 +103,15 @@ def example_values() -> dict[str, str]:
 
 
 def test_compose_validates_and_has_every_service(services: dict[str, Any]) -> None:
-    assert set(services) == CORE | FULL_ONLY
+    assert set(services) == CORE | FULL_ONLY | TOOLS
 
 
 def test_profiles_plain_up_is_the_core_pipeline(services: dict[str, Any]) -> None:
     for name, svc in services.items():
         if name in CORE:
             assert not svc.get("profiles"), name
+        elif name in TOOLS:
+            assert svc.get("profiles") == ["tools"], name
         else:
             assert svc.get("profiles") == ["full"], name
 
@@ -275,7 +289,11 @@ def test_dockerfile_installs_from_the_projects_dependency_files() -> None:
     # The Makefile's setup step: the project itself, with its extras, from pyproject.toml.
     makefile = (PROJECT_ROOT / "Makefile").read_text()
     assert "-m pip install --quiet -c constraints.txt -e '.[dev,airflow]'" in makefile
-    assert "pip install --no-cache-dir -c constraints.txt -e '.[airflow,deploy]'" in text
+    # The dependencies from pyproject.toml's own lists first (a code change reuses that
+    # layer), then the project itself with the same extras, editable.
+    assert "for x in ('airflow', 'deploy')" in text and "-r /tmp/requirements.txt" in text
+    assert "pip install --no-cache-dir --no-deps -c constraints.txt -e '.[airflow,deploy]'" in text
+    assert "# syntax=" not in text  # BuildKit's frontend image needs a registry
     assert re.search(r"^COPY pyproject.toml constraints.txt", text, re.M)
     # Jars at build time through the project's own fetching (never at start).
     assert "from pos_lambda.runtime import jars" in text and "jars.fetch(" in text
@@ -301,3 +319,54 @@ def test_compose_commands_exist_in_the_clis(services: dict[str, Any]) -> None:
                 timeout=120,
             )
             assert help_.returncode == 0, (name, help_.stderr[-500:])
+
+
+# --- the host-network override the deploy test runs (tests/deploy) -------------------
+
+
+@pytest.fixture(scope="module")
+def on_host_network() -> dict[str, Any]:
+    done = _compose("config", files=(COMPOSE_FILE, HOST_NETWORK))
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+# What the override may change in a pipeline service's environment: where the services
+# are and how to reach them (PLAINTEXT, an open Cassandra), and the test's namespace.
+HOST_ENDPOINTS = {
+    "POS_KAFKA_BOOTSTRAP_SERVERS", "POS_KAFKA_SECURITY_PROTOCOL", "POS_CASSANDRA_HOSTS",
+    "POS_CASSANDRA_PORT", "POS_CASSANDRA_KEYSPACE", "POS_TOPIC_TRANSACTIONS",
+    "POS_TOPIC_ALERTS", "POS_TOPIC_DEAD_LETTERS", "POS_BIND_HOST",
+    "POS_CASSANDRA_USERNAME", "POS_CASSANDRA_PASSWORD",
+}  # fmt: skip
+
+
+def test_host_network_override_keeps_each_pipeline_services_definition(
+    services: dict[str, Any], on_host_network: dict[str, Any]
+) -> None:
+    """The deploy test proves compose.yaml's own services: the override may move them
+    onto the host's network and point them at 127.0.0.1, nothing else."""
+    hosted = on_host_network["services"]
+    for name in (CORE | TOOLS) - {"kafka", "cassandra"}:
+        base, host = services[name], hosted[name]
+        assert host["network_mode"] == "host", name
+        for key in ("image", "command", "entrypoint", "healthcheck", "depends_on", "volumes",
+                    "restart", "stop_grace_period", "init"):  # fmt: skip
+            assert host.get(key) == base.get(key), f"{name}: {key} differs"
+        changed = {
+            k for k in base["environment"].keys() | host["environment"].keys()
+            if base["environment"].get(k) != host["environment"].get(k)
+        }  # fmt: skip
+        assert changed <= HOST_ENDPOINTS, f"{name}: {sorted(changed - HOST_ENDPOINTS)}"
+    assert hosted["serve"]["environment"]["POS_BIND_HOST"] == "127.0.0.1"
+    assert on_host_network["networks"]["default"] == {"external": True, "name": "host"}
+
+
+def test_host_network_stand_ins_are_healthy_only_when_the_real_service_answers(
+    services: dict[str, Any], on_host_network: dict[str, Any]
+) -> None:
+    hosted = on_host_network["services"]
+    for name in ("kafka", "cassandra"):
+        assert hosted[name]["image"] == services["speed"]["image"], name
+        assert hosted[name]["healthcheck"]["test"] == ["CMD", "pos-infra", "status", name]
+        assert hosted[name]["network_mode"] == "host"
