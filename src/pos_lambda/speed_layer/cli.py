@@ -259,7 +259,7 @@ could not be resolved to their whole value (named on stderr; the others were sen
 2 a bad --reason or --since."""
 
 
-def _replay_dead_letters(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _replay_dead_letters(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from pos_lambda.speed_layer import replay
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "status":
             return status(load_settings(), args.json)
         if args.command == "replay-dead-letters":
-            return _replay_dead_letters(parser, args)
+            return _replay_dead_letters(args)
         jobs = tuple(j.strip() for j in args.jobs.split(",") if j.strip())
         unknown = sorted(set(jobs) - set(JOBS))
         if unknown or not jobs:
