@@ -168,3 +168,9 @@ lock: $(INSTALLED) ## re-pin constraints.txt from the current environment
 
 clean: down ## stop services and delete all local state (data, logs, checkpoints)
 	rm -rf .state
+
+.PHONY: screenshots-prometheus
+screenshots-prometheus: up ## stop the speed layer under a real Prometheus (Debian's) and keep docs/prometheus-alerts.png of PosSpeedLayerDown firing (own keyspace and topic)
+	@bash infra/system-deps.sh chromium prometheus
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
+	$(PY) docs/capture_prometheus.py --out docs/prometheus-alerts.png

@@ -8,7 +8,9 @@ without one silently submits to master `yarn`).
 
 - `pos_batch` (hourly, `CronDataIntervalTimetable`): `await_archive` (until the
   archiver's committed Kafka offsets show every record Kafka received before the
-  hour's end in the master dataset: src/pos_lambda/batch_layer/await_archive.py), then
+  hour's end in the master dataset: src/pos_lambda/batch_layer/await_archive.py; if
+  there is still no master dataset then, nothing ever reached the archiver: it skips
+  the run's other tasks and the run succeeds, empty), then
   `recompute`: `pos-batch run --quality` over [data_interval_start, data_interval_end)
   (never `logical_date`: it is null for manual and asset-triggered runs), which also
   runs the data-quality check in the same Spark application and records it on its
@@ -61,10 +63,18 @@ INTERVAL_ARGS = [
 
 
 def archived_before(end: str, pos_env: dict[str, str]) -> bool:
-    """await_archive's check (imported at run time, not parse time)."""
-    from pos_lambda.batch_layer.await_archive import archived_before as check
+    """await_archive's check (imported at run time, not parse time). An hour with no
+    master dataset to read even once everything before its end is archived (nothing
+    ever reached the archiver) skips the recompute and quality: the DAG run succeeds,
+    empty, rather than failing on `pos-batch run`'s exit 4, "nothing to do yet"."""
+    from airflow.sdk.exceptions import AirflowSkipException
 
-    return check(end, pos_env)
+    from pos_lambda.batch_layer.await_archive import NothingArchived, ready_to_recompute
+
+    try:
+        return ready_to_recompute(end, pos_env)
+    except NothingArchived as exc:
+        raise AirflowSkipException(str(exc)) from exc
 
 
 def quality_recorded(

@@ -411,6 +411,15 @@ class SpeedSettings(_Section):
         description="A failed streaming query (Cassandra or Kafka unreachable) restarts from "
         "its checkpoint this many times in a row, with backoff, before pos-speed exits.",
     )
+    metrics_port: int = Field(
+        default=9410,
+        ge=0,
+        le=65535,
+        description="A continuous `pos-speed run` (its supervisor process) serves OpenMetrics "
+        "for Prometheus at bind_host:this/metrics: each query's Kafka lag (to the last stable "
+        "offset), micro-batches, receipts, resends, conflicts, late and invalid records, "
+        "driver up and restarts (docs/operations.md, Metrics). 0: no metrics port.",
+    )
 
 
 class BatchSettings(_Section):
@@ -557,6 +566,15 @@ class AlertsSettings(_Section):
     )
     sink_group_id: str = Field(
         default="pos-alerts-sink", description="Consumer group of `pos-alerts sink`."
+    )
+    metrics_port: int = Field(
+        default=9411,
+        ge=0,
+        le=65535,
+        description="`pos-alerts run` serves OpenMetrics for Prometheus at "
+        "bind_host:this/metrics: transactions committed and aborted, records, alerts, the "
+        "watchdog's restarts. A second instance on the same host needs its own port. 0: no "
+        "metrics port.",
     )
 
 

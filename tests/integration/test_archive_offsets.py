@@ -10,7 +10,11 @@ import pytest
 
 from pos_lambda.adapters.archive_offsets import archived_until
 from pos_lambda.adapters.service import wait_for
-from pos_lambda.batch_layer.await_archive import archived_before
+from pos_lambda.batch_layer.await_archive import (
+    NothingArchived,
+    archived_before,
+    ready_to_recompute,
+)
 from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import (
     device_key,
@@ -75,3 +79,49 @@ def test_pos_speed_to_the_end_leaves_its_last_offsets_committed_when_it_exits(
     lag = archived_until(settings, LATE)  # no waiting: the process has exited
     assert lag.done, lag.describe()
     assert sum(o or 0 for o in lag.committed.values()) == 12
+
+
+def test_an_hour_nothing_reached_the_archiver_for_is_skipped_one_with_records_waits(
+    spark: Any, isolated: tuple[Settings, Any]
+) -> None:
+    # Before the archiver's first commit there is no master dataset. An hour whose
+    # records are all archived (none: the topic is empty) is skipped by the DAG, not run
+    # into `pos-batch run`'s exit 4; an hour with records waits for the archiver.
+    settings, _ = isolated
+    pos_env = {
+        "POS_TOPIC_TRANSACTIONS": settings.topics.transactions,
+        "POS_DATA_DIR": str(settings.data_dir),
+    }
+    with pytest.raises(NothingArchived) as skipped:
+        ready_to_recompute(HOUR_END.isoformat(), pos_env)
+    assert str(skipped.value) == (
+        f"nothing to recompute before {HOUR_END.isoformat()}: no master dataset yet: "
+        f"{settings.data_dir / 'master'} holds no Delta commit; the speed layer's "
+        "archiver (`pos-speed run`) creates it with its first micro-batch"
+    )
+    # The DAG's sensor turns it into a skip: recompute and quality skipped, run success.
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    with pytest.raises(AirflowSkipException, match="no master dataset yet"):
+        _dag_module().archived_before(HOUR_END.isoformat(), pos_env)
+    _send(settings, EARLY, range(3))
+    assert ready_to_recompute(HOUR_END.isoformat(), pos_env) is False  # wait, not skip
+    assert _dag_module().archived_before(HOUR_END.isoformat(), pos_env) is False
+    _archive(spark, settings)
+    assert wait_for(lambda: archived_until(settings, HOUR_END).done, timeout=60, interval=0.5), (
+        archived_until(settings, HOUR_END).describe()
+    )
+    assert ready_to_recompute(HOUR_END.isoformat(), pos_env) is True
+
+
+def _dag_module() -> Any:
+    """dags/pos_batch.py, imported as the scheduler's DAG processor would."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "dags" / "pos_batch.py"
+    spec = importlib.util.spec_from_file_location("pos_batch_dag_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -70,6 +70,24 @@ def newest_version_on_disk(settings: Settings) -> int:
     return max(versions)
 
 
+def missing(settings: Settings) -> str | None:
+    """Why there is no master dataset to read yet, in one line (None: there is one).
+
+    From the Delta log's file names alone (`newest_version_on_disk`), so a command can
+    say so before it pays for a JVM and a Spark session. A table exists once its log
+    holds a commit: before its first micro-batch commits, the archiver may already have
+    written data files, or an empty `_delta_log`, that Delta's readers refuse."""
+    try:
+        newest_version_on_disk(settings)
+    except FileNotFoundError:
+        return (
+            f"no master dataset yet: {settings.master_dataset_dir} holds no Delta commit; "
+            "the speed layer's archiver (`pos-speed run`) creates it with its first "
+            "micro-batch"
+        )
+    return None
+
+
 def table_id(spark: SparkSession, settings: Settings) -> str:
     row = spark.sql(f"DESCRIBE DETAIL {_table(settings)}").select("id").first()
     if row is None:  # pragma: no cover - DESCRIBE DETAIL always returns one row

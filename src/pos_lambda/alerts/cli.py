@@ -31,6 +31,7 @@ import signal
 import sys
 import threading
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from confluent_kafka import KafkaException
 from pydantic import ValidationError
@@ -163,7 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if stop.is_set():  # asked to stop while waiting for the lease
                 return 0
-            return Processor(settings, rules, lease=lease).run(stop)
+            processor = Processor(settings, rules, lease=lease)
+            server = _serve_metrics(settings, processor)
+            try:
+                return processor.run(stop)
+            finally:
+                if server is not None:
+                    server.shutdown()
         finally:
             lease.release()
     except ServiceError as exc:
@@ -172,6 +179,27 @@ def main(argv: list[str] | None = None) -> int:
     except KafkaException as exc:  # neither fatal nor retriable: stop, say why
         print(f"error: Kafka: {exc}", file=sys.stderr)
         return 1
+
+
+def _serve_metrics(settings: Any, processor: Any) -> Any:
+    """The processor's metrics on POS_ALERTS_METRICS_PORT (alerts/metrics.py)."""
+    import time
+
+    from pos_lambda.adapters import metrics_http
+    from pos_lambda.alerts.metrics import AlertsCollector
+
+    collector = AlertsCollector(
+        lambda: processor.totals,
+        str(settings.alerts.instance_id),
+        settings.alerts.mode,
+        time.time(),
+    )
+    return metrics_http.serve(
+        metrics_http.registry_of(collector),
+        settings.bind_host,
+        settings.alerts.metrics_port,
+        "pos-alerts",
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ unreachable): the message says which, and never a verdict without it.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.audit.readers import AuditError
@@ -74,11 +76,32 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     print(report.table(args.examples))
+    _record_last(settings.state_dir / "audit" / "last.json", report)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(report.dumps())
         print(f"JSON report: {args.json}", file=sys.stderr)
     return report.exit_code
+
+
+def _record_last(path: Path, report: Any) -> None:
+    """The verdict where the serving process's /metrics finds it (serving/metrics.py):
+    the last audit run on this machine, whatever its ledger. Best effort: the verdict
+    is printed and in the exit code whatever happens here."""
+    from datetime import UTC, datetime
+
+    record = {
+        "finished_at": datetime.now(UTC).isoformat(),
+        "exit_code": report.exit_code,
+        **report.to_json(),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, default=str) + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        print(f"pos-audit: could not record the verdict in {path}: {exc}", file=sys.stderr)
 
 
 def _progress(line: str) -> None:

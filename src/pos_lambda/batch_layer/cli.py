@@ -19,7 +19,8 @@ the exit code stays the run's; result or error is recorded on the run's batch_ru
 row). Exit codes: 0 done, 2 bad arguments (a future interval among them), 1 the run
 failed (recorded as `failed` in batch_runs), 3 another run committed the pointer while
 this one computed (recorded as `conflict`; rerun), 4 nothing to do yet (no master
-dataset: the archiver has not written its first records).
+dataset: the speed layer's archiver has not committed its first micro-batch; `run` and
+`rebuild` say so in one line on stderr, before any Spark session starts).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pos-batch",
         description="Batch layer: recompute exact views from the master dataset.",
+        epilog="exit codes: 0 done, 1 failed, 2 bad arguments, 3 another run committed "
+        "first (rerun), 4 nothing to do yet (no master dataset: the speed layer's "
+        "archiver creates it with its first micro-batch)",
     )
     sub = p.add_subparsers(dest="command", required=True)
     for name, text in (
@@ -180,6 +184,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.end = parse_instant(args.end)
             except IntervalError as exc:
                 parser.error(str(exc))
+    if args.command in ("run", "rebuild"):
+        from pos_lambda.adapters import master_dataset
+
+        # Before the JVM starts: the answer is in the Delta log's file names, and a user
+        # (or the DAG's log) gets one line instead of a session's start-up and Delta's
+        # "is not a Delta table".
+        missing = master_dataset.missing(settings)
+        if missing is not None:
+            return _nothing_to_do(args.command, missing)
     from pos_lambda.adapters.spark_session import build_session
 
     if args.command in ("run", "quality"):  # bounded runs on a cold JVM: C1 only (settings)
@@ -218,16 +231,22 @@ def main(argv: list[str] | None = None) -> int:
     except CommitConflict as exc:
         log.error("pos-batch %s: %s", args.command, exc)
         return EXIT_CONFLICT
-    except NothingToDo as exc:
-        log.warning("pos-batch %s: %s", args.command, exc)
-        _emit({"nothing_to_do": str(exc)})
-        return EXIT_NOTHING_TO_DO
+    except NothingToDo as exc:  # the table went away after the check above
+        return _nothing_to_do(args.command, str(exc))
     except Exception as exc:
         log.error("pos-batch %s failed: %s", args.command, exc)
         return 1
     finally:
         spark.stop()
     return 0
+
+
+def _nothing_to_do(command: str, reason: str) -> int:
+    """One line on stderr saying what is missing and what creates it, the JSON line on
+    stdout, and the exit code a scheduler can tell from a failure."""
+    print(f"pos-batch {command}: nothing to do yet: {reason}", file=sys.stderr, flush=True)
+    _emit({"nothing_to_do": reason})
+    return EXIT_NOTHING_TO_DO
 
 
 def _rebuild(spark: Any, settings: Settings, args: argparse.Namespace) -> None:

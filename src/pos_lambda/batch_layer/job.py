@@ -113,8 +113,9 @@ def run(
         raise ValueError("take_over is for a run pinned to a table version (delta_version)")
     if not master_dataset.exists(spark, settings):
         raise NothingToDo(
-            f"no master dataset at {settings.master_dataset_dir} yet: the archiver "
-            "(`pos-speed run`) creates it with its first micro-batch; nothing to recompute"
+            f"no master dataset yet: {settings.master_dataset_dir} is not a Delta table; "
+            "the speed layer's archiver (`pos-speed run`) creates it with its first "
+            "micro-batch"
         )
     run_id = uuid.uuid1()
     with BatchStore(settings) as store:

@@ -20,10 +20,13 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from prometheus_client.exposition import choose_encoder
 from pydantic import BaseModel
 
+from pos_lambda.adapters import metrics_http
 from pos_lambda.serving import dashboard
 from pos_lambda.serving.errors import QueryError, ServingError, Unavailable, UnknownStore
+from pos_lambda.serving.metrics import ServingCollector
 from pos_lambda.serving.model import (
     DayTotal,
     Health,
@@ -156,6 +159,16 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     def health(runs: Annotated[int, Query(ge=1, le=100)] = 5) -> Health:
         """Batch horizon and its age, last batch runs, speed progress, dead letters."""
         return lib.health(runs)
+
+    registry = metrics_http.registry_of(
+        ServingCollector(lib, settings.state_dir / "audit" / "last.json")
+    )
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        """OpenMetrics for Prometheus (or its older text format, as the scraper asks)."""
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encode(registry), media_type=content_type)
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:

@@ -3,6 +3,7 @@
     pos-speed run                  # archiver + views, continuous until SIGTERM/Ctrl-C
     pos-speed run --available-now  # process everything in Kafka now, then exit
     pos-speed status               # last micro-batch of each query (from Cassandra)
+    pos-speed replay-dead-letters --reason R --since T [--dry-run]   # after a fix
 
 Each query is named and has its own checkpoint under <data_dir>/checkpoints. In local
 mode each runs in a Spark application (a driver process) of its own, the archiver's at
@@ -221,7 +222,60 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     st = sub.add_parser("status", help="show the last micro-batch of each query")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    from pos_lambda.speed_layer import replay
+
+    rp = sub.add_parser(
+        "replay-dead-letters",
+        help="send dead letters of a reason again to the input topic (after a fix)",
+        description=replay.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=REPLAY_EXAMPLES,
+    )
+    rp.add_argument(
+        "--reason",
+        required=True,
+        help="a reason code (bad_price), or code:field.path to narrow it "
+        "(missing_field:transactions); an unknown one lists the valid reasons",
+    )
+    rp.add_argument(
+        "--since",
+        required=True,
+        help="dead letters of records Kafka received at or after this: an ISO-8601 instant "
+        "with an offset (2026-03-02T08:00Z) or a duration back from now (90m, 24h, 7d)",
+    )
+    rp.add_argument("--dry-run", action="store_true", help="list what would be sent; send nothing")
+    rp.add_argument("--topic", help="the input topic to send to (default: POS_TOPIC_TRANSACTIONS)")
     return parser
+
+
+REPLAY_EXAMPLES = """examples:
+  pos-speed replay-dead-letters --reason bad_price --since 24h --dry-run   # look first
+  pos-speed replay-dead-letters --reason bad_price --since 24h
+  pos-speed replay-dead-letters --reason missing_field:transactions --since 2026-03-02T00:00Z
+
+Prints one JSON summary line (selected, sent or would_send, from_master_dataset, ...);
+--dry-run prints a line per record before it. Exit codes: 0 done, 1 some dead letters
+could not be resolved to their whole value (named on stderr; the others were sent),
+2 a bad --reason or --since."""
+
+
+def _replay_dead_letters(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from pos_lambda.speed_layer import replay
+
+    try:
+        reason = replay.parse_reason(args.reason)
+        since = replay.parse_since(args.since, datetime.now(UTC))
+    except replay.SelectionError as exc:
+        print(f"pos-speed replay-dead-letters: {exc}", file=sys.stderr)
+        return 2
+    try:
+        settings = load_settings(topic_transactions=args.topic)
+    except ValidationError as exc:
+        print(f"error: invalid configuration:\n{_explained(exc)}", file=sys.stderr)
+        return 2
+    return replay.replay(settings, reason, since, args.dry_run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "status":
             return status(load_settings(), args.json)
+        if args.command == "replay-dead-letters":
+            return _replay_dead_letters(args)
         jobs = tuple(j.strip() for j in args.jobs.split(",") if j.strip())
         unknown = sorted(set(jobs) - set(JOBS))
         if unknown or not jobs:
@@ -261,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             settings,
             drivers_for(settings, jobs, args.available_now),
             argv if argv is not None else sys.argv[1:],
+            serve_metrics=not args.available_now,  # a one-shot run is not scraped
         )
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)

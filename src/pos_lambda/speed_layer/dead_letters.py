@@ -1,5 +1,8 @@
 """Export dead letters' whole values, one per line, for `pos-producer replay`.
 
+To send them to the input topic again, use `pos-speed replay-dead-letters` (its own
+filters and dry run: src/pos_lambda/speed_layer/replay.py); this export is for a file.
+
     python -m pos_lambda.speed_layer.dead_letters --reason schema_violation > replay.jsonl
     pos-producer replay replay.jsonl
 
@@ -23,6 +26,7 @@ import argparse
 import hashlib
 import sys
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 Coordinates = tuple[str, int, int]  # Kafka topic, partition, offset
@@ -36,6 +40,8 @@ class DeadLetter(NamedTuple):
     value_length: int | None  # None: a row written before prefixes (raw_value is whole)
     value_sha256: str | None
     reason: str
+    kafka_timestamp: datetime | None = None  # when Kafka received the record (UTC)
+    kafka_key: bytes | None = None
 
     @property
     def coordinates(self) -> Coordinates:
@@ -78,7 +84,9 @@ def export(
     return lines, skipped
 
 
-def _dead_letters(settings: Any, reason: str) -> list[DeadLetter]:
+def read_dead_letters(settings: Any, reason: str = "") -> list[DeadLetter]:
+    """Every row of the dead_letters table whose reason starts with `reason` (a scan:
+    dead letters are few, and keyed by Kafka coordinates, not by reason)."""
     from pos_lambda.adapters import cassandra_client
     from pos_lambda.schemas import cql
 
@@ -87,7 +95,7 @@ def _dead_letters(settings: Any, reason: str) -> list[DeadLetter]:
         session = cluster.connect(settings.cassandra.keyspace)
         rows = session.execute(
             "SELECT kafka_topic, kafka_partition, kafka_offset, raw_value, value_length, "
-            f"value_sha256, reason FROM {cql.DEAD_LETTERS_TABLE}"
+            f"value_sha256, reason, kafka_timestamp, kafka_key FROM {cql.DEAD_LETTERS_TABLE}"
         )
         return [
             DeadLetter(
@@ -98,6 +106,9 @@ def _dead_letters(settings: Any, reason: str) -> list[DeadLetter]:
                 r.value_length,
                 r.value_sha256,
                 r.reason or "",
+                # The driver returns naive UTC datetimes.
+                None if r.kafka_timestamp is None else r.kafka_timestamp.replace(tzinfo=UTC),
+                None if r.kafka_key is None else bytes(r.kafka_key),
             )
             for r in rows
             if (r.reason or "").startswith(reason)
@@ -144,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     from pos_lambda.settings import load_settings
 
     settings = load_settings()
-    dead = _dead_letters(settings, args.reason)
+    dead = read_dead_letters(settings, args.reason)
     lines, skipped = export(dead, archived_values(settings, to_fetch(dead)))
     for line in lines:
         sys.stdout.buffer.write(line + b"\n")

@@ -156,11 +156,17 @@ class ProgressRecorder:
         self._writer = writer  # callable(dict) persisting a progress row, or None
         self._counts: dict[tuple[str, int], BatchCounts] = {}
         self._latest: dict[str, dict[str, Any]] = {}
+        # Per query, sums over this recorder's micro-batches (its driver's life), written
+        # with every row: the speed layer's metrics read them as counters
+        # (speed_layer/metrics.py), which a scrape every few micro-batches cannot add up.
+        self._totals: dict[str, dict[str, int]] = {}
+        self._since = datetime.now(UTC)
         self._lock = threading.Lock()
 
     def add_counts(self, query_name: str, batch_id: int, counts: BatchCounts) -> None:
         with self._lock:
             self._counts[(query_name, batch_id)] = counts
+            self._add_to_totals(query_name, asdict(counts))
         row = {
             "query_name": query_name,
             "batch_id": batch_id,
@@ -171,7 +177,17 @@ class ProgressRecorder:
 
     def record(self, progress: BatchProgress) -> None:
         log.info(progress.summary())
+        with self._lock:
+            self._add_to_totals(
+                progress.query_name, {"micro_batches": 1, "input_rows": progress.input_rows}
+            )
         self._publish(progress.as_row())
+
+    def _add_to_totals(self, query_name: str, counts: dict[str, int]) -> None:
+        """(Under the lock.) Add one micro-batch's counts to the query's totals."""
+        totals = self._totals.setdefault(query_name, {})
+        for name, value in counts.items():
+            totals[name] = totals.get(name, 0) + int(value)
 
     def counts_for(self, query_name: str, batch_id: int) -> BatchCounts | None:
         with self._lock:
@@ -179,7 +195,11 @@ class ProgressRecorder:
 
     def _publish(self, row: dict[str, Any]) -> None:
         with self._lock:
-            self._latest[row["query_name"]] = row
+            totals = dict(self._totals.get(row["query_name"], {}))
+            self._latest[row["query_name"]] = row | {
+                "totals": totals,
+                "totals_since": self._since,
+            }
             snapshot = dict(self._latest)
             _merge_into(self._status_file, snapshot)
         if self._writer is not None:

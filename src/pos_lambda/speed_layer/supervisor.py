@@ -23,6 +23,7 @@ from typing import Any
 
 from pos_lambda.settings import Settings
 from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
+from pos_lambda.speed_layer.metrics import DriverState
 
 # The driver's exit code for "a query failed, start me again" (sysexits EX_TEMPFAIL).
 EXIT_RETRY = 75
@@ -65,7 +66,9 @@ def drivers_for(
     return [Driver((j,), settings.speed.archiver_nice if j == "archiver" else 0) for j in jobs]
 
 
-def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int:
+def supervise(
+    settings: Settings, drivers: list[Driver], argv: list[str], serve_metrics: bool = False
+) -> int:
     """Run each driver in a child process, restarted after a failure; the first driver
     to stop for good (an error, a signal, too many restarts) stops the others.
 
@@ -73,10 +76,15 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
     connector's cached session in the old JVM can block for good in a schema refresh.
     The new driver resumes from the checkpoints, and every sink write is an upsert of
     values recomputed from what is stored, so nothing is lost or counted twice.
+
+    With `serve_metrics` (a continuous run), the supervisor serves the speed layer's
+    metrics on POS_SPEED_METRICS_PORT (speed_layer/metrics.py): it outlives its drivers,
+    so a driver that is down shows as such instead of as a scrape that fails.
     """
     stop = threading.Event()
     children: dict[int, subprocess.Popen[bytes]] = {}
     readiness = Readiness([", ".join(d.jobs) for d in drivers])
+    restarts = [0 for _ in drivers]
     # Reentrant: a second signal can arrive while the handler of the first holds it.
     lock = threading.RLock()
     failed: list[int] = []  # exit codes of the drivers that stopped for good, first first
@@ -109,6 +117,9 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
                 raise
             finally:
                 os.close(ready_out)  # the child's copy is the only writer left
+            if index in children:
+                restarts[index] += 1
+            readiness.unmark(index)
             children[index] = child
             threading.Thread(
                 target=readiness.await_from, args=(index, ready_in), daemon=True
@@ -127,6 +138,26 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
                 failed.append(code)
             forward(signal.SIGTERM)  # one part of the speed layer is down: stop the rest
 
+    def states() -> list[DriverState]:
+        with lock:
+            return [
+                DriverState(
+                    tuple(QUERY_OF_JOB[j] for j in d.jobs),
+                    up=i in children and children[i].poll() is None and readiness.is_ready(i),
+                    restarts=restarts[i],
+                )
+                for i, d in enumerate(drivers)
+            ]
+
+    server = None
+    if serve_metrics:
+        from pos_lambda.adapters import metrics_http
+        from pos_lambda.speed_layer.metrics import SpeedCollector
+
+        server = metrics_http.serve(
+            metrics_http.registry_of(SpeedCollector(settings, states)),
+            settings.bind_host, settings.speed.metrics_port, "pos-speed",
+        )  # fmt: skip
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     threads = [threading.Thread(target=keep, args=(i,), daemon=True) for i in range(len(drivers))]
@@ -135,6 +166,8 @@ def supervise(settings: Settings, drivers: list[Driver], argv: list[str]) -> int
     for t in threads:
         while t.is_alive():
             t.join(1)  # short waits: the main thread takes the signals
+    if server is not None:
+        server.shutdown()
     return failed[0] if failed else 0
 
 
@@ -145,8 +178,18 @@ class Readiness:
     def __init__(self, drivers: list[str]) -> None:
         self.drivers = drivers
         self.started = time.monotonic()
-        self.ready: set[int] = set()
+        self.ready: set[int] = set()  # ever ready (to tell "ready again" apart)
+        self.current: set[int] = set()  # ready since their last start
         self.lock = threading.Lock()
+
+    def unmark(self, index: int) -> None:
+        """The driver starts (again): not ready until it says so."""
+        with self.lock:
+            self.current.discard(index)
+
+    def is_ready(self, index: int) -> bool:
+        with self.lock:
+            return index in self.current
 
     def await_from(self, index: int, pipe: int) -> None:
         """Read the driver's pipe until it says ready or closes (it exited first)."""
@@ -158,6 +201,7 @@ class Readiness:
         with self.lock:
             again = index in self.ready
             self.ready.add(index)
+            self.current.add(index)
             took = time.monotonic() - self.started
             if again:
                 log.info("driver (%s) ready again after its restart", self.drivers[index])

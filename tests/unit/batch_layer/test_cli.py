@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from pos_lambda.batch_layer import cli
@@ -17,3 +20,21 @@ def test_a_quality_check_after_a_pinned_run_is_refused(capsys: pytest.CaptureFix
     assert "--quality checks the served views; a pinned run serves nothing" in (
         capsys.readouterr().err
     )
+
+
+def test_a_run_before_the_master_dataset_exists_says_so_in_one_line_and_exits_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Decided from the Delta log's file names before any Spark session starts (this
+    # test starts none: a JVM here would take seconds and print Spark's warnings).
+    monkeypatch.setenv("POS_DATA_DIR", str(tmp_path))
+    assert cli.EXIT_NOTHING_TO_DO == 4
+    for command in (["run", *INTERVAL], ["rebuild"]):
+        assert cli.main(command) == 4
+        out, err = capsys.readouterr()
+        reason = (
+            f"no master dataset yet: {tmp_path / 'master'} holds no Delta commit; the "
+            "speed layer's archiver (`pos-speed run`) creates it with its first micro-batch"
+        )
+        assert err == f"pos-batch {command[0]}: nothing to do yet: {reason}\n"
+        assert json.loads(out) == {"nothing_to_do": reason}

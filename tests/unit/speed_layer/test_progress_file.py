@@ -26,3 +26,20 @@ def test_a_damaged_status_file_is_replaced_not_fatal(tmp_path: Path) -> None:
     status.write_text('{"pos-speed-views": ')  # a crash from before atomic writes, say
     ProgressRecorder(status).add_counts("pos-speed-views", 1, BatchCounts(valid_rows=1))
     assert json.loads(status.read_text())["pos-speed-views"]["batch_id"] == 1
+
+
+def test_each_row_carries_its_querys_running_totals_for_the_metrics(tmp_path: Path) -> None:
+    status = tmp_path / "speed_status.json"
+    views = ProgressRecorder(status)
+    views.add_counts("pos-speed-views", 7, BatchCounts(valid_rows=5, invalid_rows=1, conflicts=1))
+    views.add_counts("pos-speed-views", 8, BatchCounts(valid_rows=2, late_receipts=1))
+    row = json.loads(status.read_text())["pos-speed-views"]
+    assert row["valid_rows"] == 2  # the last micro-batch's
+    assert row["totals"] == {
+        "valid_rows": 7,
+        "invalid_rows": 1,
+        "resends_absorbed": 0,
+        "conflicts": 1,
+        "late_receipts": 1,
+        "beyond_lateness_bound": 0,
+    }
