@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -237,6 +238,10 @@ class Chaos:
     interval: tuple[datetime, datetime] = (datetime.min, datetime.min)  # the data's hours
     # Messages a fault sends (in the ledger from the start, sent when it strikes).
     oversized: list[OutgoingMessage] = field(default_factory=list)
+    # Alerts kills awaiting their successor's first commit: (outcome index, time of the
+    # kill, the group's committed offsets then).
+    alerts_recovering: list[tuple[int, float, dict[int, int] | None]] = field(default_factory=list)
+    alerts_checked: float = 0.0
 
     @property
     def env(self) -> dict[str, str]:
@@ -269,6 +274,30 @@ class Chaos:
         self.alerts = start_logged([str(VENV_BIN / "pos-alerts"), "run"], env, self.log("alerts"))
         self.procs.append(self.alerts)
 
+    def _alerts_committed(self) -> dict[int, int] | None:
+        s = self.settings
+        with contextlib.suppress(Exception):  # a coordinator moving, the broker restarting
+            return steps.committed(s, s.alerts.group_id, s.topics.transactions)
+        return None
+
+    def _alerts_recovered(self) -> None:
+        """A killed alerts processor has recovered when its restarted successor commits a
+        transaction: the group's committed offsets move past those at the kill."""
+        if not self.alerts_recovering or time.monotonic() - self.alerts_checked < 2.0:
+            return
+        self.alerts_checked = time.monotonic()
+        now = self._alerts_committed()
+        for entry in list(self.alerts_recovering):
+            index, t_kill, before = entry
+            if now is not None and before is not None and now != before:
+                o = self.outcomes[index]
+                self.outcomes[index] = dataclasses.replace(
+                    o, recovered_s=round(time.monotonic() - t_kill, 1)
+                )
+                self.alerts_recovering.remove(entry)
+            elif before is None:  # no snapshot at the kill: take one now, measure from it
+                self.alerts_recovering[self.alerts_recovering.index(entry)] = (index, t_kill, now)
+
     def watch(self) -> None:
         """Start again whatever exited, as a process manager would; count the kills the
         alerts processor's crash point made."""
@@ -285,10 +314,13 @@ class Chaos:
                         figures.Outcome(
                             "alerts_kill",
                             self.sent(),
-                            None,  # restarted at once; its catch-up shows in the audit
+                            None,  # until the restarted one commits: `_alerts_recovered`
                             f"crash point in its transaction {self.alerts_armed_now} with "
                             "alerts (produced, not committed)",
                         )
+                    )
+                    self.alerts_recovering.append(
+                        (len(self.outcomes) - 1, time.monotonic(), self._alerts_committed())
                     )
                     self.say(
                         f"fault: the alerts processor killed itself mid-transaction "
@@ -302,6 +334,7 @@ class Chaos:
                         self.alerts_armed.insert(0, self.alerts_armed_now)
                 self.restarts += 1
                 self.start_alerts()
+        self._alerts_recovered()
 
     # --- faults ---------------------------------------------------------------------
 

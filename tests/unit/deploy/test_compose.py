@@ -28,6 +28,7 @@ HOST_NETWORK = PROJECT_ROOT / "infra" / "docker" / "compose.host-network.yaml"
 CORE = {
     "kafka",
     "cassandra",
+    "prometheus",
     "cassandra-init",
     "kafka-init",
     "speed",
@@ -45,6 +46,8 @@ FULL_ONLY = {
     "airflow-dag-processor",
     "airflow-triggerer",
 }
+# Upstream images, not the pipeline's (the deploy test has stand-ins or leaves them out).
+UPSTREAM = {"kafka", "cassandra", "prometheus"}
 # One-off commands (`docker compose run --rm batch pos-batch run ...`), never `up`'s.
 TOOLS = {"batch"}
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|TOKEN|JAAS|SQL_ALCHEMY_CONN", re.IGNORECASE)
@@ -125,7 +128,7 @@ def test_every_service_has_a_pinned_image_or_a_build(services: dict[str, Any]) -
         image = svc["image"]
         repo, _, tag = image.rpartition(":")
         assert repo and tag and tag != "latest", f"{name}: image {image} is not pinned"
-        assert re.match(r"\d+\.\d+", tag), f"{name}: {image} pins no version"
+        assert re.match(r"v?\d+\.\d+", tag), f"{name}: {image} pins no version"
 
 
 def test_host_ports_bind_loopback_only(services: dict[str, Any]) -> None:
@@ -182,10 +185,14 @@ def test_data_lives_in_named_volumes(normalized: dict[str, Any]) -> None:
                 vol["read_only"] = mode == ["ro"]
             if vol["type"] == "volume":
                 assert vol["source"] in declared, (name, vol)
-            else:  # only the start scripts are bind-mounted, read-only
+            else:  # only the start scripts and Prometheus' config, read-only
                 assert vol["type"] == "bind" and vol.get("read_only"), (name, vol)
-                assert Path(vol["source"]).resolve().parent == PROJECT_ROOT / "infra" / "compose"
+                source = Path(vol["source"]).resolve()
+                assert source.parent == PROJECT_ROOT / "infra" / "compose" or source == (
+                    PROJECT_ROOT / "infra" / "prometheus"
+                ), (name, vol)
     assert {"pos-data", "kafka-data", "cassandra-data", "postgres-data"} <= declared
+    assert "prometheus-data" in declared
 
 
 def test_no_secret_is_inline() -> None:
@@ -347,7 +354,7 @@ def test_host_network_override_keeps_each_pipeline_services_definition(
     """The deploy test proves compose.yaml's own services: the override may move them
     onto the host's network and point them at 127.0.0.1, nothing else."""
     hosted = on_host_network["services"]
-    for name in (CORE | TOOLS) - {"kafka", "cassandra"}:
+    for name in (CORE | TOOLS) - UPSTREAM:
         base, host = services[name], hosted[name]
         assert host["network_mode"] == "host", name
         for key in ("image", "command", "entrypoint", "healthcheck", "depends_on", "volumes",
