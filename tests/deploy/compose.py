@@ -188,9 +188,7 @@ class Compose:
         return [f"container {c}" for c in containers] + [f"volume {v}" for v in volumes]
 
 
-def await_state(
-    compose: Compose, service: str, done: str, timeout: float, say: object = None
-) -> float:
+def await_state(compose: Compose, service: str, done: str, timeout: float) -> float:
     """Await a service's container reaching `done`: `healthy` (health check passing),
     `running`, or `exited 0` (a one-shot). Returns the seconds it took; a one-shot that
     exits non-zero or a container that stops fails at once, with its log."""
