@@ -37,8 +37,6 @@ def test_a_short_chaos_run_survives_this_seed(
     args = chaos.build_parser().parse_args([
         "--count", "3000", "--seed", str(seed), "--fault-window", f"{window[0]},{window[1]}",
         "--batch", "direct", "--out", str(tmp_path), "--timeout", "1800",
-        # 3,000 receipts give the alerts processor some 20 transactions in all.
-        "--alerts-crash-max", "6",
     ])  # fmt: skip
     facts = chaos.run(args)
     assert_survived(args, facts)

@@ -47,16 +47,26 @@ def ensure_airflow(settings: Settings, say: Callable[[str], None]) -> bool:
     return True
 
 
-def run_dag(
+@dataclass(frozen=True)
+class Triggered:
+    """A DAG run created through the API, not yet awaited."""
+
+    run_id: str
+    start: datetime
+    end: datetime
+    was_paused: bool  # the DAG was paused before (await_dag pauses it again)
+
+
+def trigger_dag(
     settings: Settings,
     pos_env: dict[str, str],
     start: datetime,
     end: datetime,
     run_id: str,
     say: Callable[[str], None],
-    timeout: float,
-) -> DagRun:
-    """Run the DAG over [start, end) through Airflow (started by `ensure_airflow`)."""
+) -> Triggered:
+    """Create a run of the DAG over [start, end) through Airflow (started by
+    `ensure_airflow`) and make sure the scheduler will run it."""
     api = AirflowApi(settings)
     await_or_fail(lambda: api.dag_parsed(DAG_ID), 300, f"Airflow to parse {DAG_ID}")
     # Airflow keeps one run per logical date: an earlier demo or chaos run of the same
@@ -90,32 +100,59 @@ def run_dag(
         f"batch: triggered {DAG_ID} run {run_id} over [{start:%Y-%m-%d %H:%M}, "
         f"{end:%Y-%m-%d %H:%M}) UTC; awaiting it through Airflow's API ..."
     )
+    return Triggered(run_id, start, end, was_paused)
+
+
+def await_dag(
+    settings: Settings,
+    run: Triggered,
+    say: Callable[[str], None],
+    timeout: float,
+    until: Callable[[list[tuple[str, str, int]]], bool] | None = None,
+) -> DagRun | None:
+    """Await the run's success (raises StepFailed if it fails or times out), printing
+    its tasks' states as they change. With `until`, return None as soon as `until`
+    holds for the tasks (task id, state, try), leaving the run going."""
+    api = AirflowApi(settings)
     logs = airflow_service.paths(settings).root / "logs" / f"dag_id={DAG_ID}"
     t0, shown = time.monotonic(), ""
-    while (state := api.run_state(DAG_ID, run_id)) not in ("success", "failed"):
+    while (state := api.run_state(DAG_ID, run.run_id)) not in ("success", "failed"):
         if time.monotonic() - t0 > timeout:
             raise StepFailed(
-                f"batch: run {run_id} still {state} after {timeout:.0f} s; task logs in {logs}"
+                f"batch: run {run.run_id} still {state} after {timeout:.0f} s; task logs in {logs}"
             )
-        tasks = (
-            ", ".join(
-                f"{t} {st if st != 'None' else 'waiting'}" for t, st, _ in api.tasks(DAG_ID, run_id)
-            )
-            or state
-        )
+        now = api.tasks(DAG_ID, run.run_id)
+        if until is not None and until(now):
+            return None
+        tasks = ", ".join(f"{t} {st if st != 'None' else 'waiting'}" for t, st, _ in now) or state
         if tasks != shown:
             say(f"batch: {tasks}")
             shown = tasks
         time.sleep(2.0)  # the API's polling interval, not synchronisation
     took = time.monotonic() - t0
-    if was_paused:  # as found, before the scheduler starts anything else
+    if run.was_paused:  # as found, before the scheduler starts anything else
         api.set_paused(DAG_ID, True)
-    tasks_done = api.tasks(DAG_ID, run_id)
+    tasks_done = api.tasks(DAG_ID, run.run_id)
     summary = ", ".join(f"{t} {st} (try {n})" for t, st, n in tasks_done)
     if state != "success":
-        raise StepFailed(f"batch: run {run_id} {state}: {summary}; task logs in {logs}")
-    say(f"batch: run {run_id} succeeded in {took:.0f} s: {summary}")
-    return DagRun(run_id, start, end, took, tasks_done, was_paused)
+        raise StepFailed(f"batch: run {run.run_id} {state}: {summary}; task logs in {logs}")
+    say(f"batch: run {run.run_id} succeeded in {took:.0f} s: {summary}")
+    return DagRun(run.run_id, run.start, run.end, took, tasks_done, run.was_paused)
+
+
+def run_dag(
+    settings: Settings,
+    pos_env: dict[str, str],
+    start: datetime,
+    end: datetime,
+    run_id: str,
+    say: Callable[[str], None],
+    timeout: float,
+) -> DagRun:
+    """Run the DAG over [start, end) through Airflow (started by `ensure_airflow`)."""
+    run = await_dag(settings, trigger_dag(settings, pos_env, start, end, run_id, say), say, timeout)
+    assert run is not None  # no `until`: awaited to the end
+    return run
 
 
 def restore(settings: Settings, run: DagRun | None, stop_airflow: bool) -> list[str]:
@@ -137,6 +174,15 @@ def restore(settings: Settings, run: DagRun | None, stop_airflow: bool) -> list[
     if stop_airflow:
         airflow_service.stop(settings)
     return notes
+
+
+def pause_again(settings: Settings) -> list[str]:
+    """Pause the DAG (a run that unpaused it ended early); notes for the report."""
+    try:
+        AirflowApi(settings).set_paused(DAG_ID, True)
+    except Exception as exc:  # Airflow gone: nothing to restore
+        return [f"could not pause {DAG_ID} again: {exc}"]
+    return []
 
 
 def committed_run(settings: Settings, start: datetime, end: datetime) -> BatchRun:

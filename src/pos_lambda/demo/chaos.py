@@ -17,15 +17,19 @@ Kafka broker, a restart of Cassandra (kill -9, start), Cassandra down for longer
 the speed layer's restarts ride out (--outage-seconds), kill -9 of the batch job
 mid-write (its crash point after the receipts, before the aggregates and the pointer;
 it first waits for the master dataset if the archiver has not made it yet), oversized
-malformed messages (up to 900 kB, in the ledger as dead letters to be), and a foreign
-record on the alerts topic; the alerts processor kills itself mid-transaction twice
-(its crash point: alerts on the broker, commit not made). Whatever exits is started
-again, as a process manager would. --fault-window puts the faults elsewhere in the
-stream (0,0.15: all at its start). Then everything catches up (the speed layer's
-checkpoints reach the topic's end offsets, the alerts group commits them), the batch
-layer runs through its Airflow DAG (`--batch direct`: `pos-batch run` + `quality`
-without Airflow), the auditor compares every view with the ledger, and the figures
-table is printed and written to `docs/chaos.md` and `docs/chaos.json` (`--out`).
+malformed messages (up to 900 kB, in the ledger as dead letters to be), a foreign
+record on the alerts topic, the alerts processor killed mid-transaction twice (started
+again armed with its crash point: alerts on the broker, commit not made; a conflicting
+copy held back from the stream makes sure a transaction with alerts comes), kill -9 of
+the Airflow scheduler while a DAG run's recompute runs, and a manual `pos-batch run`
+beside a DAG run of the same hours (Airflow is started for these if it is not
+running). Whatever exits is started again, as a process manager would. --fault-window
+puts the faults elsewhere in the stream (0,0.15: all at its start). Then everything
+catches up (the speed layer's checkpoints reach the topic's end offsets, the alerts
+group commits them), the batch layer runs through its Airflow DAG (`--batch direct`:
+`pos-batch run` + `quality` without Airflow), the auditor compares every view with
+the ledger, and the figures table is printed and written to `docs/chaos.md` and
+`docs/chaos.json` (`--out`).
 
 Its own namespace: keyspace `pos_chaos`, topics `chaos.transactions`/`chaos.alerts`,
 data dir `.state/chaos/data`, ledger `.state/chaos/ledger` (all reset at the start);
@@ -42,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -180,13 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"how long the Cassandra outage lasts ({OUTAGE_S}; longer than the speed "
         "layer's restarts of a failed driver ride out)",
     )
-    p.add_argument(
-        "--alerts-crash-max",
-        type=cli_args.positive_int,
-        default=30,
-        help="the alerts processor kills itself in a transaction drawn from 3 to this (30); "
-        "lower it for a short stream, which gives the processor fewer transactions",
-    )
     p.add_argument("--out", type=Path, default=PROJECT_ROOT / "docs", help="chaos.md/.json dir")
     p.add_argument("--logs", type=Path, default=STATE / "logs", help="log dir")
     p.add_argument("--ledger", type=Path, default=STATE / "ledger", help="ledger dir")
@@ -224,8 +220,17 @@ class Chaos:
     plan: figures.Plan
     speed: subprocess.Popen[bytes] | None = None
     alerts: subprocess.Popen[bytes] | None = None
-    alerts_armed: list[int] = field(default_factory=list)  # crash points still to come
-    alerts_armed_now: int | None = None
+    # The alerts kill still to be made: the processor is (re)started with its crash
+    # point until it strikes.
+    alerts_armed: bool = False
+    # Each kill the crash point made: when, and the group's committed offsets then.
+    alerts_kills: list[tuple[float, dict[int, int] | None]] = field(default_factory=list)
+    # Conflicting copies held back from the stream, one per alerts kill: each makes a
+    # transaction with an alert (a conflict) for an armed processor, even once the
+    # stream is over. Only their sending is later; the ledger has them from the start.
+    held: list[OutgoingMessage] = field(default_factory=list)
+    # DAG runs the Airflow faults triggered (the DAG is paused again at the end).
+    triggered: list[batch_dag.Triggered] = field(default_factory=list)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     outcomes: list[figures.Outcome] = field(default_factory=list)
     restarts: int = 0
@@ -238,10 +243,6 @@ class Chaos:
     interval: tuple[datetime, datetime] = (datetime.min, datetime.min)  # the data's hours
     # Messages a fault sends (in the ledger from the start, sent when it strikes).
     oversized: list[OutgoingMessage] = field(default_factory=list)
-    # Alerts kills awaiting their successor's first commit: (outcome index, time of the
-    # kill, the group's committed offsets then).
-    alerts_recovering: list[tuple[int, float, dict[int, int] | None]] = field(default_factory=list)
-    alerts_checked: float = 0.0
 
     @property
     def env(self) -> dict[str, str]:
@@ -265,12 +266,9 @@ class Chaos:
 
     def start_alerts(self) -> None:
         env = self.env
-        self.alerts_armed_now = self.alerts_armed.pop(0) if self.alerts_armed else None
-        if self.alerts_armed_now is not None:
-            env |= {
-                "POS_ALERTS_CRASH_POINT": "kill_after_produce",
-                "POS_ALERTS_CRASH_AT_TRANSACTION": str(self.alerts_armed_now),
-            }
+        if self.alerts_armed:  # killed in its first transaction that produces alerts
+            env |= {"POS_ALERTS_CRASH_POINT": "kill_after_produce",
+                    "POS_ALERTS_CRASH_AT_TRANSACTION": "1"}  # fmt: skip
         self.alerts = start_logged([str(VENV_BIN / "pos-alerts"), "run"], env, self.log("alerts"))
         self.procs.append(self.alerts)
 
@@ -280,26 +278,8 @@ class Chaos:
             return steps.committed(s, s.alerts.group_id, s.topics.transactions)
         return None
 
-    def _alerts_recovered(self) -> None:
-        """A killed alerts processor has recovered when its restarted successor commits a
-        transaction: the group's committed offsets move past those at the kill."""
-        if not self.alerts_recovering or time.monotonic() - self.alerts_checked < 2.0:
-            return
-        self.alerts_checked = time.monotonic()
-        now = self._alerts_committed()
-        for entry in list(self.alerts_recovering):
-            index, t_kill, before = entry
-            if now is not None and before is not None and now != before:
-                o = self.outcomes[index]
-                self.outcomes[index] = dataclasses.replace(
-                    o, recovered_s=round(time.monotonic() - t_kill, 1)
-                )
-                self.alerts_recovering.remove(entry)
-            elif before is None:  # no snapshot at the kill: take one now, measure from it
-                self.alerts_recovering[self.alerts_recovering.index(entry)] = (index, t_kill, now)
-
     def watch(self) -> None:
-        """Start again whatever exited, as a process manager would; count the kills the
+        """Start again whatever exited, as a process manager would; note the kills the
         alerts processor's crash point made."""
         with self.lock:
             if self.speed is not None and self.speed.poll() is not None:
@@ -309,32 +289,17 @@ class Chaos:
                 self.start_speed()
             if self.alerts is not None and self.alerts.poll() is not None:
                 code = self.alerts.returncode
-                if code == -signal.SIGKILL and self.alerts_armed_now is not None:
-                    self.outcomes.append(
-                        figures.Outcome(
-                            "alerts_kill",
-                            self.sent(),
-                            None,  # until the restarted one commits: `_alerts_recovered`
-                            f"crash point in its transaction {self.alerts_armed_now} with "
-                            "alerts (produced, not committed)",
-                        )
-                    )
-                    self.alerts_recovering.append(
-                        (len(self.outcomes) - 1, time.monotonic(), self._alerts_committed())
-                    )
-                    self.say(
-                        f"fault: the alerts processor killed itself mid-transaction "
-                        f"(transaction {self.alerts_armed_now}); starting it again"
-                    )
+                if code == -signal.SIGKILL and self.alerts_armed:
+                    self.alerts_kills.append((time.monotonic(), self._alerts_committed()))
+                    self.alerts_armed = False
+                    self.say("watch: the alerts processor killed itself mid-transaction; "
+                             "starting it again")  # fmt: skip
                 else:
+                    # Exited before its crash point (e.g. Cassandra was down at its
+                    # start): still armed, the next process makes the kill.
                     self.say(f"watch: pos-alerts exited {code}; starting it again")
-                    # It died before its crash point (e.g. Cassandra was down at its
-                    # start): the kill is still to be made, by the next process.
-                    if self.alerts_armed_now is not None:
-                        self.alerts_armed.insert(0, self.alerts_armed_now)
                 self.restarts += 1
                 self.start_alerts()
-        self._alerts_recovered()
 
     # --- faults ---------------------------------------------------------------------
 
@@ -417,11 +382,10 @@ class Chaos:
         took = cassandra_service.start(self.base)
         return f"node back in {took:.0f} s"
 
-    def batch_kill(self) -> str:
-        start, end = self.interval
-        # The job dies mid-write only if it has a master dataset to read: the archiver
-        # creates it with its first micro-batch, which on a loaded machine (or after an
-        # early fault hit the drivers' start) can come after the plan's point.
+    def _await_master_dataset(self) -> None:
+        """A batch fault needs a master dataset to read: the archiver creates it with its
+        first micro-batch, which on a loaded machine (or after an early fault hit the
+        drivers' start) can come after the plan's point."""
         log = self.settings.master_dataset_dir / "_delta_log"
         if not any(log.glob("*.json")):
             self.say("fault: awaiting the archiver's first commit (the master dataset) ...")
@@ -430,6 +394,11 @@ class Chaos:
                 self.args.step_timeout,
                 "the archiver to create the master dataset",
             )
+
+    def batch_kill(self) -> str:
+        start, end = self.interval
+        # The job dies mid-write only if it has a master dataset to read.
+        self._await_master_dataset()
         env = self.env | {"POS_BATCH_CRASH_POINT": "after_receipts"}
         code = run_logged(
             [str(VENV_BIN / "pos-batch"), "run", "--start", start.isoformat(), "--end",
@@ -551,12 +520,142 @@ class Chaos:
             stop_gracefully(sink, 60)
         return f"at {s.topics.alerts} [{partition}] @{offset}: skipped by the sink, which went on"
 
+    def alerts_kill(self) -> tuple[str, float]:
+        """The alerts processor killed mid-transaction: stopped, started again armed to
+        kill itself in its first transaction that produces alerts (on the broker, the
+        commit not made), sent a held-back conflicting copy so that such a transaction
+        comes even after the stream. Recovered when its restarted successor commits: the
+        group's committed offsets move past those at the kill."""
+        with self.lock:  # the watch must not start it meanwhile
+            old, self.alerts = self.alerts, None
+        if old is not None:
+            stop_gracefully(old, 60)
+        made = len(self.alerts_kills)
+        with self.lock:
+            self.alerts_armed = True
+            self.start_alerts()
+        trigger = self.held.pop(0) if self.held else None
+        if trigger is not None:
+            self._send(trigger)
+        await_or_fail(
+            lambda: len(self.alerts_kills) > made,
+            self.args.step_timeout,
+            "the alerts processor to reach its crash point",
+        )
+        t_kill, before = self.alerts_kills[made]
+
+        def committed_again() -> bool:
+            nonlocal before
+            now = self._alerts_committed()
+            if before is None:  # no snapshot at the kill: measure from this one
+                before = now
+                return False
+            return now is not None and now != before
+
+        await_or_fail(committed_again, self.args.step_timeout, "the restarted alerts processor "
+                      "to commit")  # fmt: skip
+        how = "a held-back conflicting copy sent" if trigger is not None else "the stream's"
+        return (
+            f"killed itself in its first transaction with alerts ({how}), the alerts on "
+            "the broker, uncommitted; its successor committed",
+            round(time.monotonic() - t_kill, 1),
+        )
+
+    def _send(self, message: OutgoingMessage) -> None:
+        """One message of the stream, sent apart from it (idempotent producer)."""
+        from confluent_kafka import Producer
+
+        from pos_lambda.producer.kafka_sink import producer_config
+
+        s = self.settings
+        client = Producer(producer_config(s.bootstrap_servers, True, s.kafka.security_config)
+                          | {"logger": logging.getLogger("pos.chaos.producer")})  # fmt: skip
+        failed: list[Any] = []
+        client.produce(
+            s.topics.transactions, key=message.key, value=message.value,
+            timestamp=message.timestamp_ms, on_delivery=lambda err, _m: failed.append(err),
+        )  # fmt: skip
+        if client.flush(120) != 0 or any(e is not None for e in failed):
+            raise StepFailed(f"a held-back message was not acknowledged by Kafka: {failed}")
+
+    def _dag_run_recomputing(self, label: str) -> tuple[batch_dag.Triggered, str]:
+        """A pos_batch DAG run over the stream's hours through Airflow (started first if
+        it is not running), awaited until its recompute task runs."""
+        self._await_master_dataset()
+        if batch_dag.ensure_airflow(self.base, self.say):
+            self.airflow_started = True
+        start, end = self.interval
+        run = batch_dag.trigger_dag(
+            self.base, NAMESPACE, start, end, f"chaos-{label}-{datetime.now(UTC):%Y%m%dT%H%M%S}",
+            self.say,
+        )  # fmt: skip
+        self.triggered.append(run)
+        running: list[str] = []
+
+        def recomputing(tasks: list[tuple[str, str, int]]) -> bool:
+            running[:] = [f"try {n}" for t, st, n in tasks if t == "recompute" and st == "running"]
+            return bool(running)
+
+        if batch_dag.await_dag(self.base, run, self.say, self.args.step_timeout, recomputing):
+            raise StepFailed(f"DAG run {run.run_id} ended before its recompute was seen running")
+        return run, running[0]
+
+    def airflow_scheduler_kill(self) -> tuple[str, float]:
+        """kill -9 of the scheduler's process group (its LocalExecutor workers and the
+        running recompute's spark-submit with it, as when its container dies) while a
+        DAG run's recompute runs; the scheduler started again, as a process manager
+        would. Recovered when the DAG run succeeds (Airflow finds the dead task by its
+        missing heartbeat and retries it)."""
+        from pos_lambda.runtime import airflow_service
+
+        run, attempt = self._dag_run_recomputing("scheduler-kill")
+        scheduler = airflow_service.processes(self.base)["scheduler"]
+        pid = scheduler.pid()
+        if pid is None or not scheduler.kill():
+            raise StepFailed("the Airflow scheduler is not managed here: cannot kill it")
+        t_kill = time.monotonic()
+        self.say(
+            f"fault: scheduler pid {pid} killed during recompute ({attempt}); starting it again"
+        )
+        airflow_service.start_component(self.base, "scheduler")
+        done = batch_dag.await_dag(self.base, run, self.say, self.args.step_timeout)
+        assert done is not None
+        tries = ", ".join(f"{t} try {n}" for t, _, n in done.tasks)
+        return (f"scheduler pid {pid} killed during recompute ({attempt}); run {run.run_id} "
+                f"succeeded ({tries})", round(time.monotonic() - t_kill, 1))  # fmt: skip
+
+    def batch_beside_dag(self) -> tuple[str, float]:
+        """`pos-batch run` started by hand over the same hours while a DAG run's
+        recompute runs: both read the pointer, one commits first; the other must commit
+        after it or be refused (exit 3, its rows left to gc), never interleave. Recovered
+        when the manual run has exited and the DAG run has succeeded."""
+        run, attempt = self._dag_run_recomputing("beside")
+        start, end = self.interval
+        t0 = time.monotonic()
+        code = run_logged(
+            [str(VENV_BIN / "pos-batch"), "run", "--start", start.isoformat(), "--end",
+             end.isoformat()],
+            self.env, self.log("batch-beside"), self.args.step_timeout, "the manual batch run",
+        )  # fmt: skip
+        if code not in (0, 3):
+            raise StepFailed(
+                f"the manual batch run beside the DAG's exited {code}; log "
+                f"{self.log('batch-beside')}:\n{tail(self.log('batch-beside'))}"
+            )
+        done = batch_dag.await_dag(self.base, run, self.say, self.args.step_timeout)
+        assert done is not None
+        manual = "committed" if code == 0 else "refused (exit 3: the other run committed first)"
+        tries = ", ".join(f"{t} try {n}" for t, _, n in done.tasks)
+        return (f"manual run {manual}, started during the DAG's recompute ({attempt}); run "
+                f"{run.run_id} succeeded ({tries})", round(time.monotonic() - t0, 1))  # fmt: skip
+
     def strike(self, fault: figures.Planned) -> None:
         at = self.sent()
         self.say(f"fault: {figures.LABELS[fault.kind]} at message {at:,} ...")
         t0 = time.monotonic()
-        detail = getattr(self, fault.kind)()
-        took = time.monotonic() - t0
+        result = getattr(self, fault.kind)()
+        # A fault that knows when it struck and recovered says so; else from its start.
+        detail, took = result if isinstance(result, tuple) else (result, time.monotonic() - t0)
         self.outcomes.append(figures.Outcome(fault.kind, at, took, detail))
         self.say(f"fault: survived ({detail}; {took:.0f} s)")
 
@@ -609,7 +708,21 @@ def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
     first = min(happened).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     last = max(happened).astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     chaos.interval = (first, last + timedelta(hours=1))
-    return mixed.messages, summary
+    kills = sum(1 for f in chaos.plan.faults if f.kind == "alerts_kill")
+    return hold_back_conflicts(chaos, mixed.messages, kills), summary
+
+
+def hold_back_conflicts(
+    chaos: Chaos, messages: list[OutgoingMessage], count: int
+) -> list[OutgoingMessage]:
+    """The stream without its last `count` conflicting copies, kept on `chaos.held` for
+    the alerts kills. A copy sent later is still sent after its original, with its own
+    timestamp; it feeds only the conflict rule, so every view and alert the ledger
+    implies stays the same."""
+    at = [i for i, m in enumerate(messages) if m.kind == "conflict"][-count:] if count else []
+    chaos.held = [messages[i] for i in at]
+    skip = set(at)
+    return [m for i, m in enumerate(messages) if i not in skip]
 
 
 def oversized_faults(chaos: Chaos, messages: list[OutgoingMessage]) -> list[dict[str, Any]]:
@@ -739,11 +852,6 @@ def catch_up(chaos: Chaos) -> None:
         return speed and alerts
 
     await_or_fail(done, chaos.args.step_timeout * 2, "the speed layer and alerts to catch up")
-    if chaos.alerts_armed_now is not None or chaos.alerts_armed:
-        chaos.notes.append(
-            "the alerts processor caught up before its crash point struck "
-            f"({len(chaos.alerts_armed) + 1} kill(s) not made)"
-        )
     for name in ("speed", "alerts"):
         proc = getattr(chaos, name)
         setattr(chaos, name, None)  # the watch must not start it again
@@ -819,7 +927,7 @@ def gather(
         late=summary["late_receipts"],
         beyond_bound=beyond,
         outcomes=sorted(chaos.outcomes, key=lambda o: o.at_message),
-        planned=len(chaos.plan.faults) + len(chaos.plan.alerts_crash_at),
+        planned=len(chaos.plan.faults),
         restarts=chaos.restarts,
         duplicates_removed=row.duplicates_removed or 0,
         conflicts_found=row.conflicts or 0,
@@ -851,6 +959,8 @@ def _cleanup(chaos: Chaos) -> None:
                 svc.start(chaos.base)
         except Exception as exc:
             chaos.say(f"cleanup: could not start {name}: {exc}; run `make up`")
+    if any(t.was_paused for t in chaos.triggered) and chaos.dag is None:
+        chaos.notes += batch_dag.pause_again(chaos.base)
     stop = chaos.airflow_started and not chaos.args.keep_airflow
     chaos.notes += batch_dag.restore(chaos.base, chaos.dag, stop)
 
@@ -872,18 +982,11 @@ def run(args: argparse.Namespace) -> figures.ChaosFacts:
         alerts_instance_id=NAMESPACE["POS_ALERTS_INSTANCE_ID"],
         data_dir=Path(NAMESPACE["POS_DATA_DIR"]),
     )
-    fault_plan = figures.plan(
-        args.seed, window=args.fault_window, alerts_crash_max=args.alerts_crash_max
-    )
+    fault_plan = figures.plan(args.seed, window=args.fault_window)
     chaos = Chaos(settings, base, args, say, fault_plan)
-    chaos.alerts_armed = list(fault_plan.alerts_crash_at)
     chaos.deadline = time.monotonic() + args.timeout
     say(f"pos-chaos: {args.count:,} receipts at {args.rate}/s, seed {args.seed}; logs {args.logs}")
-    say(
-        "plan: "
-        + ", ".join(f"{f.kind} at {f.at:.0%}" for f in fault_plan.faults)
-        + f"; alerts processor crash in transactions {fault_plan.alerts_crash_at}"
-    )
+    say("plan: " + ", ".join(f"{f.kind} at {f.at:.0%}" for f in fault_plan.faults))
     steps.interrupt_on_sigterm()
     try:
         messages, summary = prepare(chaos)

@@ -17,7 +17,8 @@ from pos_lambda.demo.story import Audited, n
 # What strikes while the stream is produced, besides the alerts processor's own kills.
 STREAM_FAULTS = ("speed_kill", "speed_kill", "speed_kill", "kafka_restart",
                  "cassandra_restart", "batch_kill", "cassandra_outage", "oversized_malformed",
-                 "foreign_alert")  # fmt: skip
+                 "foreign_alert", "alerts_kill", "alerts_kill", "airflow_scheduler_kill",
+                 "batch_beside_dag")  # fmt: skip
 LABELS = {
     "speed_kill": "kill -9 of the speed-layer driver (mid micro-batch)",
     "kafka_restart": "Kafka broker hard restart (kill -9, start)",
@@ -27,6 +28,8 @@ LABELS = {
     "foreign_alert": "a foreign record on the alerts topic",
     "alerts_kill": "kill -9 of the alerts processor mid-transaction",
     "batch_kill": "kill -9 of the batch job mid-write",
+    "airflow_scheduler_kill": "kill -9 of the Airflow scheduler during a DAG run",
+    "batch_beside_dag": "a manual batch run beside the DAG's run of the same hours",
 }
 # Where in the stream (fractions of its messages) the faults strike by default: after
 # the start, before the end, so that every one strikes while the stream flows.
@@ -42,15 +45,12 @@ class Planned:
 @dataclass(frozen=True)
 class Plan:
     faults: list[Planned]  # in the order they strike
-    alerts_crash_at: list[int]  # the processor kills itself in this transaction (per start)
 
 
 def plan(
     seed: int,
     faults: tuple[str, ...] = STREAM_FAULTS,
-    alerts_kills: int = 2,
     window: tuple[float, float] = DEFAULT_WINDOW,
-    alerts_crash_max: int = 30,
 ) -> Plan:
     """One fault per equal slot of `window` ([0.05, 0.85) of the stream by default),
     kinds shuffled, each at a random point of its slot: random, yet never two at once.
@@ -63,14 +63,10 @@ def plan(
     if not 0.0 <= lo < hi <= 1.0:
         raise ValueError(f"fault window {window}: need 0 <= start < end <= 1")
     width = (hi - lo) / max(len(kinds), 1)
-    planned = [
+    return Plan([
         Planned(kind, round(lo + width * (i + rng.uniform(0.1, 0.9)), 4))
         for i, kind in enumerate(kinds)
-    ]
-    # The processor kills itself in its Nth transaction since it started, N in
-    # [3, alerts_crash_max]: a short stream gives it fewer transactions to reach.
-    crash_at = [rng.randint(3, max(3, alerts_crash_max)) for _ in range(alerts_kills)]
-    return Plan(planned, crash_at)
+    ])  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,7 +89,7 @@ class ChaosFacts:
     late: int
     beyond_bound: int
     outcomes: list[Outcome]
-    planned: int  # faults planned (stream faults + alerts kills)
+    planned: int  # faults planned
     restarts: int  # processes the orchestrator had to start again after a fault
     duplicates_removed: int
     conflicts_found: int

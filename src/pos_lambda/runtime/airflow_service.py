@@ -157,6 +157,11 @@ def child_env(
             # instead of the default 5 minutes.
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+            # A task whose process died (killed with the scheduler, the OOM killer) is
+            # found by its missing heartbeats, then retried. Task runners here are local
+            # and heartbeat every few seconds, so 2 minutes of silence is death, not
+            # load; the default 5 minutes only delays the retry.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "120",
             # Airflow 3 creates no default connections, and SparkSubmitOperator without
             # a connection silently submits to master `yarn`. A connection from the
             # environment needs no DB write and follows POS_SPARK_MASTER on each start;
@@ -297,6 +302,16 @@ def start(settings: Settings) -> float:
             f"airflow: not healthy after {READY_TIMEOUT_S:.0f}s; {_diagnosis(settings, procs)}"
         )
     return time.monotonic() - t0
+
+
+def start_component(settings: Settings, name: str) -> bool:
+    """Start one component that is not running, beside the others, as a process
+    manager restarts a dead service (the chaos run's scheduler kill); False if it ran."""
+    proc = processes(settings)[name]
+    if proc.pid() is not None:
+        return False
+    proc.launch(["airflow", *COMPONENTS[name]], env=_env(settings))
+    return True
 
 
 def stop(settings: Settings) -> bool:

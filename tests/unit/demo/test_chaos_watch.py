@@ -1,5 +1,6 @@
-"""The chaos run's process manager: an alerts crash point the processor did not reach
-is armed again in the next process, so every planned kill is made (faked processes)."""
+"""The chaos run's process manager and its alerts kills (faked processes): a processor
+that exits before its crash point is started armed again, so every planned kill is made;
+the held-back conflicting copies leave the stream, in its order, and nothing else."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from pos_lambda.demo import chaos, figures
+from pos_lambda.producer.simulation import OutgoingMessage
 
 
 class Exited:
@@ -35,27 +37,46 @@ def test_a_crash_point_not_reached_is_armed_again(
 
     monkeypatch.setattr(chaos, "start_logged", start_logged)
     said: list[str] = []
-    plan = figures.Plan([], [26, 12])
-    # No settings: watch and start_alerts read none (start_logged is faked).
-    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), said.append, plan)
-    run.alerts_armed = list(plan.alerts_crash_at)
+    # No settings: watch and start_alerts read none (start_logged is faked), and the
+    # committed offsets read at a kill fail quietly to None.
+    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), said.append,
+                           figures.Plan([]))  # fmt: skip
+    monkeypatch.setattr(run, "_alerts_committed", lambda: {0: 41})
 
-    def crash_at() -> str | None:
-        return started[-1][1].get("POS_ALERTS_CRASH_AT_TRANSACTION")
+    def crash_point() -> tuple[str | None, str | None]:
+        env = started[-1][1]
+        return env.get("POS_ALERTS_CRASH_POINT"), env.get("POS_ALERTS_CRASH_AT_TRANSACTION")
 
     run.start_alerts()
-    assert crash_at() == "26"
-    started[-1][0].returncode = 1  # Cassandra down: exited before transaction 26
+    assert crash_point() == (None, None)  # not armed: no kill planned yet
+    run.alerts_armed = True
+    run.start_alerts()
+    assert crash_point() == ("kill_after_produce", "1")
+    started[-1][0].returncode = 1  # Cassandra down: exited before its crash point
     run.watch()
-    assert crash_at() == "26"  # the same kill, still to be made
+    assert crash_point() == ("kill_after_produce", "1")  # the same kill, still to be made
+    assert run.alerts_kills == []
     started[-1][0].returncode = -signal.SIGKILL  # its crash point struck
     run.watch()
-    assert crash_at() == "12"
-    started[-1][0].returncode = -signal.SIGKILL
-    run.watch()
-    assert crash_at() is None  # every planned kill made: no crash point any more
-    assert [o.kind for o in run.outcomes] == ["alerts_kill", "alerts_kill"]
-    assert [o.detail.split(" with")[0] for o in run.outcomes] == [
-        "crash point in its transaction 26",
-        "crash point in its transaction 12",
-    ]
+    assert crash_point() == (None, None)  # the kill made: its successor runs unarmed
+    assert [offsets for _, offsets in run.alerts_kills] == [{0: 41}]
+    assert run.restarts == 2
+
+
+def _message(kind: str, n: int) -> OutgoingMessage:
+    return OutgoingMessage(b"k", f"{kind}-{n}".encode(), n, kind)
+
+
+def test_the_last_conflicting_copies_are_held_back_and_the_rest_keeps_its_order(
+    tmp_path: Path,
+) -> None:
+    kinds = ["receipt", "conflict", "receipt", "resend", "conflict", "receipt", "conflict"]
+    messages = [_message(k, i) for i, k in enumerate(kinds)]
+    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), print,
+                           figures.Plan([]))  # fmt: skip
+    stream = chaos.hold_back_conflicts(run, messages, 2)
+    assert [m.value for m in run.held] == [b"conflict-4", b"conflict-6"]
+    assert [m.value for m in stream] == [
+        b"receipt-0", b"conflict-1", b"receipt-2", b"resend-3", b"receipt-5",
+    ]  # fmt: skip
+    assert chaos.hold_back_conflicts(run, messages, 0) == messages and run.held == []
