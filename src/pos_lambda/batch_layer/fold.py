@@ -123,6 +123,8 @@ def fold(
         int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
     )
     if upto == folded.version:  # nothing archived since the last commit
+        if crash_after_receipts is not None:  # no receipts to write: die before the commit
+            crash_after_receipts()
         return Folding(version, 0, 0, 0, 0, 0, 0, 0, _days(read, interval, [], version, {}, {}))
     new = master_dataset.added(spark, settings, folded.version, upto)
     checked = records.check(records.from_archive(new), native_first=True).persist()

@@ -157,11 +157,15 @@ def child_env(
             # instead of the default 5 minutes.
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
-            # A task whose process died (killed with the scheduler, the OOM killer) is
-            # found by its missing heartbeats, then retried. Task runners here are local
-            # and heartbeat every few seconds, so 2 minutes of silence is death, not
-            # load; the default 5 minutes only delays the retry.
+            # A dead task is found in one of two ways, then run again. One whose
+            # process died (the OOM killer) by its missing heartbeats: task runners here
+            # are local and heartbeat every few seconds, so 2 minutes of silence is
+            # death, not load (default 5). One a dead scheduler had queued (killed with
+            # its LocalExecutor workers) by the check for orphaned tasks, which resets
+            # it once that scheduler's own heartbeat is 30 s old: every minute, not
+            # every 5 (the chaos run's scheduler kill waited 5 minutes for it).
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "120",
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "60",
             # Airflow 3 creates no default connections, and SparkSubmitOperator without
             # a connection silently submits to master `yarn`. A connection from the
             # environment needs no DB write and follows POS_SPARK_MASTER on each start;
