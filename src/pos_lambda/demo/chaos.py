@@ -578,13 +578,29 @@ class Chaos:
         if client.flush(120) != 0 or any(e is not None for e in failed):
             raise StepFailed(f"a held-back message was not acknowledged by Kafka: {failed}")
 
-    def _dag_run_recomputing(self, label: str) -> tuple[batch_dag.Triggered, str]:
-        """A pos_batch DAG run over the stream's hours through Airflow (started first if
-        it is not running), awaited until its recompute task runs."""
+    def passed_hours(self) -> tuple[datetime, datetime]:
+        """The stream's hours its sending has passed: a DAG run's `await_archive` waits
+        for every record Kafka holds with a timestamp before the interval's end, so an
+        interval that ends ahead of the stream (the records' timestamps are the
+        simulated send times) waits for the stream's end. The whole interval once the
+        stream is over, or while it has not passed a whole hour yet."""
+        start, end = self.interval
+        sent = self.sent()
+        if self.stream is None or not 0 < sent < len(self.stream.messages):
+            return start, end
+        at = datetime.fromtimestamp(self.stream.messages[sent - 1].timestamp_ms / 1000, UTC)
+        hour = at.replace(minute=0, second=0, microsecond=0)
+        return (start, hour) if start < hour < end else (start, end)
+
+    def _dag_run_recomputing(
+        self, label: str
+    ) -> tuple[batch_dag.Triggered, str, tuple[datetime, datetime]]:
+        """A pos_batch DAG run over the hours the stream has passed, through Airflow
+        (started first if it is not running), awaited until its recompute task runs."""
         self._await_master_dataset()
         if batch_dag.ensure_airflow(self.base, self.say):
             self.airflow_started = True
-        start, end = self.interval
+        start, end = self.passed_hours()
         run = batch_dag.trigger_dag(
             self.base, NAMESPACE, start, end, f"chaos-{label}-{datetime.now(UTC):%Y%m%dT%H%M%S}",
             self.say,
@@ -598,7 +614,7 @@ class Chaos:
 
         if batch_dag.await_dag(self.base, run, self.say, self.args.step_timeout, recomputing):
             raise StepFailed(f"DAG run {run.run_id} ended before its recompute was seen running")
-        return run, running[0]
+        return run, running[0], (start, end)
 
     def airflow_scheduler_kill(self) -> tuple[str, float]:
         """kill -9 of the scheduler's process group (its LocalExecutor workers and the
@@ -608,7 +624,7 @@ class Chaos:
         missing heartbeat and retries it)."""
         from pos_lambda.runtime import airflow_service
 
-        run, attempt = self._dag_run_recomputing("scheduler-kill")
+        run, attempt, _ = self._dag_run_recomputing("scheduler-kill")
         scheduler = airflow_service.processes(self.base)["scheduler"]
         pid = scheduler.pid()
         if pid is None or not scheduler.kill():
@@ -629,8 +645,7 @@ class Chaos:
         recompute runs: both read the pointer, one commits first; the other must commit
         after it or be refused (exit 3, its rows left to gc), never interleave. Recovered
         when the manual run has exited and the DAG run has succeeded."""
-        run, attempt = self._dag_run_recomputing("beside")
-        start, end = self.interval
+        run, attempt, (start, end) = self._dag_run_recomputing("beside")
         t0 = time.monotonic()
         code = run_logged(
             [str(VENV_BIN / "pos-batch"), "run", "--start", start.isoformat(), "--end",

@@ -80,3 +80,25 @@ def test_the_last_conflicting_copies_are_held_back_and_the_rest_keeps_its_order(
         b"receipt-0", b"conflict-1", b"receipt-2", b"resend-3", b"receipt-5",
     ]  # fmt: skip
     assert chaos.hold_back_conflicts(run, messages, 0) == messages and run.held == []
+
+
+def test_an_airflow_fault_runs_the_dag_over_the_hours_the_stream_has_passed(
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime
+
+    hour_ms = 3_600_000
+    t0 = int(datetime(2026, 11, 18, tzinfo=UTC).timestamp() * 1000)
+    # Sent every 20 minutes of simulated time: 12 messages span 4 hours.
+    messages = [OutgoingMessage(b"k", b"v", t0 + i * hour_ms // 3, "receipt") for i in range(12)]
+    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), print,
+                           figures.Plan([]))  # fmt: skip
+    run.interval = (datetime(2026, 11, 18, tzinfo=UTC), datetime(2026, 11, 18, 4, tzinfo=UTC))
+    run.stream = chaos.Counting(messages)
+    assert run.passed_hours() == run.interval  # nothing sent yet: the whole interval
+    run.stream.sent = 2  # the last one sent at 00:20: not a whole hour passed
+    assert run.passed_hours() == run.interval
+    run.stream.sent = 8  # the last one sent at 02:20
+    assert run.passed_hours() == (run.interval[0], datetime(2026, 11, 18, 2, tzinfo=UTC))
+    run.stream.sent = 12  # the stream is over
+    assert run.passed_hours() == run.interval
