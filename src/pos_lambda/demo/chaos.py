@@ -620,8 +620,9 @@ class Chaos:
         """kill -9 of the scheduler's process group (its LocalExecutor workers and the
         running recompute's spark-submit with it, as when its container dies) while a
         DAG run's recompute runs; the scheduler started again, as a process manager
-        would. Recovered when the DAG run succeeds (Airflow finds the dead task by its
-        missing heartbeat and retries it)."""
+        would. Recovered when the DAG run succeeds: the new scheduler resets the dead
+        one's task (its orphaned-task check, once the dead scheduler's heartbeat is 30 s
+        old) and runs it again."""
         from pos_lambda.runtime import airflow_service
 
         run, attempt, _ = self._dag_run_recomputing("scheduler-kill")
