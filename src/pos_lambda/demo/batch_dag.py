@@ -176,6 +176,22 @@ def restore(settings: Settings, run: DagRun | None, stop_airflow: bool) -> list[
     return notes
 
 
+def fail_unfinished(settings: Settings, run_ids: list[str]) -> list[str]:
+    """Mark failed those of `run_ids` still queued or running (a run this process
+    triggered and no longer awaits, e.g. after a failure or Ctrl-C): with
+    max_active_runs=1 the DAG's next run would wait behind it. Notes for the report."""
+    try:
+        api = AirflowApi(settings)
+        open_runs = set(api.runs(DAG_ID, ("queued", "running")))
+        for run_id in run_ids:
+            if run_id in open_runs:
+                api.fail_run(DAG_ID, run_id)
+    except Exception as exc:  # Airflow gone: no run to end
+        return [f"could not end the runs {', '.join(run_ids)}: {exc}"]
+    ended = [r for r in run_ids if r in open_runs]
+    return [f"marked the unfinished run(s) {', '.join(ended)} failed"] if ended else []
+
+
 def pause_again(settings: Settings) -> list[str]:
     """Pause the DAG (a run that unpaused it ended early); notes for the report."""
     try:

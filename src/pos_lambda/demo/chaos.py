@@ -975,6 +975,8 @@ def _cleanup(chaos: Chaos) -> None:
                 svc.start(chaos.base)
         except Exception as exc:
             chaos.say(f"cleanup: could not start {name}: {exc}; run `make up`")
+    if chaos.triggered:
+        chaos.notes += batch_dag.fail_unfinished(chaos.base, [t.run_id for t in chaos.triggered])
     if any(t.was_paused for t in chaos.triggered) and chaos.dag is None:
         chaos.notes += batch_dag.pause_again(chaos.base)
     stop = chaos.airflow_started and not chaos.args.keep_airflow
