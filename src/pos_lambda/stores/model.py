@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
+from functools import cached_property
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")  # date.weekday() order
@@ -176,7 +177,7 @@ class Store:
             hours=hours,
         )
 
-    @property
+    @cached_property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.time_zone)
 
