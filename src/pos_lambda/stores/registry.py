@@ -70,8 +70,11 @@ def _store(row: Any) -> Store:
 class CassandraStores:
     """The `stores` table through cassandra-driver; connects lazily, once."""
 
-    def __init__(self, settings: Settings, timeout: float | None = None) -> None:
+    def __init__(
+        self, settings: Settings, timeout: float | None = None, writes: bool = True
+    ) -> None:
         self._settings = settings
+        self._writes = writes  # the write consistency level (pos-stores), else the read one
         self._timeout = timeout or settings.serve.timeout_seconds
         self._lock = threading.Lock()
         self._cluster: Any = None
@@ -89,7 +92,9 @@ class CassandraStores:
                 if self._session is None:
                     from pos_lambda.adapters import cassandra_client
 
-                    cluster = cassandra_client.cluster(s, writes=True, timeout=self._timeout)
+                    cluster = cassandra_client.cluster(
+                        s, writes=self._writes, timeout=self._timeout
+                    )
                     try:
                         session = cluster.connect(s.cassandra.keyspace)
                         self._prepared = {k: session.prepare(v) for k, v in STATEMENTS.items()}
