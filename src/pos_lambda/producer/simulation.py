@@ -262,18 +262,17 @@ def _next_open_arrival(
     the summed rate, each arrival at a store drawn by its share. `mean_gap_s` stays the
     gap at peak with every store open, as without store hours.
     """
-    stores = [ds[0].store for ds in layout]
-    assert all(s is not None for s in stores)
-    weights = [_local_weight(s, clock) for s in stores if s is not None]
-    total = sum(weights)
+    stores = [ds[0].store for ds in layout if ds[0].store is not None]
+    assert len(stores) == len(layout), "store_hours: every store has a registry entry"
+    total = sum(_local_weight(s, clock) for s in stores)
     if total == 0:
-        openings = [o for s in stores if s and (o := s.next_opening(clock)) is not None]
+        openings = [o for s in stores if (o := s.next_opening(clock)) is not None]
         if not openings:
             raise ValueError("no simulated store ever opens: give one opening hours")
         return max(min(openings), clock + timedelta(seconds=1))
     gap = round(rng.expovariate(total / len(stores) / config.mean_gap_s))
     at = clock + timedelta(seconds=gap)
-    weights = [_local_weight(s, at) for s in stores if s is not None]
+    weights = [_local_weight(s, at) for s in stores]
     if sum(weights) == 0:  # the gap ran past closing time: nobody is open then
         return at
     return at, rng.choices(layout, weights)[0]
