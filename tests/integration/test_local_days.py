@@ -63,7 +63,7 @@ def run(spark: Any, settings: Settings, tmp_path_factory: pytest.TempPathFactory
     # The helper's default --start is overridden by the later one (argparse: last wins).
     summary = simulate(
         s, ledger, "--start", START.isoformat(), "--store-hours", "--stores", "3",
-        "--count", "2000", "--seed", "52", "--resend-rate", "0.05",
+        "--count", "2000", "--mean-gap", "60", "--seed", "52", "--resend-rate", "0.05",
         "--late-rate", "0.03", "--late-max-delay", "3600",
     )  # fmt: skip
     assert summary["store_zones"][str(KATHMANDU)] == "Asia/Kathmandu"

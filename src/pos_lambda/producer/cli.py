@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated start, ISO-8601 with offset (default: now, to the minute)",
     )
     sim.add_argument("--stores", type=cli_args.positive_int, default=20, help="number of stores")
+    sim.add_argument(
+        "--mean-gap",
+        type=cli_args.non_negative,
+        default=2.0,
+        help="mean simulated seconds between receipts at peak traffic (default 2); larger "
+        "spreads --count receipts over more simulated days",
+    )
     sim.add_argument("--ledger", type=Path, help="directory for the ground-truth ledger")
     sim.add_argument(
         "--store-hours",
@@ -255,7 +262,7 @@ def cmd_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     try:
         config = SimulationConfig(
             count=args.count, seed=args.seed, start=start, stores=args.stores,
-            faults=_fault_config(args), store_hours=args.store_hours,
+            mean_gap_s=args.mean_gap, faults=_fault_config(args), store_hours=args.store_hours,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))

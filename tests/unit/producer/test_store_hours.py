@@ -120,3 +120,19 @@ def test_a_ledger_without_store_hours_has_no_local_days(tmp_path: Path) -> None:
     ledger.write(tmp_path, plain.receipts, plain.faults, plain.summary)
     with pytest.raises(ValueError, match="--store-hours"):
         ledger.expected_local_days(tmp_path)
+
+
+def test_cli_store_hours_dry_run_writes_local_days_and_seeds_nothing(tmp_path: Path) -> None:
+    from pos_lambda.producer import cli
+
+    code = cli.main(
+        ["simulate", "--count", "200", "--seed", "3", "--stores", "3", "--store-hours",
+         "--mean-gap", "60", "--start", START.isoformat(), "--dry-run",
+         "--ledger", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    lines = ledger.load_receipts(tmp_path).values()
+    assert len(lines) == 200 and all("local_day" in line for line in lines)
+    # --mean-gap 60 spreads 200 receipts over hours (at the default 2 s: minutes).
+    span = max(datetime.fromisoformat(line["happened_at"]) for line in lines) - START
+    assert span.total_seconds() > 3 * 3600
