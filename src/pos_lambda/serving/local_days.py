@@ -14,9 +14,11 @@ from datetime import date, datetime
 from decimal import Decimal
 
 from pos_lambda.serving import merge
+from pos_lambda.serving.errors import QueryError, Unavailable, UnregisteredStore
 from pos_lambda.serving.model import Window
-from pos_lambda.stores.local_day import utc_windows
+from pos_lambda.stores.local_day import UnalignedDay, local_day_bounds, utc_windows
 from pos_lambda.stores.model import Store
+from pos_lambda.stores.registry import RegistryUnavailable, StoreRegistry
 from pos_lambda.views.windows import WINDOW
 
 
@@ -47,6 +49,25 @@ class LocalDays:
     time_zone: str
     horizon: datetime | None
     days: list[LocalDayTotal]
+
+
+def registered_store(registry: StoreRegistry, operation_id: int) -> Store:
+    """The store's registry entry; the serving errors when there is none or no registry."""
+    try:
+        store = registry.get(operation_id)
+    except RegistryUnavailable as exc:
+        raise Unavailable(str(exc)) from None
+    if store is None:
+        raise UnregisteredStore(operation_id)
+    return store
+
+
+def utc_span(store: Store, first: date, last: date) -> tuple[datetime, datetime]:
+    """[start, end) in UTC of the store's local days first..last."""
+    try:
+        return local_day_bounds(first, store.zone)[0], local_day_bounds(last, store.zone)[1]
+    except UnalignedDay as exc:
+        raise QueryError(str(exc)) from None
 
 
 def local_day_totals(

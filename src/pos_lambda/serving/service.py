@@ -22,8 +22,8 @@ from datetime import UTC, date, datetime
 
 from pos_lambda.schemas import contract
 from pos_lambda.serving import merge, paging
-from pos_lambda.serving.errors import QueryError, Unavailable, UnknownStore, UnregisteredStore
-from pos_lambda.serving.local_days import LocalDays, local_day_totals
+from pos_lambda.serving.errors import UnknownStore
+from pos_lambda.serving.local_days import LocalDays, local_day_totals, registered_store, utc_span
 from pos_lambda.serving.model import (
     DayTotal,
     DeadLetters,
@@ -47,8 +47,7 @@ from pos_lambda.serving.requests import (
 )
 from pos_lambda.serving.store import Views
 from pos_lambda.settings import Settings
-from pos_lambda.stores.local_day import UnalignedDay, local_day_bounds
-from pos_lambda.stores.registry import CassandraStores, RegistryUnavailable, StoreRegistry
+from pos_lambda.stores.registry import CassandraStores, StoreRegistry
 from pos_lambda.views.windows import window_start
 
 MAX_PAGE_SIZE = 1000
@@ -127,21 +126,11 @@ class Serving:
         on a DST day), merged as `windows` merges them."""
         check_store(store)
         span = day_range(first, last, self.settings.serve.max_range_days)  # days, checked
-        try:
-            registered = self.stores.get(store)
-        except RegistryUnavailable as exc:
-            raise Unavailable(str(exc)) from None
-        if registered is None:
-            raise UnregisteredStore(store)
+        registered = registered_store(self.stores, store)
         self.require_store(store)
-        try:
-            start = local_day_bounds(first, registered.zone)[0]
-            end = local_day_bounds(last, registered.zone)[1]
-        except UnalignedDay as exc:
-            raise QueryError(str(exc)) from None
+        start, end = utc_span(registered, first, last)
         # Not TimeRange.checked: N local days may be N x 24 h + 1 h (a fall-back day).
-        utc_span = TimeRange(start, end)
-        days = utc_span.days
+        days = TimeRange(start, end).days
         pointer = self.views.pointer(days[0], days[-1])
         batch, speed = self.views.store_days(store, days, pointer)
         rows = merge.merge_windows(store, start, end, pointer, batch, speed)
