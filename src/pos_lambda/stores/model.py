@@ -167,9 +167,7 @@ class Store:
         """A copy with the given fields changed; `week` changes only the days it names."""
         hours = self.hours
         if week:
-            hours = tuple(
-                week.get(d, h) if d in week else h for d, h in zip(WEEKDAYS, hours, strict=True)
-            )
+            hours = tuple(week.get(d, h) for d, h in zip(WEEKDAYS, hours, strict=True))
         return replace(
             self,
             name=self.name if name is None else name,
