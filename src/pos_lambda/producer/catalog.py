@@ -40,3 +40,17 @@ HOURLY_TRAFFIC: tuple[float, ...] = (
 
 # UTC offsets (hours) stores print their local time with.
 STORE_UTC_OFFSETS: tuple[int, ...] = (0, 1, 2)
+
+# The simulated stores as data (`--store-hours`): name, IANA zone, local opening hours
+# per weekday, cycled over the stores (store i gets entry i % len). One at UTC+05:45,
+# zones with DST in both hemispheres, a half-hour offset, a 24-hour store, closed days.
+# HOURLY_TRAFFIC then shapes each store's traffic by its *local* hour while it is open.
+STORE_CATALOG: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("Bratislava Old Town", "Europe/Bratislava", ("mon-sat=07:00-21:00", "sun=09:00-18:00")),
+    ("Kathmandu Thamel", "Asia/Kathmandu", ("daily=07:00-21:00",)),
+    ("New York SoHo", "America/New_York", ("mon-fri=07:00-22:00", "weekend=08:00-20:00")),
+    ("London Camden", "Europe/London", ("daily=06:00-23:00",)),
+    ("Mumbai Bandra", "Asia/Kolkata", ("mon-sat=08:00-22:00",)),
+    ("Adelaide Rundle", "Australia/Adelaide", ("mon-fri=07:30-19:00", "sat=08:00-17:00")),
+    ("Kosice 24/7", "Europe/Bratislava", ("daily=00:00-24:00",)),
+)

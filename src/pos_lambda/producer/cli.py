@@ -36,6 +36,7 @@ from pos_lambda.producer.simulation import (
 )
 from pos_lambda.schemas.contract import Receipt, parse_message
 from pos_lambda.settings import Settings, load_settings
+from pos_lambda.stores.model import Store
 
 
 def _timestamp(text: str) -> datetime:
@@ -84,7 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated start, ISO-8601 with offset (default: now, to the minute)",
     )
     sim.add_argument("--stores", type=cli_args.positive_int, default=20, help="number of stores")
+    sim.add_argument(
+        "--mean-gap",
+        type=cli_args.non_negative,
+        default=2.0,
+        help="mean simulated seconds between receipts at peak traffic (default 2); larger "
+        "spreads --count receipts over more simulated days",
+    )
     sim.add_argument("--ledger", type=Path, help="directory for the ground-truth ledger")
+    sim.add_argument(
+        "--store-hours",
+        action="store_true",
+        help="stores as data: IANA zones and opening hours (catalog.STORE_CATALOG), traffic "
+        "only while each store is open by its local clock (DST included), each receipt's "
+        "local day in the ledger; stores missing from the `stores` table are added to it "
+        "before sending (not with --dry-run or --output)",
+    )
     sim.add_argument(
         "--output", type=Path, help="write messages to this JSONL file instead of Kafka"
     )
@@ -217,12 +233,36 @@ def _fault_config(args: argparse.Namespace) -> FaultConfig:
     )  # fmt: skip
 
 
+def _seed_stores(settings: Settings, stores: list[Store]) -> None:
+    """Add the simulated stores the registry lacks; keep the ones it has (an operator's
+    edits win), and say so when one's zone differs from the simulator's: its ledger's
+    local days follow the simulator's zone."""
+    from pos_lambda.stores.registry import CassandraStores, RegistryUnavailable
+
+    registry = CassandraStores(settings)
+    try:
+        for store in stores:
+            known = registry.get(store.operation_id)
+            if known is None:
+                registry.put(store)
+            elif known.time_zone != store.time_zone:
+                print(
+                    f"warning: store {store.operation_id} is registered in {known.time_zone}; "
+                    f"the simulator (and its ledger's local days) uses {store.time_zone}",
+                    file=sys.stderr,
+                )
+    except RegistryUnavailable as exc:
+        raise ProducerError(f"cannot seed the stores table: {exc}") from None
+    finally:
+        registry.close()
+
+
 def cmd_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     start = args.start or datetime.now(UTC).replace(second=0, microsecond=0)
     try:
         config = SimulationConfig(
             count=args.count, seed=args.seed, start=start, stores=args.stores,
-            faults=_fault_config(args),
+            mean_gap_s=args.mean_gap, faults=_fault_config(args), store_hours=args.store_hours,
         )  # fmt: skip
     except ValueError as exc:
         parser.error(str(exc))
@@ -236,6 +276,8 @@ def cmd_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_bytes(b"".join(m.value + b"\n" for m in result.messages))
         summary["output"] = str(args.output)
+    if to_kafka and result.stores:
+        _seed_stores(settings, result.stores)
     if to_kafka:
         summary["topic"] = settings.topics.transactions
         summary["delivery"] = {"status": "sending"}

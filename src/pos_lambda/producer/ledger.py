@@ -4,7 +4,8 @@ A directory of plain JSON files that any tool can read:
 - receipts.jsonl: one line per unique receipt: natural key, happened_at and
   window_start (UTC ISO-8601), item_quantity, revenue (decimal string),
   line_count, returned_value (decimal string; absent in older ledgers),
-  first_sent_at, late, copies (1 + resends).
+  first_sent_at, late, copies (1 + resends); with `--store-hours`, local_day: the
+  receipt's store-local business day (YYYY-MM-DD, by the store's IANA zone).
 - faults.jsonl: one line per injected fault (kind and details; a malformed message's
   line carries its expected_reason and value_sha256, the SHA-256 of its bytes, absent
   in older ledgers).
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -87,6 +88,26 @@ def expected_aggregates(path: PathLike) -> dict[tuple[int, datetime], Aggregate]
     acc: dict[tuple[int, datetime], list[Any]] = {}
     for r in load_receipts(path).values():
         key = (r["operation_id"], datetime.fromisoformat(r["window_start"]))
+        a = acc.setdefault(key, [0, 0, Decimal("0.00"), 0])
+        a[0] += 1
+        a[1] += int(r["item_quantity"])
+        a[2] += Decimal(r["revenue"])
+        a[3] += 1 if r["late"] else 0
+    return {k: Aggregate(a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+
+
+def expected_local_days(path: PathLike) -> dict[tuple[int, date], Aggregate]:
+    """(operation_id, store-local day) -> Aggregate, summed over the unique receipts.
+
+    Needs a ledger written with store hours (each line's `local_day`, computed by the
+    producer from happened_at and the store's zone): the truth local-day totals built
+    from UTC windows are compared with.
+    """
+    acc: dict[tuple[int, date], list[Any]] = {}
+    for r in load_receipts(path).values():
+        if "local_day" not in r:
+            raise ValueError(f"{path}: receipts carry no local_day (simulate with --store-hours)")
+        key = (r["operation_id"], date.fromisoformat(r["local_day"]))
         a = acc.setdefault(key, [0, 0, Decimal("0.00"), 0])
         a[0] += 1
         a[1] += int(r["item_quantity"])

@@ -10,10 +10,19 @@ simulate`) is the usual way in; in Python:
                                        faults=FaultConfig(resend_rate=0.006)))
 
 Time model: a simulated clock advances by exponential gaps shaped by a daily
-traffic curve. A receipt *happens* at clock time plus its device's clock skew and
+traffic curve (by UTC hour; with `store_hours`, by each store's local hour while it is
+open, see below). A receipt *happens* at clock time plus its device's clock skew and
 is normally *sent* (Kafka record timestamp) at clock time; a late receipt is sent
 after a delay, so messages go out in send-time order and late ones arrive out of
 order by event time.
+
+Stores as data (`store_hours=True`, `pos-producer simulate --store-hours`): the stores
+get IANA zones and opening hours from `catalog.STORE_CATALOG` (`result.stores`, which
+the CLI writes to the `stores` table), print their local time with the zone's real
+offset (+05:45, DST), receive traffic only while open by their local wall clock (the
+clock jumps over hours when every store is closed) and the ledger records each
+receipt's store-local day. Off by default: the same seed then gives the same stream
+as before stores were data (the chaos run and the benchmarks keep their figures).
 """
 
 from __future__ import annotations
@@ -24,13 +33,14 @@ import itertools
 import json
 import random
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
 from typing import Any
 
 from pos_lambda.producer import malformed
-from pos_lambda.producer.catalog import HOURLY_TRAFFIC, ITEMS, STORE_UTC_OFFSETS
+from pos_lambda.producer.catalog import HOURLY_TRAFFIC, ITEMS, STORE_CATALOG, STORE_UTC_OFFSETS
 from pos_lambda.schemas.contract import LATE_THRESHOLD, LIMITS, LineItem, Receipt
+from pos_lambda.stores.model import Store, parse_week
 from pos_lambda.views.windows import window_start
 
 REALISTIC_RESEND_RATE = 0.006  # terminals retrying over flaky (GPRS) links
@@ -72,6 +82,7 @@ class SimulationConfig:
     stores: int = 20
     mean_gap_s: float = 2.0  # mean simulated seconds between receipts at peak traffic
     faults: FaultConfig = field(default_factory=FaultConfig)
+    store_hours: bool = False  # stores as data: zones, opening hours (module docstring)
 
     def __post_init__(self) -> None:
         if self.count < 1 or self.stores < 1 or self.mean_gap_s <= 0:
@@ -93,7 +104,8 @@ class Device:
     operation_id: int
     vendor_fiscal_module: int
     skew_s: int
-    utc_offset_h: int
+    utc_offset_h: int  # the fixed offset it prints without store_hours
+    store: Store | None = None  # with store_hours: its zone and hours
 
     @property
     def key(self) -> bytes:
@@ -116,20 +128,33 @@ class SimulationResult:
     receipts: list[dict[str, Any]]  # ledger lines, one per unique receipt
     faults: list[dict[str, Any]]  # ledger lines, one per injected fault
     summary: dict[str, Any]
+    stores: list[Store] = field(default_factory=list)  # with store_hours: the registry
+
+
+def catalog_stores(count: int) -> list[Store]:
+    """The simulated stores 101, 102, ... as registry entries (catalog.STORE_CATALOG)."""
+    out = []
+    for i in range(count):
+        name, zone, hours = STORE_CATALOG[i % len(STORE_CATALOG)]
+        out.append(Store.create(101 + i, f"{name} #{101 + i}", zone, parse_week(hours)))
+    return out
 
 
 def _ms(t: datetime) -> int:
     return int(t.timestamp() * 1000)
 
 
-def _devices(rng: random.Random, stores: int, skew_max_s: float) -> list[list[Device]]:
+def _devices(
+    rng: random.Random, stores: int, skew_max_s: float, registry: list[Store]
+) -> list[list[Device]]:
     layout, next_vfm = [], 1001
     for i in range(stores):
         op, offset = 101 + i, STORE_UTC_OFFSETS[i % len(STORE_UTC_OFFSETS)]
+        store = registry[i] if registry else None
         devs = []
         for _ in range(rng.randint(1, 4)):
             skew = round(rng.uniform(-skew_max_s, skew_max_s)) if skew_max_s else 0
-            devs.append(Device(op, next_vfm, skew, offset))
+            devs.append(Device(op, next_vfm, skew, offset, store))
             next_vfm += 1
         layout.append(devs)
     return layout
@@ -145,10 +170,11 @@ def _basket(rng: random.Random) -> tuple[LineItem, ...]:
     return tuple(lines)
 
 
-def encode(receipt: Receipt, utc_offset_h: int = 0) -> bytes:
-    """The message bytes: compact JSON, happened_at in the store's local offset."""
+def encode(receipt: Receipt, utc_offset_h: int = 0, zone: tzinfo | None = None) -> bytes:
+    """The message bytes: compact JSON, happened_at in the store's local offset (the
+    zone's, DST included, when given)."""
     doc = receipt.to_json()
-    local = receipt.happened_at.astimezone(timezone(timedelta(hours=utc_offset_h)))
+    local = receipt.happened_at.astimezone(zone or timezone(timedelta(hours=utc_offset_h)))
     doc["happened_at"] = local.isoformat()
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -180,15 +206,23 @@ def _issue_receipts(
             vendor_fiscal_module=device.vendor_fiscal_module,
             line_items=_basket(rng),
         )
-        p = _Planned(receipt, device, _ms(at), encode(receipt, device.utc_offset_h))
+        zone = device.store.zone if device.store else None
+        p = _Planned(receipt, device, _ms(at), encode(receipt, device.utc_offset_h, zone))
         planned.append(p)
         return p
 
     burst_rate = config.faults.burst_rate
     while len(planned) < config.count:
-        weight = HOURLY_TRAFFIC[clock.hour]
-        clock += timedelta(seconds=round(rng.expovariate(weight / config.mean_gap_s)))
-        store = rng.choice(layout)
+        if config.store_hours:
+            found = _next_open_arrival(rng, config, layout, clock)
+            if isinstance(found, datetime):  # nobody open then: go on from the next opening
+                clock = found
+                continue
+            clock, store = found
+        else:
+            weight = HOURLY_TRAFFIC[clock.hour]
+            clock += timedelta(seconds=round(rng.expovariate(weight / config.mean_gap_s)))
+            store = rng.choice(layout)
         first = issue(rng.choice(store), clock)
         if burst_rate and rng.random() < burst_rate:
             extra = min(rng.randint(1, 3), config.count - len(planned))
@@ -207,6 +241,41 @@ def _issue_receipts(
                 }
             )
     return planned, faults
+
+
+def _local_weight(store: Store, at: datetime) -> float:
+    """A store's traffic at an instant: its local hour's share, 0 while it is closed."""
+    local = at.astimezone(store.zone)  # once: this runs for every store at every arrival
+    hours = store.hours[local.weekday()]
+    if hours is None or not hours.contains(local.hour * 60 + local.minute):
+        return 0.0
+    return HOURLY_TRAFFIC[local.hour]
+
+
+def _next_open_arrival(
+    rng: random.Random, config: SimulationConfig, layout: list[list[Device]], clock: datetime
+) -> tuple[datetime, list[Device]] | datetime:
+    """The next arrival (instant, store) when stores follow their local hours, or the
+    instant to go on from when no store is open (the next opening of any store).
+
+    Every store is a stream of its own, shaped by its local hour; their sum arrives with
+    the summed rate, each arrival at a store drawn by its share. `mean_gap_s` stays the
+    gap at peak with every store open, as without store hours.
+    """
+    stores = [ds[0].store for ds in layout if ds[0].store is not None]
+    assert len(stores) == len(layout), "store_hours: every store has a registry entry"
+    total = sum(_local_weight(s, clock) for s in stores)
+    if total == 0:
+        openings = [o for s in stores if (o := s.next_opening(clock)) is not None]
+        if not openings:
+            raise ValueError("no simulated store ever opens: give one opening hours")
+        return max(min(openings), clock + timedelta(seconds=1))
+    gap = round(rng.expovariate(total / len(stores) / config.mean_gap_s))
+    at = clock + timedelta(seconds=gap)
+    weights = [_local_weight(s, at) for s in stores]
+    if sum(weights) == 0:  # the gap ran past closing time: nobody is open then
+        return at
+    return at, rng.choices(layout, weights)[0]
 
 
 def _late_delay_s(rng: random.Random, max_delay_s: float) -> float:
@@ -325,7 +394,8 @@ def _outbox(
 def simulate(config: SimulationConfig) -> SimulationResult:
     rng = random.Random(config.seed)
     f = config.faults
-    layout = _devices(rng, config.stores, f.clock_skew_max_s)
+    registry = catalog_stores(config.stores) if config.store_hours else []
+    layout = _devices(rng, config.stores, f.clock_skew_max_s, registry)
     planned, faults = _issue_receipts(rng, config, layout)
     faults += _delay_late(rng, planned, f)
     faults += _reorder(rng, planned, f)
@@ -333,13 +403,18 @@ def simulate(config: SimulationConfig) -> SimulationResult:
     faults += more
     receipts = [_ledger_line(p, copies[p.receipt.natural_key]) for p in planned]
     summary = _summary(config, messages, receipts, faults, layout)
-    return SimulationResult(messages, receipts, faults, summary)
+    return SimulationResult(messages, receipts, faults, summary, registry)
 
 
 def _ledger_line(p: _Planned, copies: int) -> dict[str, Any]:
     """Expected contribution of one unique receipt, computed here with Decimal."""
     r = p.receipt
     first_sent = datetime.fromtimestamp(p.send_ms / 1000, tz=UTC)
+    # The store-local business day, by the zone (zoneinfo), for local-day totals to be
+    # compared with: the views never see it, they are keyed by UTC windows.
+    local = (
+        {"local_day": p.device.store.local_day(r.happened_at).isoformat()} if p.device.store else {}
+    )
     return {
         **_key(r),
         "happened_at": r.happened_at.isoformat(),
@@ -355,7 +430,12 @@ def _ledger_line(p: _Planned, copies: int) -> dict[str, Any]:
         "first_sent_at": first_sent.isoformat(),
         "late": first_sent - r.happened_at > LATE_THRESHOLD,
         "copies": copies,
+        **local,
     }
+
+
+def _zones(layout: list[list[Device]]) -> dict[str, str]:
+    return {str(ds[0].operation_id): ds[0].store.time_zone for ds in layout if ds[0].store}
 
 
 def _summary(
@@ -384,4 +464,5 @@ def _summary(
         "malformed_kinds": kinds,
         "fault_config": {f.name: getattr(config.faults, f.name) for f in fields(config.faults)},
         "max_line_items": LIMITS.max_line_items,
+        **({"store_zones": _zones(layout)} if config.store_hours else {}),
     }

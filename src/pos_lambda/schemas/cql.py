@@ -41,6 +41,10 @@ KEY_BUCKET_SIZE = 1000
 # dataset alone.
 RECEIPT_KEYS_BATCH_TABLE = "receipt_keys_batch"
 CONFLICTS_TABLE = "conflicts"
+# The store registry (src/pos_lambda/stores): each store's name, IANA time zone and
+# opening hours per weekday. Written by `pos-stores` and the simulator, read by serving
+# to answer by local day. A handful of rows, one partition each.
+STORES_TABLE = "stores"
 
 
 def keyspace_ddl(keyspace: str, replication_factor: int) -> str:
@@ -342,6 +346,15 @@ def table_ddl(keyspace: str) -> list[str]:
   beyond_lateness_bound bigint,
   PRIMARY KEY (query_name, batch_id)
 ) WITH CLUSTERING ORDER BY (batch_id DESC)""",
+        # opening_hours: weekday (mon..sun) -> "HH:MM-HH:MM" local, or "closed"
+        # (src/pos_lambda/stores/model.py validates both ways).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{STORES_TABLE} (
+  operation_id {contract.cql_type_of("operation_id")} PRIMARY KEY,
+  name text,
+  time_zone text,
+  opening_hours map<text, text>,
+  updated_at timestamp
+)""",
         *serving_index_ddl(keyspace),
     ]
 

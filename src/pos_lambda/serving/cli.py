@@ -2,6 +2,7 @@
 
     pos-serve windows --store 101 --start 2026-03-02T00:00Z --end 2026-03-03T00:00Z
     pos-serve days --store 101 --first 2026-03-01 --last 2026-03-02
+    pos-serve local-days --store 102 --first 2026-03-08 --last 2026-03-09  # store's zone
     pos-serve top --day 2026-03-02 [--limit 10]
     pos-serve receipts --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
     pos-serve issues --store 101 --day 2026-03-02     # conflicts + what the batch fixed
@@ -48,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--store", type=int, required=True)
     c.add_argument("--first", required=True, help="first UTC day, YYYY-MM-DD")
     c.add_argument("--last", required=True, help="last UTC day, YYYY-MM-DD")
+    c = command("local-days", "a store's totals per local day, in its registered zone")
+    c.add_argument("--store", type=int, required=True)
+    c.add_argument("--first", required=True, help="first local day, YYYY-MM-DD")
+    c.add_argument("--last", required=True, help="last local day, YYYY-MM-DD")
     c = command("top", "the day's stores by merged revenue")
     c.add_argument("--day", required=True, help="UTC day, YYYY-MM-DD")
     c.add_argument("--limit", type=int, default=10)
@@ -109,6 +114,19 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
             args.store, parse_day(args.first, "first"), parse_day(args.last, "last")
         )
         return rows, lambda: table(rows)
+    if c == "local-days":
+        local = lib.local_days(
+            args.store, parse_day(args.first, "first"), parse_day(args.last, "last")
+        )
+        cols = ["day", "start", "end", "windows", "receipt_count", "item_quantity", "revenue",
+                "late_count", "batch_windows", "speed_windows", "final"]  # fmt: skip
+        return (
+            local,
+            lambda: (
+                f"store {local.operation_id} ({local.name}), {local.time_zone}, "
+                f"horizon {local.horizon or 'none'}\n{table(local.days, cols)}"
+            ),
+        )
     if c == "top":
         top = lib.top_stores(parse_day(args.day), args.limit)
         return top, lambda: f"{top.day}, horizon {top.horizon or 'none'}\n{table(top.stores)}"

@@ -24,5 +24,17 @@ class UnknownStore(ServingError):
         self.store = store
 
 
+class UnregisteredStore(UnknownStore):
+    """The store registry has no time zone for this store, so it has no local day."""
+
+    def __init__(self, store: int) -> None:
+        ServingError.__init__(
+            self,
+            f"store {store} is not in the store registry, so its local day is unknown: "
+            f"add it with pos-stores add {store} --name ... --zone ... --hours ...",
+        )
+        self.store = store
+
+
 class Unavailable(ServingError):
     """Cassandra cannot be reached or did not answer in time."""

@@ -25,7 +25,14 @@ from pydantic import BaseModel
 
 from pos_lambda.adapters import metrics_http
 from pos_lambda.serving import dashboard
-from pos_lambda.serving.errors import QueryError, ServingError, Unavailable, UnknownStore
+from pos_lambda.serving.errors import (
+    QueryError,
+    ServingError,
+    Unavailable,
+    UnknownStore,
+    UnregisteredStore,
+)
+from pos_lambda.serving.local_days import LocalDays
 from pos_lambda.serving.metrics import ServingCollector
 from pos_lambda.serving.model import (
     DayTotal,
@@ -39,7 +46,7 @@ from pos_lambda.serving.requests import FIRST_DAY, LAST_DAY, STORE_MAX, parse_da
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
 
-STATUS = {QueryError: 422, UnknownStore: 404, Unavailable: 503}
+STATUS = {QueryError: 422, UnknownStore: 404, UnregisteredStore: 404, Unavailable: 503}
 
 DESCRIPTION = """\
 One exact answer per 15-minute window from the batch and speed views of the POS Lambda
@@ -128,6 +135,21 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     ) -> list[DayTotal]:
         """A store's daily totals; a day is final when the batch answered all its windows."""
         return lib.daily_totals(store, parse_day(first, "first"), parse_day(last, "last"))
+
+    @app.get("/stores/{store}/local-days", tags=["aggregates"], responses=JSON_ERRORS)
+    def local_days(
+        store: StorePath,
+        first: Annotated[
+            str,
+            Query(description=f"first local day of the store, {YEARS}", examples=["2026-03-08"]),
+        ],
+        last: Annotated[
+            str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-09"])
+        ],
+    ) -> LocalDays:
+        """A store's totals per local business day, in the zone the store registry gives
+        it: each day the exact sum of its UTC windows (96; 92 or 100 on a DST day)."""
+        return lib.local_days(store, parse_day(first, "first"), parse_day(last, "last"))
 
     @app.get("/days/{day}/top-stores", tags=["aggregates"], responses=_errors(422, 503))
     def top(day: DayPath, limit: Annotated[int, Query(ge=1, le=1000)] = 10) -> TopStores:

@@ -7,6 +7,7 @@
         answer = serving.windows(101, start, end)    # 15-minute windows, merged
         for w in answer.windows:
             print(w.window_start, w.receipt_count, w.revenue, w.source, w.final)
+        local = serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))  # by store zone
 
 Each method validates its input (`QueryError`), reads what it needs through
 `serving.store.Views` and answers with the pure merge of `serving.merge`. A store no
@@ -22,6 +23,7 @@ from datetime import UTC, date, datetime
 from pos_lambda.schemas import contract
 from pos_lambda.serving import merge, paging
 from pos_lambda.serving.errors import UnknownStore
+from pos_lambda.serving.local_days import LocalDays, local_day_totals, registered_store, utc_span
 from pos_lambda.serving.model import (
     DayTotal,
     DeadLetters,
@@ -45,6 +47,7 @@ from pos_lambda.serving.requests import (
 )
 from pos_lambda.serving.store import Views
 from pos_lambda.settings import Settings
+from pos_lambda.stores.registry import CassandraStores, StoreRegistry
 from pos_lambda.views.windows import window_start
 
 MAX_PAGE_SIZE = 1000
@@ -59,9 +62,15 @@ def _now() -> datetime:
 class Serving:
     """Queries over the merged views (see the module docstring)."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], datetime] = _now) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], datetime] = _now,
+        stores: StoreRegistry | None = None,
+    ) -> None:
         self.settings = settings
         self.views = Views(settings)
+        self.stores = stores or CassandraStores(settings, writes=False)
         self._clock = clock
         self._known: set[int] = set()  # stores never disappear from the views
         self._page_key: bytes | None = None  # read or made on the first paged request
@@ -73,6 +82,7 @@ class Serving:
 
     def close(self) -> None:
         self.views.close()
+        self.stores.close()
 
     def __enter__(self) -> Serving:
         return self
@@ -109,6 +119,28 @@ class Serving:
         """The store's whole UTC days first..last (both included), merged."""
         span = day_range(first, last, self.settings.serve.max_range_days)
         return merge.daily_totals(self.windows(store, span.start, span.end).windows)
+
+    def local_days(self, store: int, first: date, last: date) -> LocalDays:
+        """The store's local business days first..last (both included), in the zone the
+        store registry gives it: each day the exact sum of its UTC windows (96; 92 or 100
+        on a DST day), merged as `windows` merges them."""
+        check_store(store)
+        span = day_range(first, last, self.settings.serve.max_range_days)  # days, checked
+        registered = registered_store(self.stores, store)
+        self.require_store(store)
+        start, end = utc_span(registered, first, last)
+        # Not TimeRange.checked: N local days may be N x 24 h + 1 h (a fall-back day).
+        days = TimeRange(start, end).days
+        pointer = self.views.pointer(days[0], days[-1])
+        batch, speed = self.views.store_days(store, days, pointer)
+        rows = merge.merge_windows(store, start, end, pointer, batch, speed)
+        return LocalDays(
+            operation_id=store,
+            name=registered.name,
+            time_zone=registered.time_zone,
+            horizon=pointer.horizon,
+            days=local_day_totals(registered, span.days, rows),
+        )
 
     def top_stores(self, day: date, limit: int = 10) -> TopStores:
         """The day's stores by merged revenue, best first."""

@@ -1,0 +1,101 @@
+"""A store's totals per local business day, from the merged 15-minute windows (pure).
+
+A local day is an exact set of UTC windows (pos_lambda.stores.local_day: 96, or 92 / 100
+on a DST day), so its totals are exact sums of the windows the serving merge answered
+(`merge.merge_windows`: batch up to the horizon, speed after it, each window once). No
+window is split or apportioned; a day is final when the batch answered all its windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+
+from pos_lambda.serving import merge
+from pos_lambda.serving.errors import QueryError, Unavailable, UnregisteredStore
+from pos_lambda.serving.model import Window
+from pos_lambda.stores.local_day import UnalignedDay, local_day_bounds, utc_windows
+from pos_lambda.stores.model import Store
+from pos_lambda.stores.registry import RegistryUnavailable, StoreRegistry
+from pos_lambda.views.windows import WINDOW
+
+
+@dataclass(frozen=True)
+class LocalDayTotal:
+    """One local business day of a store: [start, end) in UTC and its window count."""
+
+    operation_id: int
+    day: date  # the store's local calendar day
+    start: datetime  # UTC, the local midnight
+    end: datetime  # UTC, the next local midnight
+    windows: int  # 96; 92 or 100 on a DST day
+    receipt_count: int
+    item_quantity: int
+    revenue: Decimal
+    late_count: int
+    batch_windows: int
+    speed_windows: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class LocalDays:
+    """A store's local days first..last, in its registered zone."""
+
+    operation_id: int
+    name: str
+    time_zone: str
+    horizon: datetime | None
+    days: list[LocalDayTotal]
+
+
+def registered_store(registry: StoreRegistry, operation_id: int) -> Store:
+    """The store's registry entry; the serving errors when there is none or no registry."""
+    try:
+        store = registry.get(operation_id)
+    except RegistryUnavailable as exc:
+        raise Unavailable(str(exc)) from None
+    if store is None:
+        raise UnregisteredStore(operation_id)
+    return store
+
+
+def utc_span(store: Store, first: date, last: date) -> tuple[datetime, datetime]:
+    """[start, end) in UTC of the store's local days first..last."""
+    try:
+        return local_day_bounds(first, store.zone)[0], local_day_bounds(last, store.zone)[1]
+    except UnalignedDay as exc:
+        raise QueryError(str(exc)) from None
+
+
+def local_day_totals(
+    store: Store, days: Sequence[date], windows: Iterable[Window]
+) -> list[LocalDayTotal]:
+    """Each local day's totals from merged windows covering all of them (each once)."""
+    by_start = {w.window_start: w for w in windows if w.operation_id == store.operation_id}
+    out = []
+    for day in days:
+        starts = utc_windows(day, store.zone)
+        missing = [s for s in starts if s not in by_start]
+        if missing:  # a caller's bug, not the data's: the merge answers every window
+            raise ValueError(f"windows of local day {day} missing: {missing[:3]}...")
+        t = merge.totals(by_start[s] for s in starts)
+        out.append(
+            LocalDayTotal(
+                operation_id=store.operation_id,
+                day=day,
+                start=starts[0],
+                end=starts[-1] + WINDOW,
+                windows=len(starts),
+                receipt_count=t.receipt_count,
+                item_quantity=t.item_quantity,
+                revenue=t.revenue,
+                late_count=t.late_count,
+                batch_windows=t.batch_windows,
+                speed_windows=t.speed_windows,
+                final=t.speed_windows == 0,
+            )
+        )
+    return out

@@ -1,0 +1,129 @@
+"""Local-day totals as exact sums of merged UTC windows: +05:45, DST days, the service."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from pos_lambda.serving.errors import QueryError, UnregisteredStore
+from pos_lambda.serving.local_days import local_day_totals
+from pos_lambda.serving.merge import merge_windows
+from pos_lambda.serving.model import Aggregate, DayVersion, Pointer
+from pos_lambda.serving.service import Serving
+from pos_lambda.settings import Settings
+from pos_lambda.stores.model import Store, parse_week
+from pos_lambda.stores.registry import InMemoryStores
+
+KATHMANDU = Store.create(102, "Thamel", "Asia/Kathmandu", parse_week(["daily=07:00-21:00"]))
+NEW_YORK = Store.create(103, "SoHo", "America/New_York", parse_week(["daily=07:00-22:00"]))
+
+
+def at(d: int, h: int, m: int = 0) -> datetime:
+    return datetime(2026, 3, d, h, m, tzinfo=UTC)
+
+
+def agg(store: int, ws: datetime, n: int, revenue: str, version: str | None = None) -> Aggregate:
+    return Aggregate(store, ws, n, 2 * n, Decimal(revenue), 0, version)
+
+
+# Kathmandu's 2 March is [1 March 18:15 UTC, 2 March 18:15 UTC). The batch committed
+# 1 March up to 20:00 UTC; the speed view answers after it.
+POINTER = Pointer(at(1, 20), {date(2026, 3, 1): DayVersion(date(2026, 3, 1), "v1", at(1, 20))})
+BATCH = [
+    agg(102, at(1, 18, 0), 50, "500.00", "v1"),  # 23:45 local on 1 March: the day before
+    agg(102, at(1, 18, 15), 1, "1.90", "v1"),  # local midnight: the first window
+    agg(102, at(1, 19, 45), 2, "3.80", "v1"),
+]
+SPEED = [
+    agg(102, at(1, 18, 15), 9, "99.00"),  # the batch answers this window: not counted
+    agg(102, at(2, 6, 0), 4, "10.00"),
+    agg(102, at(2, 18, 0), 3, "5.70"),  # 23:45 local: the last window
+    agg(102, at(2, 18, 15), 70, "700.00"),  # local midnight of 3 March: the next day
+]
+
+
+def test_kathmandu_day_is_the_sum_of_its_96_windows_from_18_15_utc() -> None:
+    rows = merge_windows(102, at(1, 18, 15), at(2, 18, 15), POINTER, BATCH, SPEED)
+    [day] = local_day_totals(KATHMANDU, [date(2026, 3, 2)], rows)
+    assert (day.day, day.start, day.end, day.windows) == (
+        date(2026, 3, 2), at(1, 18, 15), at(2, 18, 15), 96
+    )  # fmt: skip
+    assert (day.receipt_count, day.item_quantity, day.revenue) == (10, 20, Decimal("21.40"))
+    # 18:15..19:45 UTC from batch (7 windows), the other 89 from speed.
+    assert (day.batch_windows, day.speed_windows, day.final) == (7, 89, False)
+
+
+def test_new_york_days_around_spring_forward_have_96_92_96_windows() -> None:
+    speed = [
+        agg(103, at(7, 4, 45), 1, "1.00"),  # 23:45 EST on 6 March: not asked for
+        agg(103, at(7, 5, 0), 2, "2.00"),  # 00:00 EST on 7 March
+        agg(103, at(8, 4, 45), 3, "3.00"),  # 23:45 EST on 7 March
+        agg(103, at(8, 5, 0), 4, "4.00"),  # 00:00 EST on 8 March
+        agg(103, at(9, 3, 45), 5, "5.00"),  # 23:45 EDT on 8 March
+        agg(103, at(9, 4, 0), 6, "6.00"),  # 00:00 EDT on 9 March
+        agg(103, at(10, 4, 0), 7, "7.00"),  # 00:00 EDT on 10 March: not asked for
+    ]
+    rows = merge_windows(103, at(7, 5), at(10, 4), Pointer(None), [], speed)
+    days = local_day_totals(NEW_YORK, [date(2026, 3, d) for d in (7, 8, 9)], rows)
+    assert [(d.day.day, d.windows, d.receipt_count, d.revenue) for d in days] == [
+        (7, 96, 5, Decimal("5.00")),
+        (8, 92, 9, Decimal("9.00")),
+        (9, 96, 6, Decimal("6.00")),
+    ]
+
+
+def test_a_missing_window_is_a_bug_not_a_zero() -> None:
+    rows = merge_windows(102, at(1, 18, 30), at(2, 18, 15), POINTER, BATCH, SPEED)
+    with pytest.raises(ValueError, match="missing"):
+        local_day_totals(KATHMANDU, [date(2026, 3, 2)], rows)
+
+
+class FakeViews:
+    """The reads `Serving.local_days` makes, over literal rows (unit tests only)."""
+
+    def __init__(self, speed: Sequence[Aggregate]) -> None:
+        self.speed = list(speed)
+        self.asked: list[list[date]] = []
+
+    def store_known(self, store: int) -> bool:
+        return any(r.operation_id == store for r in self.speed)
+
+    def pointer(self, first: date, last: date) -> Pointer:
+        return Pointer(None)
+
+    def store_days(self, store: int, days: list[date], pointer: Pointer) -> tuple[Any, Any]:
+        self.asked.append(days)
+        return [], [r for r in self.speed if r.window_start.date() in days]
+
+    def close(self) -> None:
+        pass
+
+
+def _serving(speed: Sequence[Aggregate]) -> tuple[Serving, FakeViews]:
+    serving = Serving(Settings(), stores=InMemoryStores([KATHMANDU, NEW_YORK]))
+    views = FakeViews(speed)
+    serving.views = views  # type: ignore[assignment]
+    return serving, views
+
+
+def test_the_service_answers_in_the_registered_zone() -> None:
+    serving, views = _serving(SPEED)
+    answer = serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))
+    assert (answer.name, answer.time_zone, len(answer.days)) == ("Thamel", "Asia/Kathmandu", 1)
+    assert (answer.days[0].receipt_count, answer.days[0].revenue) == (16, Decimal("114.70"))
+    assert views.asked == [[date(2026, 3, 1), date(2026, 3, 2)]]  # two UTC partitions
+
+
+def test_the_service_refuses_unregistered_stores_and_long_ranges() -> None:
+    serving, _ = _serving([*SPEED, agg(555, at(2, 1), 1, "1.00"), agg(103, at(2, 1), 1, "1.00")])
+    with pytest.raises(UnregisteredStore, match="pos-stores add 555"):
+        serving.local_days(555, date(2026, 3, 2), date(2026, 3, 2))
+    # 31 local days (the default limit), one with a fall-back hour: allowed.
+    long = serving.local_days(103, date(2026, 10, 15), date(2026, 11, 14))
+    assert [d.windows for d in long.days].count(100) == 1 and len(long.days) == 31
+    with pytest.raises(QueryError, match="range too large"):
+        serving.local_days(103, date(2026, 10, 15), date(2026, 11, 15))
