@@ -201,6 +201,15 @@ def pause_again(settings: Settings) -> list[str]:
     return []
 
 
+def committed_runs(settings: Settings) -> list[BatchRun]:
+    """Every committed `batch_runs` row of the keyspace (written by the job)."""
+    from pos_lambda.schemas import cql as tables
+
+    with cql_session(settings) as cql:
+        rows = cql.execute(f"SELECT * FROM {tables.BATCH_RUNS_TABLE}", timeout=60)
+        return [BatchRun.from_row(r) for r in rows if r.status == "committed"]
+
+
 def committed_run(settings: Settings, start: datetime, end: datetime) -> BatchRun:
     """The newest committed `batch_runs` row over [start, end) (written by the job)."""
     from pos_lambda.schemas import cql as tables

@@ -918,7 +918,7 @@ def gather(
     from pos_lambda.schemas import cql as tables
 
     s, args = chaos.settings, chaos.args
-    row = batch_dag.committed_run(s, *chaos.interval)
+    committed = batch_dag.committed_runs(s)
     with cql_session(s) as cql:
         dead = steps.count_rows(cql, tables.DEAD_LETTERS_TABLE)
         conflict_rows = steps.count_rows(cql, tables.CONFLICTS_TABLE)
@@ -945,8 +945,8 @@ def gather(
         outcomes=sorted(chaos.outcomes, key=lambda o: o.at_message),
         planned=len(chaos.plan.faults),
         restarts=chaos.restarts,
-        duplicates_removed=row.duplicates_removed or 0,
-        conflicts_found=row.conflicts or 0,
+        duplicates_removed=sum(r.duplicates_removed or 0 for r in committed),
+        conflicts_found=sum(r.conflicts or 0 for r in committed),
         conflict_rows=conflict_rows,
         conflict_alerts=rules.get("conflict", 0),
         dead_letters=dead,

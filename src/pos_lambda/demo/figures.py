@@ -91,6 +91,8 @@ class ChaosFacts:
     outcomes: list[Outcome]
     planned: int  # faults planned
     restarts: int  # processes the orchestrator had to start again after a fault
+    # Summed over the committed batch runs: each folds the records archived since the
+    # one before (killed and refused runs commit nothing), so no record counts twice.
     duplicates_removed: int
     conflicts_found: int
     conflict_rows: int
@@ -140,11 +142,11 @@ def render(facts: ChaosFacts) -> str:
         (
             "duplicates injected / removed",
             f"{n(dup_injected)} ({n(facts.resends)} resends + {n(facts.conflicts_injected)} "
-            f"conflicting copies) / {n(facts.duplicates_removed)} (batch run)",
+            f"conflicting copies) / {n(facts.duplicates_removed)} (committed batch runs)",
         ),
         (
             "conflicts injected / found",
-            f"{n(facts.conflicts_injected)} / {n(facts.conflicts_found)} (batch run), "
+            f"{n(facts.conflicts_injected)} / {n(facts.conflicts_found)} (committed batch runs), "
             f"{n(facts.conflict_rows)} rows in `conflicts`{conflict_alerts}",
         ),
         (
