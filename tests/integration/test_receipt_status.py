@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from pos_lambda.serving import cookbook
 from pos_lambda.serving.http import create_app
 from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import VENV_BIN, device_key, env_for, run_available_now
@@ -90,6 +91,16 @@ class Terminal:
 
     def copies(self, tid: int) -> list[Delivered]:
         return [d for t, d in self.sent if t == tid]
+
+
+def values_for(settings: Settings, tid: int) -> dict[str, Any]:
+    return {
+        **cookbook.EXAMPLE,
+        "keyspace": settings.cassandra.keyspace,
+        "store": STORE,
+        "device": DEVICE,
+        "transaction": tid,
+    }
 
 
 def _iso(at: datetime) -> str:
@@ -186,6 +197,17 @@ def test_a_terminal_resends_only_what_the_pipeline_answers_unknown(
     assert sorted(r.transaction_id for r in raw) == [1, 2, 3, 5, 6]
     # Nothing else was sent: 6 records before the drop, the 2 resends after.
     assert len(terminal.sent) == 8
+
+    # The cookbook's CQL for it reads the same index row.
+    [statement] = [
+        sql
+        for recipe, sql in zip(
+            cookbook.RECIPES, cookbook.statements(values_for(settings, 2)), strict=True
+        )
+        if recipe.title.startswith("receipt status")
+    ]
+    row = cql.execute(statement).one()
+    assert (row.kafka_offset, row.resent_kafka_offset) == (two.offset, two_again.offset)
 
     # The CLI says the same (its JSON is the HTTP API's), and exits 3 on unknown.
     done = subprocess.run(
