@@ -29,6 +29,7 @@ from pos_lambda.serving.requests import parse_day, parse_instant
 from pos_lambda.settings import Settings, load_settings
 
 EXIT_BAD_INPUT, EXIT_UNKNOWN_STORE, EXIT_UNAVAILABLE = 2, 3, 4
+EXIT_UNKNOWN_RECEIPT = EXIT_UNKNOWN_STORE  # "unknown" either way: a script resends on it
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -220,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN_STORE
     except UnknownReceipt as exc:
-        print(exc)
-        return EXIT_UNKNOWN_STORE
+        print(exc)  # the answer, on stdout as any answer
+        return EXIT_UNKNOWN_RECEIPT
     except Unavailable as exc:
         print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE

@@ -7,6 +7,7 @@ partition 2 offset 10.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -201,3 +202,16 @@ def test_cli_renders_the_answer_and_takes_json_as_the_format(serving: Serving) -
     as_json = cli._parser().parse_args(["receipt", "--store", "1", "--device", "7",
                                         "--transaction", "44", "--json"])  # fmt: skip
     assert as_json.format == "json"
+
+
+def test_cli_exits_3_on_unknown_with_the_answer_on_stdout(
+    serving: Serving, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("pos_lambda.serving.service.Serving", lambda settings: serving)
+    ask = ["receipt", "--store", "1", "--device", "7", "--transaction"]
+    assert cli.main([*ask, "44", "--json"]) == cli.EXIT_UNKNOWN_RECEIPT == 3
+    assert json.loads(capsys.readouterr().out)["status"] == "unknown"
+    assert cli.main([*ask, "42"]) == 0
+    assert capsys.readouterr().out.startswith("accepted: receipt 42 of device 7 in store 1")
+    assert cli.main([*ask, "-1"]) == cli.EXIT_BAD_INPUT
+    assert "transaction -1 is out of range" in capsys.readouterr().err
