@@ -6,7 +6,8 @@ JSON answers are the library's rows (money as decimal strings, instants in UTC).
 Errors are JSON `{"detail": "..."}` saying what to fix: 422 for a bad date (or one
 outside the contract's years), an inverted or too large range, a page token this API
 did not issue for that store-day or another invalid parameter, 404 for a store no view
-knows, 503 with the reason when Cassandra is unreachable (never a stack trace). The
+knows (and for a receipt no view holds: its body is the receipt status, `unknown`), 503
+with the reason when Cassandra is unreachable (never a stack trace). The
 OpenAPI document says so for every operation; tests/integration/test_serving_schema.py
 checks the app against it with Schemathesis.
 """
