@@ -346,6 +346,11 @@ def test_cookbook_queries_run_against_the_views(pipeline: Pipeline) -> None:
         "SELECT version FROM batch_views WHERE view_name = 'batch' AND day = '2026-03-02'"
     ).one()
     partition = p.cql.execute("SELECT DISTINCT kafka_topic, kafka_partition FROM dead_letters")
+    receipt = p.cql.execute(
+        "SELECT vendor_fiscal_module, transaction_id FROM receipts_by_store_day "
+        "WHERE operation_id = %s AND day = '2026-03-02' LIMIT 1",
+        (p.stores[0],),
+    ).one()
     values = {
         "keyspace": p.settings.cassandra.keyspace,
         "store": p.stores[0],
@@ -353,6 +358,8 @@ def test_cookbook_queries_run_against_the_views(pipeline: Pipeline) -> None:
         "version": version.version,
         "topic": p.settings.topics.transactions,
         "partition": partition.one().kafka_partition,
+        "device": receipt.vendor_fiscal_module,
+        "transaction": receipt.transaction_id,
     }
     for recipe, statement in zip(cookbook.RECIPES, cookbook.statements(values), strict=True):
         rows = p.cql.execute(statement).all()

@@ -207,6 +207,31 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
     ]
 
 
+# The last copy of a receipt that the speed layer absorbed as a resend (the same
+# content as the winner's), on the receipt's receipt_keys row: what tells "received
+# more than once" from "received once" for receipt status (src/pos_lambda/serving/
+# receipt_status.py); the micro-batch's tally only counted resends. Columns of the
+# index row, not a table of their own: the row is there already (a resend always has
+# a stored winner), a write names only these cells (the winner's stay), and a replayed
+# micro-batch writes the same values. Added after the first release: `pos-infra
+# schema` adds them to older keyspaces; rows of resends absorbed before hold null.
+RESEND_COLUMNS = (
+    ("resent_kafka_partition", "int"),
+    ("resent_kafka_offset", "bigint"),
+    ("resent_kafka_timestamp", "timestamp"),
+)
+# The natural key a dead letter's value claims, read from its JSON where it parses that
+# far (null otherwise: a value that is not JSON names no receipt). Receipt status looks
+# dead letters up by natural key; they are keyed by Kafka coordinates. Why these columns
+# and not the Kafka key: the key names a device, not a receipt (every receipt of a
+# device shares it), and a receipt number narrows a lookup to a handful of rows. Added
+# after the first release (rows written before hold null and are not found this way).
+DEAD_LETTER_KEY_COLUMNS = (
+    ("operation_id", contract.cql_type_of("operation_id")),
+    ("vendor_fiscal_module", contract.cql_type_of("vendor_fiscal_module")),
+    ("transaction_id", contract.cql_type_of("transaction_id")),
+)
+
 # Serving layer (src/pos_lambda/serving/store.py): Storage-Attached Indexes (Cassandra 5 SAI) on
 # parts of the aggregates' composite partition keys, for the questions that cross
 # stores. "Which stores sold on day D" reads the day's rows of every store through
@@ -220,6 +245,12 @@ SERVING_INDEXES = (
     (AGG_BATCH_TABLE, "day"),
     (AGG_BATCH_TABLE, "version"),
     (AGG_BATCH_TABLE, "operation_id"),
+    # Receipt status: a receipt's dead letters by the receipt number its value claims.
+    # The most selective column of the natural key, so one index: the rows it finds
+    # (the dead letters of every device that used that number: a handful) are narrowed
+    # to the store and device after the read. Index upkeep costs dead-letter writes only,
+    # a small share of the input; the receipt tables pay nothing.
+    (DEAD_LETTERS_TABLE, "transaction_id"),
 )
 
 
@@ -253,13 +284,15 @@ def table_ddl(keyspace: str) -> list[str]:
   PRIMARY KEY ((operation_id, day), happened_at, vendor_fiscal_module, transaction_id)
 )""",
         # The speed layer's natural-key index: what its winner rule reads of a stored
-        # winner, not the receipt's content (line items, totals: the raw row has them).
+        # winner, not the receipt's content (line items, totals: the raw row has them),
+        # and the last resend it absorbed (RESEND_COLUMNS).
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_TABLE} (
   {_columns([c for c in receipt_cols if c[0] not in INDEX_LEAVES_OUT])},
   {_columns([c for c in COPY_COLUMNS if c[0] not in INDEX_LEAVES_OUT])},
   late boolean,
   beyond_bound boolean,
   key_bucket bigint,
+  {_columns(list(RESEND_COLUMNS))},
   PRIMARY KEY ((operation_id, vendor_fiscal_module, key_bucket), transaction_id)
 )""",
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPT_KEYS_BATCH_TABLE} (
@@ -289,6 +322,7 @@ def table_ddl(keyspace: str) -> list[str]:
         _aggregate_table(keyspace, AGG_SPEED_TABLE, "\n  applied_offsets map<int, bigint>,"),
         *_batch_tables(keyspace, receipt_cols),
         # Keyed by Kafka coordinates: a replayed micro-batch rewrites the same row.
+        # DEAD_LETTER_KEY_COLUMNS: the natural key the value claims, where it says one.
         # raw_value: the value's first bytes only (src/pos_lambda/views/records.py
         # DEAD_LETTER_PREFIX_BYTES); value_length and value_sha256 are the whole
         # value's, which the master dataset keeps. Rows written before these two
@@ -304,6 +338,7 @@ def table_ddl(keyspace: str) -> list[str]:
   value_sha256 text,
   reason text,
   detail text,
+  {_columns(list(DEAD_LETTER_KEY_COLUMNS))},
   PRIMARY KEY ((kafka_topic, kafka_partition), kafka_offset)
 )""",
         # One row per alert id (alerts/sink.py): a replayed alert rewrites its own row.

@@ -6,12 +6,13 @@
     pos-serve top --day 2026-03-02 [--limit 10]
     pos-serve receipts --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
     pos-serve issues --store 101 --day 2026-03-02     # conflicts + what the batch fixed
+    pos-serve receipt --store 101 --device 7 --transaction 42   # did it arrive? [--json]
     pos-serve health [--runs 5]
     pos-serve cookbook [--store 101 --day 2026-03-02]  # the CQL for each view
     pos-serve http [--port 8000]                      # HTTP API + dashboard (make serve)
 
-Every query takes `--format table|json` (JSON as the HTTP API answers it). Exit
-codes: 0 done, 2 bad arguments, 3 unknown store, 4 Cassandra unreachable.
+Every query takes `--format table|json` (or `--json`: JSON as the HTTP API answers it).
+Exit codes: 0 done, 2 bad arguments, 3 unknown store or receipt, 4 Cassandra unreachable.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Any
 from pos_lambda.serving import cookbook
 from pos_lambda.serving.errors import QueryError, Unavailable, UnknownStore
 from pos_lambda.serving.output import table, to_json
+from pos_lambda.serving.receipt_status import ReceiptStatus
 from pos_lambda.serving.requests import parse_day, parse_instant
 from pos_lambda.settings import Settings, load_settings
 
 EXIT_BAD_INPUT, EXIT_UNKNOWN_STORE, EXIT_UNAVAILABLE = 2, 3, 4
+EXIT_UNKNOWN_RECEIPT = EXIT_UNKNOWN_STORE  # "unknown" either way: a script resends on it
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, text: str) -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=text, description=text)
         c.add_argument("--format", choices=("table", "json"), default="table")
+        c.add_argument(
+            "--json", dest="format", action="store_const", const="json", help="--format json"
+        )
         return c
 
     c = command("windows", "a store's 15-minute windows of [start, end), merged, with source")
@@ -64,6 +70,14 @@ def _parser() -> argparse.ArgumentParser:
     c = command("issues", "conflicting copies of a store-day's receipts and the batch's fixes")
     c.add_argument("--store", type=int, required=True)
     c.add_argument("--day", required=True)
+    c = command(
+        "receipt",
+        "did the pipeline get a receipt? accepted, resend_absorbed, conflict, dead_letter "
+        "or unknown (exit code 3)",
+    )
+    c.add_argument("--store", type=int, required=True, help="operation_id")
+    c.add_argument("--device", type=int, required=True, help="vendor_fiscal_module")
+    c.add_argument("--transaction", type=int, required=True, help="transaction_id")
     c = command("health", "batch horizon and age, last runs, speed progress, dead letters")
     c.add_argument("--runs", type=int, default=5, help="batch runs to show")
     c = sub.add_parser(
@@ -88,7 +102,10 @@ def _show(args: argparse.Namespace, settings: Settings) -> str:
 
     with Serving(settings) as lib:
         answer, render = _query(args, lib)
-    return to_json(answer) if args.format == "json" else render()
+    shown = to_json(answer) if args.format == "json" else render()
+    if isinstance(answer, ReceiptStatus) and answer.status == "unknown":
+        raise UnknownReceipt(shown)  # printed, then exit code 3, as for an unknown store
+    return shown
 
 
 def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
@@ -147,6 +164,9 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
             + table(sd.fixes, ["window_start", "speed_receipts", "batch_receipts",
                                "receipts_fixed", "revenue_fixed", "duplicates", "conflicts"])
         )  # fmt: skip
+    if c == "receipt":
+        r = lib.receipt_status(args.store, args.device, args.transaction)
+        return r, lambda: _receipt_text(r)
     h = lib.health(args.runs)
     return h, lambda: "\n".join(
         [
@@ -161,6 +181,39 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
             + f" {h.dead_letters.by_reason}",
         ]
     )  # fmt: skip
+
+
+class UnknownReceipt(Exception):
+    """The answer to `receipt` is `unknown`: shown like any answer, exit code 3."""
+
+
+def _receipt_text(r: ReceiptStatus) -> str:
+    lines = [f"{r.status}: {r.detail}"]
+    if r.winner is not None:
+        lines.append(
+            f"winner: partition {r.winner.partition} offset {r.winner.offset}, first seen "
+            f"{r.first_seen_at or '?'}; happened at {r.happened_at} (day {r.day}), "
+            f"late {'yes' if r.late else 'no'}, in the speed view "
+            f"{'yes' if r.in_speed_view else 'no (beyond its lateness bound)'}"
+        )
+    if r.last_resend is not None:
+        lines.append(
+            f"last resend absorbed: partition {r.last_resend.partition} offset "
+            f"{r.last_resend.offset} at {r.last_resend.timestamp or '?'}"
+        )
+    for c in r.conflicts:
+        lines.append(
+            f"conflicting copy at partition {c.copy.kafka.partition} offset "
+            f"{c.copy.kafka.offset} differs in {', '.join(c.differs) or '?'}: "
+            f"revenue {c.copy.revenue} vs the winner's {c.winner.revenue}, happened at "
+            f"{c.copy.happened_at} vs {c.winner.happened_at}"
+        )
+    for d in r.dead_letters:
+        lines.append(
+            f"dead letter at {d.kafka_topic} partition {d.kafka.partition} offset "
+            f"{d.kafka.offset}: {d.reason}" + (f" ({d.detail})" if d.detail else "")
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownStore as exc:
         print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNKNOWN_STORE
+    except UnknownReceipt as exc:
+        print(exc)  # the answer, on stdout as any answer
+        return EXIT_UNKNOWN_RECEIPT
     except Unavailable as exc:
         print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE

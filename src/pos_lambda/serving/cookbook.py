@@ -17,7 +17,9 @@ from pos_lambda.schemas import cql
 @dataclass(frozen=True)
 class Recipe:
     title: str
-    cql: str  # str.format placeholders: keyspace, store, day, version, topic, partition
+    # str.format placeholders: keyspace, store, day, version, topic, partition, device,
+    # transaction, bucket (from transaction)
+    cql: str
 
 
 RECIPES = (
@@ -72,6 +74,14 @@ RECIPES = (
         "AND kafka_partition = {partition};",
     ),
     Recipe(
+        "receipt status: a receipt's index row (key_bucket = transaction_id / 1000)",
+        "SELECT day, happened_at, kafka_partition, kafka_offset, kafka_timestamp,\n"
+        "       resent_kafka_offset, resent_kafka_timestamp\n"
+        f"  FROM {{keyspace}}.{cql.RECEIPT_KEYS_TABLE} WHERE operation_id = {{store}} "
+        "AND vendor_fiscal_module = {device}\n   AND key_bucket = {bucket} "
+        "AND transaction_id = {transaction};",
+    ),
+    Recipe(
         "the speed layer's last micro-batches",
         "SELECT batch_id, finished_at, input_rows, kafka_lag, valid_rows, invalid_rows,\n"
         "       resends_absorbed, conflicts\n"
@@ -92,15 +102,22 @@ EXAMPLE: dict[str, Any] = {
     "version": "d12-5f3c9a1e-20260228T0000Z-20260302T0900Z",
     "topic": "pos.transactions",
     "partition": 0,
+    "device": 7,
+    "transaction": 42,
 }
 
 
+def _filled(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` and the receipt_keys partition (key bucket) of its receipt number."""
+    return {**values, "bucket": int(values["transaction"]) // cql.KEY_BUCKET_SIZE}
+
+
 def statements(values: dict[str, Any]) -> list[str]:
-    return [r.cql.format(**values) for r in RECIPES]
+    return [r.cql.format(**_filled(values)) for r in RECIPES]
 
 
 def markdown(values: dict[str, Any] | None = None) -> str:
     """The cookbook as one ```sql block (what docs/serving.md shows, with EXAMPLE values)."""
-    values = values or EXAMPLE
+    values = _filled(values or EXAMPLE)
     body = "\n".join(f"-- {r.title}\n{r.cql.format(**values)}" for r in RECIPES)
     return f"```sql\n{body}\n```"

@@ -6,7 +6,8 @@ JSON answers are the library's rows (money as decimal strings, instants in UTC).
 Errors are JSON `{"detail": "..."}` saying what to fix: 422 for a bad date (or one
 outside the contract's years), an inverted or too large range, a page token this API
 did not issue for that store-day or another invalid parameter, 404 for a store no view
-knows, 503 with the reason when Cassandra is unreachable (never a stack trace). The
+knows (and for a receipt no view holds: its body is the receipt status, `unknown`), 503
+with the reason when Cassandra is unreachable (never a stack trace). The
 OpenAPI document says so for every operation; tests/integration/test_serving_schema.py
 checks the app against it with Schemathesis.
 """
@@ -21,7 +22,7 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from prometheus_client.exposition import choose_encoder
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from pos_lambda.adapters import metrics_http
 from pos_lambda.serving import dashboard
@@ -42,7 +43,16 @@ from pos_lambda.serving.model import (
     TopStores,
     WindowsAnswer,
 )
-from pos_lambda.serving.requests import FIRST_DAY, LAST_DAY, STORE_MAX, parse_day, parse_instant
+from pos_lambda.serving.receipt_status import ReceiptStatus
+from pos_lambda.serving.requests import (
+    DEVICE_MAX,
+    FIRST_DAY,
+    LAST_DAY,
+    STORE_MAX,
+    TRANSACTION_MAX,
+    parse_day,
+    parse_instant,
+)
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
 
@@ -62,6 +72,19 @@ StorePath = Annotated[
 ]
 DayPath = Annotated[
     str, Path(description=f"a UTC day, YYYY-MM-DD, {YEARS}", examples=["2026-03-02"])
+]
+DevicePath = Annotated[
+    int,
+    Path(ge=0, le=DEVICE_MAX, description="the POS device (vendor_fiscal_module)", examples=[7]),
+]
+TransactionPath = Annotated[
+    int,
+    Path(
+        ge=0,
+        le=TRANSACTION_MAX,
+        description="the receipt number on that device (transaction_id)",
+        examples=[42],
+    ),
 ]
 INSTANT = (
     f"ISO-8601 with an offset, or a date (its UTC midnight), within the contract's years ({YEARS})"
@@ -176,6 +199,28 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     def store_day(store: StorePath, day: DayPath) -> StoreDay:
         """Conflicting copies of the store-day's receipts and what the batch fixed."""
         return lib.store_day(store, parse_day(day))
+
+    @app.get(
+        "/stores/{store}/devices/{device}/receipts/{transaction}",
+        tags=["receipts"],
+        response_model=ReceiptStatus,
+        responses={
+            404: {
+                "description": "unknown receipt: no view holds it (the body says so)",
+                "model": ReceiptStatus,
+            },
+            **_errors(422, 503),
+        },
+    )
+    def receipt(store: StorePath, device: DevicePath, transaction: TransactionPath) -> Any:
+        """Did the pipeline get this receipt? accepted (with the winner's Kafka
+        coordinates), resend_absorbed, conflict (both contents), dead_letter (its
+        reason); unknown answers 404 with the same body, status `unknown`."""
+        answer = lib.receipt_status(store, device, transaction)
+        if answer.status == "unknown":
+            body = TypeAdapter(ReceiptStatus).dump_python(answer, mode="json")
+            return JSONResponse(body, status_code=404)
+        return answer
 
     @app.get("/health", tags=["pipeline"], responses=_errors(422, 503))
     def health(runs: Annotated[int, Query(ge=1, le=100)] = 5) -> Health:

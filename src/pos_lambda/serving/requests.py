@@ -16,6 +16,8 @@ from pos_lambda.serving import paging
 from pos_lambda.serving.errors import QueryError
 
 STORE_MAX = 2**31 - 1  # operation_id is a CQL int (src/pos_lambda/schemas/contract.py)
+DEVICE_MAX = 2**31 - 1  # vendor_fiscal_module: a CQL int
+TRANSACTION_MAX = 2**63 - 1  # transaction_id: a CQL bigint
 # The contract's years: no receipt happens outside [EARLIEST, LATEST], so no view holds
 # a row there; the bounds also keep day + 1 and offsets clear of year 1 and 9999.
 EARLIEST, LATEST = LIMITS.earliest, LIMITS.latest_exclusive
@@ -78,6 +80,22 @@ def check_store(store: int) -> int:
     if not 0 <= store <= STORE_MAX:
         raise QueryError(f"store {store} is out of range: an operation_id is 0..{STORE_MAX}")
     return store
+
+
+def check_device(device: int) -> int:
+    if not 0 <= device <= DEVICE_MAX:
+        raise QueryError(
+            f"device {device} is out of range: a vendor_fiscal_module is 0..{DEVICE_MAX}"
+        )
+    return device
+
+
+def check_transaction(transaction: int) -> int:
+    if not 0 <= transaction <= TRANSACTION_MAX:
+        raise QueryError(
+            f"transaction {transaction} is out of range: a transaction_id is 0..{TRANSACTION_MAX}"
+        )
+    return transaction
 
 
 @dataclass(frozen=True)

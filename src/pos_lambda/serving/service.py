@@ -5,6 +5,7 @@
 
     with Serving(load_settings()) as serving:
         answer = serving.windows(101, start, end)    # 15-minute windows, merged
+        serving.receipt_status(101, 7, 42).status    # "accepted", ..., "unknown"
         for w in answer.windows:
             print(w.window_start, w.receipt_count, w.revenue, w.source, w.final)
         local = serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))  # by store zone
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime
 
 from pos_lambda.schemas import contract
-from pos_lambda.serving import merge, paging
+from pos_lambda.serving import merge, paging, receipt_status
 from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.local_days import LocalDays, local_day_totals, registered_store, utc_span
 from pos_lambda.serving.model import (
@@ -34,13 +35,16 @@ from pos_lambda.serving.model import (
     TopStores,
     WindowsAnswer,
 )
+from pos_lambda.serving.receipt_status import ReceiptKey, ReceiptStatus
 from pos_lambda.serving.requests import (
     PHASES,
     PageToken,
     TimeRange,
     check_day,
+    check_device,
     check_limit,
     check_store,
+    check_transaction,
     day_range,
     decode_page,
     encode_page,
@@ -195,6 +199,13 @@ class Serving:
         check_day(day)
         self.require_store(store)
         return StoreDay(store, day, self.views.conflicts(store, day), self.views.fixes(store, day))
+
+    def receipt_status(self, store: int, device: int, transaction: int) -> ReceiptStatus:
+        """Did the pipeline get this receipt? accepted, resend absorbed, conflict, dead
+        letter or unknown (pos_lambda.serving.receipt_status); `unknown` is an answer,
+        not an error: a terminal resends on it."""
+        key = ReceiptKey(check_store(store), check_device(device), check_transaction(transaction))
+        return receipt_status.look_up(key, self.views)
 
     def health(self, runs: int = 5) -> Health:
         """Batch horizon and its age, the last runs, speed progress, dead letters."""

@@ -34,6 +34,14 @@ from pos_lambda.serving.model import (
     SpeedQuery,
     receipts_partition,
 )
+from pos_lambda.serving.receipt_status import (
+    ConflictingCopy,
+    Content,
+    DeadLetter,
+    IndexedReceipt,
+    KafkaCopy,
+    ReceiptKey,
+)
 from pos_lambda.settings import Settings
 
 log = logging.getLogger("pos.serving")
@@ -78,6 +86,16 @@ STATEMENTS = {
     f"FROM {cql.DEAD_LETTERS_TABLE}",
     "dead_letter_reasons": f"SELECT reason FROM {cql.DEAD_LETTERS_TABLE} "
     "WHERE kafka_topic = ? AND kafka_partition = ?",
+    # Receipt status (pos_lambda.serving.receipt_status): one row by full primary key,
+    # one clustering prefix of a store-day's conflicts, the dead letters of one receipt
+    # number through its SAI index (src/pos_lambda/schemas/cql.py).
+    "receipt_key": f"SELECT * FROM {cql.RECEIPT_KEYS_TABLE} WHERE operation_id = ? "
+    "AND vendor_fiscal_module = ? AND key_bucket = ? AND transaction_id = ?",
+    "receipt_conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? "
+    "AND winner_day = ? AND vendor_fiscal_module = ? AND transaction_id = ?",
+    "receipt_dead_letters": "SELECT kafka_topic, kafka_partition, kafka_offset, kafka_timestamp, "
+    f"reason, detail, operation_id, vendor_fiscal_module, transaction_id "
+    f"FROM {cql.DEAD_LETTERS_TABLE} WHERE transaction_id = ?",
 }
 
 
@@ -112,6 +130,24 @@ def _aggregate(r: Any) -> Aggregate:
         revenue=Decimal(r.revenue),
         late_count=r.late_count,
         version=getattr(r, "version", None),
+    )
+
+
+def _content(r: Any, prefix: str) -> Content:
+    """One version of a conflicts row: the copy's (prefix "") or the winner's ("winner_")."""
+    items = getattr(r, f"{prefix}line_items")
+    return Content(
+        happened_at=_utc(getattr(r, f"{prefix}happened_at")),
+        line_items=None
+        if items is None
+        else [LineItem(i.title, Decimal(i.price), i.amount) for i in items],
+        item_quantity=getattr(r, f"{prefix}item_quantity"),
+        revenue=_decimal_or_none(getattr(r, f"{prefix}revenue")),
+        kafka=KafkaCopy(
+            getattr(r, f"{prefix}kafka_partition"),
+            getattr(r, f"{prefix}kafka_offset"),
+            utc(getattr(r, f"{prefix}kafka_timestamp")),
+        ),
     )
 
 
@@ -395,6 +431,63 @@ class Views:
                 )
             )
         return out
+
+    # --- receipt status (the port pos_lambda.serving.receipt_status.ReceiptViews) -------------
+
+    def indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
+        bucket = key.transaction_id // cql.KEY_BUCKET_SIZE
+        rows = self.rows(
+            "receipt_key", key.operation_id, key.vendor_fiscal_module, bucket, key.transaction_id
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        resent = (
+            KafkaCopy(
+                r.resent_kafka_partition, r.resent_kafka_offset, utc(r.resent_kafka_timestamp)
+            )
+            if r.resent_kafka_offset is not None
+            else None
+        )
+        return IndexedReceipt(
+            happened_at=_utc(r.happened_at),
+            day=_day(r.day),
+            winner=KafkaCopy(r.kafka_partition, r.kafka_offset, utc(r.kafka_timestamp)),
+            late=bool(r.late),
+            beyond_bound=bool(r.beyond_bound),
+            last_resend=resent,
+        )
+
+    def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
+        rows = self.rows(
+            "receipt_conflicts",
+            key.operation_id,
+            winner_day,
+            key.vendor_fiscal_module,
+            key.transaction_id,
+        )
+        return [
+            ConflictingCopy(
+                differs=list(r.differs or []),
+                copy=_content(r, ""),
+                winner=_content(r, "winner_"),
+            )
+            for r in rows
+        ]
+
+    def dead_letters_numbered(self, transaction_id: int) -> list[DeadLetter]:
+        return [
+            DeadLetter(
+                operation_id=r.operation_id,
+                vendor_fiscal_module=r.vendor_fiscal_module,
+                transaction_id=r.transaction_id,
+                kafka_topic=r.kafka_topic,
+                kafka=KafkaCopy(r.kafka_partition, r.kafka_offset, utc(r.kafka_timestamp)),
+                reason=r.reason or "unknown",
+                detail=r.detail,
+            )
+            for r in self.rows("receipt_dead_letters", transaction_id)
+        ]
 
     def dead_letter_reasons(self, limit: int) -> tuple[list[str], bool]:
         """Reasons of the dead letters, at most `limit` (and whether that cut the scan)."""

@@ -42,8 +42,10 @@ from pos_lambda.views import records
 from pos_lambda.views.increments import SPEED_AGGREGATE_COLUMNS, added
 from pos_lambda.views.winners import (
     CONFLICT_COLUMNS,
+    RESEND_COLUMNS,
     Resolution,
     decide_batch,
+    last_resends,
     winners_to_complete,
     with_winner_content,
 )
@@ -194,6 +196,14 @@ class ViewsBatch:
         counts = self._counts(decision.tally_counts(checks.valid_rows), checks)
         if counts.conflicts:
             write(self._conflicts(decision), Target(cql.CONFLICTS_TABLE, CONFLICT_COLUMNS))
+        if counts.resends_absorbed:
+            # Each resent receipt's last resend, on its receipt_keys row (receipt status
+            # tells "received more than once" by it). Not through `write`: its failpoint
+            # names the winners' receipt_keys write, reached once per micro-batch.
+            resends = last_resends(decision.duplicates).withColumn(KEY_BUCKET, _incoming_bucket())
+            self._by(paths.driver_writes).upsert_each(
+                resends, (Target(cql.RECEIPT_KEYS_TABLE, (*RECEIPT_KEY, *RESEND_COLUMNS)),)
+            )
         return counts
 
     def _stored_keys(self, incoming: DataFrame, paths: Route, keys: BatchKeys | None) -> DataFrame:

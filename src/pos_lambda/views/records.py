@@ -45,7 +45,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pos_lambda.schemas import contract
+from pos_lambda.schemas import contract, cql
 from pos_lambda.views import content, native_check
 
 # Kafka source column -> our name (the "kafka_" prefix keeps them apart from receipt fields).
@@ -74,6 +74,8 @@ DEAD_LETTER_COLUMNS = (
     "value_sha256",
     "reason",
     "detail",
+    # The natural key the value claims (src/pos_lambda/schemas/cql.py DEAD_LETTER_KEY_COLUMNS).
+    *(name for name, _ in cql.DEAD_LETTER_KEY_COLUMNS),
 )
 # The master dataset's columns: the record as received, when it was archived, its day.
 MASTER_COLUMNS = (*KAFKA_COLUMNS.values(), "ingested_at", "event_day")
@@ -229,8 +231,19 @@ def _dead_letter_columns() -> tuple[Column, ...]:
         "raw_value": F.substring(value, 1, DEAD_LETTER_PREFIX_BYTES),
         "value_length": F.length(value),
         "value_sha256": F.sha2(value, 256),
+        **{name: _claimed(name, cql_type) for name, cql_type in cql.DEAD_LETTER_KEY_COLUMNS},
     }
     return tuple(derived.get(c, F.col(c)).alias(c) for c in DEAD_LETTER_COLUMNS)
+
+
+def _claimed(field: str, cql_type: str) -> Column:
+    """The whole value's top-level JSON `field` as a `cql_type` integer: null where the
+    value is not JSON, lacks the field or holds no such integer there (`try_cast`: never
+    an error, whatever the session's ANSI mode). Spark's own expressions, like the rest."""
+    spark_type = {"int": "int", "bigint": "bigint"}[cql_type]
+    return F.expr(
+        f"try_cast(get_json_object(cast(raw_value as string), '$.{field}') as {spark_type})"
+    )
 
 
 def archive_rows(kafka_records: DataFrame, ingested_at: Column) -> DataFrame:

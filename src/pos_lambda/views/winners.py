@@ -36,6 +36,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from pos_lambda.schemas import cql
 from pos_lambda.schemas.contract import NATURAL_KEY
 from pos_lambda.schemas.cql import INDEX_LEAVES_OUT
 from pos_lambda.views.records import COORDINATES, RECEIPT_ROW_COLUMNS, RECEIPT_SCHEMA
@@ -201,6 +202,30 @@ def observed_metrics(df: DataFrame, name: str) -> dict[str, Any] | None:
         return None
     found: dict[str, Any] = json.loads(metrics.get().json())
     return found
+
+
+# The receipt_keys columns that record a key's last resend (src/pos_lambda/schemas/cql.py).
+RESEND_COLUMNS = tuple(name for name, _ in cql.RESEND_COLUMNS)
+
+
+def last_resends(duplicates: DataFrame) -> DataFrame:
+    """Per natural key, the last copy absorbed as a resend (same content as its winner):
+    NATURAL_KEY + RESEND_COLUMNS. One row per key, the copy latest in Kafka's order, so
+    that an upsert of these rows has one value per key and a later micro-batch's resend
+    (further on in the same partition) replaces an earlier one's."""
+    last = F.max(F.struct(*COORDINATES, F.col("kafka_timestamp"))).alias("_last")
+    return (
+        duplicates.where(~F.col("conflict"))
+        .groupBy(*NATURAL_KEY)
+        .agg(last)
+        .select(
+            *NATURAL_KEY,
+            *(
+                F.col(f"_last.{c}").alias(name)
+                for c, name in zip((*COORDINATES, "kafka_timestamp"), RESEND_COLUMNS, strict=True)
+            ),
+        )
+    )
 
 
 def conflicts_of(duplicates: DataFrame) -> DataFrame:

@@ -70,4 +70,32 @@ def test_dead_letters_from_before_value_prefixes_gain_length_and_hash_columns() 
     assert migrations(shape, old) == [
         "ALTER TABLE pos.dead_letters ADD value_length int",
         "ALTER TABLE pos.dead_letters ADD value_sha256 text",
+        # ... and, since receipt status, the natural key their value claims.
+        "ALTER TABLE pos.dead_letters ADD operation_id int",
+        "ALTER TABLE pos.dead_letters ADD vendor_fiscal_module int",
+        "ALTER TABLE pos.dead_letters ADD transaction_id bigint",
     ]
+
+
+def test_receipt_keys_from_before_receipt_status_gain_the_last_resends_columns() -> None:
+    [shape] = [
+        s
+        for s in map(table_shape, cql.ddl("pos"))
+        if s is not None and s.name == cql.RECEIPT_KEYS_TABLE
+    ]
+    keys = {"operation_id", "vendor_fiscal_module", "key_bucket"}
+    old = {
+        c: "partition_key" if c in keys else "clustering" if c == "transaction_id" else "regular"
+        for c in shape.columns
+        if not c.startswith("resent_")
+    }
+    assert migrations(shape, old) == [
+        "ALTER TABLE pos.receipt_keys ADD resent_kafka_partition int",
+        "ALTER TABLE pos.receipt_keys ADD resent_kafka_offset bigint",
+        "ALTER TABLE pos.receipt_keys ADD resent_kafka_timestamp timestamp",
+    ]
+    # The index on the claimed receipt number is made if missing, never twice.
+    assert (
+        "CREATE INDEX IF NOT EXISTS dead_letters_by_transaction_id ON pos.dead_letters "
+        "(transaction_id) USING 'sai'"
+    ) in cql.ddl("pos")

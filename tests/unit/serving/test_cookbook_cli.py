@@ -15,12 +15,14 @@ def test_serving_page_shows_the_cookbook_verbatim() -> None:
 def test_each_view_has_a_recipe() -> None:
     text = "\n".join(cookbook.statements(cookbook.EXAMPLE))
     views = "receipts_by_store_day agg_15m_speed batch_views agg_15m_batch batch_runs"
-    for table in (*views.split(), "batch_fixes", "conflicts", "dead_letters", "speed_progress"):
+    others = ("batch_fixes", "conflicts", "dead_letters", "speed_progress", "receipt_keys")
+    for table in (*views.split(), *others):
         assert f"pos.{table} WHERE" in text, table
 
 
 @pytest.mark.parametrize(
-    "command", ["windows", "days", "top", "receipts", "issues", "health", "cookbook", "http"]
+    "command",
+    ["windows", "days", "top", "receipts", "issues", "receipt", "health", "cookbook", "http"],
 )
 def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:

@@ -132,6 +132,17 @@ def index(store: InMemoryViewStore) -> dict[int, tuple[Any, ...]]:
     return {r["transaction_id"]: (r["key_bucket"], r["kafka_offset"]) for r in store.table(KEYS)}
 
 
+def resent(store: InMemoryViewStore) -> dict[int, tuple[Any, ...]]:
+    """receipt_keys rows by receipt number: the last resend's (partition, offset, time)."""
+    return {
+        r["transaction_id"]: (
+            r.get("resent_kafka_partition"), r.get("resent_kafka_offset"),
+            r.get("resent_kafka_timestamp"),
+        )
+        for r in store.table(KEYS)
+    }  # fmt: skip
+
+
 class Crashed(Exception):
     """The driver process died (kill -9) at a crash point."""
 
@@ -217,6 +228,13 @@ def test_a_resend_in_a_later_micro_batch_is_absorbed(local_spark: Any, route: st
         3: (3, 3, Decimal("3.00"), "Water"),
     }
     assert index(store) == {1: (0, 0), 2: (0, 1), 3: (0, 3)}
+    # Receipt 1's index row records the resend (offset 2, in Kafka at 09:03:05); the
+    # others were received once.
+    assert resent(store) == {
+        1: (0, 2, datetime(2026, 3, 2, 9, 3, 5)),
+        2: (None, None, None),
+        3: (None, None, None),
+    }
     # ... whichever path read the stored keys.
     assert [(path, by) for path, op, table, by in store.log if op == "read" and table == KEYS] == [
         KEY_READS[route]
@@ -274,6 +292,44 @@ def test_invalid_records_become_dead_letters_keyed_by_their_coordinates(
          hashlib.sha256(missing).hexdigest()),
     ]  # fmt: skip
     assert receipts(store) == {1: (1, 2, Decimal("3.80"), "Espresso")}
+    # The natural key each value claims, where its JSON says it: junk claims none.
+    assert sorted(
+        (r["kafka_offset"], r["operation_id"], r["vendor_fiscal_module"], r["transaction_id"])
+        for r in store.table(DEAD)
+    ) == [(0, None, None, None), (2, None, None, None)]
+
+
+def test_a_dead_letter_remembers_the_natural_key_its_value_claims(local_spark: Any) -> None:
+    store = InMemoryViewStore(local_spark)
+    at = '"happened_at": "2026-03-02T09:03:00Z"'
+    no_items = f'{{{at}, "operation_id": 1, "vendor_fiscal_module": 7, "transaction_id": 42}}'
+    not_numbers = (
+        f'{{{at}, "operation_id": "one", "vendor_fiscal_module": 7, "transaction_id": 4.5e99}}'
+    )
+    cut = b" " + no_items.encode()[:60]  # cut short: no longer JSON
+    values = [no_items.encode(), not_numbers.encode(), cut]
+    batch = kafka(local_spark, list(enumerate(values)))
+
+    assert job(store).process(batch) == BatchCounts(valid_rows=0, invalid_rows=3)
+
+    assert sorted(
+        (r["kafka_offset"], r["operation_id"], r["vendor_fiscal_module"], r["transaction_id"])
+        for r in store.table(DEAD)
+    ) == [(0, 1, 7, 42), (1, None, 7, None), (2, None, None, None)]
+
+
+def test_a_resend_and_its_winner_in_one_micro_batch_record_the_last_resend(
+    local_spark: Any,
+) -> None:
+    store = InMemoryViewStore(local_spark)
+    copies = [(0, receipt(1, 3, ESPRESSO)), (1, receipt(1, 3, ESPRESSO)),
+              (2, receipt(1, 3, ESPRESSO)), (3, receipt(2, 5, TEA_CAKE))]  # fmt: skip
+
+    counts = job(store).process(kafka(local_spark, copies))
+
+    assert counts == BatchCounts(valid_rows=4, invalid_rows=0, resends_absorbed=2)
+    assert index(store) == {1: (0, 0), 2: (0, 3)}  # the first copy is the winner
+    assert resent(store) == {1: (0, 2, datetime(2026, 3, 2, 9, 3, 5)), 2: (None, None, None)}
 
 
 def test_writes_go_aggregates_first_then_receipts_keys_conflicts_dead_letters(

@@ -1,0 +1,223 @@
+"""Receipt status: "did you get receipt X?", answered from the views the pipeline keeps.
+
+A POS terminal that lost its link asks about each receipt it is not sure of, by natural
+key `(operation_id, vendor_fiscal_module, transaction_id)`, and resends only those the
+pipeline does not know. The answer is one of:
+
+- `accepted`: the speed layer's natural-key index (`receipt_keys`) holds the receipt;
+  with the winner's Kafka coordinates and when it was first seen (the winner is the
+  first copy Kafka appended, src/pos_lambda/views/winners.py, so its record timestamp
+  is the first time the pipeline saw the receipt);
+- `resend_absorbed`: accepted, and received again since with the same content (the
+  index row records the last such copy);
+- `conflict`: accepted, and a copy with other content arrived too: both contents
+  (the `conflicts` table keeps them side by side), the winner's counts;
+- `dead_letter`: no valid copy, but a record whose value claims this natural key was
+  refused, with its reason (found through the `transaction_id` SAI index of
+  `dead_letters`);
+- `unknown`: none of these (the HTTP API answers 404 with this status as its body).
+
+A receipt with a valid copy is never reported as a dead letter, even when an earlier
+malformed copy of it was refused: the dead letters come along in every answer.
+
+What it reads is the speed layer's index: a receipt the speed layer has not processed
+yet (its Kafka lag) is `unknown` until it does, so a terminal that resends it sends a
+copy the views absorb as a resend. The batch layer's index is not read.
+
+`look_up` reads through the `ReceiptViews` port (`pos_lambda.serving.store.Views` is the
+Cassandra adapter; unit tests use an in-memory fake) and `classify` decides, pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Literal, Protocol
+
+from pos_lambda.serving.model import LineItem
+
+Status = Literal["accepted", "resend_absorbed", "conflict", "dead_letter", "unknown"]
+
+
+@dataclass(frozen=True)
+class ReceiptKey:
+    """A receipt's natural key: store, device (fiscal module), receipt number."""
+
+    operation_id: int
+    vendor_fiscal_module: int
+    transaction_id: int
+
+    def __str__(self) -> str:
+        return (
+            f"receipt {self.transaction_id} of device {self.vendor_fiscal_module} "
+            f"in store {self.operation_id}"
+        )
+
+
+@dataclass(frozen=True)
+class KafkaCopy:
+    """Where one copy of a receipt is in Kafka."""
+
+    partition: int
+    offset: int
+    timestamp: datetime | None
+
+
+@dataclass(frozen=True)
+class IndexedReceipt:
+    """The speed layer's index row of a receipt: its winner, and its last resend."""
+
+    happened_at: datetime
+    day: date
+    winner: KafkaCopy
+    late: bool
+    # Beyond the speed layer's lateness bound: indexed, but only the batch views count it.
+    beyond_bound: bool
+    last_resend: KafkaCopy | None
+
+
+@dataclass(frozen=True)
+class Content:
+    """One version of a receipt: what it says and where it is in Kafka. The winner's
+    content is None while the views do not know it (a conflict with a winner beyond
+    the speed layer's bound, until the batch layer rewrites the row)."""
+
+    happened_at: datetime
+    line_items: list[LineItem] | None
+    item_quantity: int | None
+    revenue: Decimal | None
+    kafka: KafkaCopy
+
+
+@dataclass(frozen=True)
+class ConflictingCopy:
+    """A copy whose content differs from the winner's: both versions, and the fields
+    in which they differ."""
+
+    differs: list[str]
+    copy: Content
+    winner: Content
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A refused record whose value claims a natural key (any store or device: the
+    index finds them by receipt number; `classify` keeps the asked key's)."""
+
+    operation_id: int | None
+    vendor_fiscal_module: int | None
+    transaction_id: int | None
+    kafka_topic: str
+    kafka: KafkaCopy
+    reason: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class ReceiptStatus:
+    """The answer: `status`, one sentence saying it (`detail`) and the evidence."""
+
+    operation_id: int
+    vendor_fiscal_module: int
+    transaction_id: int
+    status: Status
+    detail: str
+    winner: KafkaCopy | None = None
+    first_seen_at: datetime | None = None  # the winner's Kafka timestamp
+    happened_at: datetime | None = None
+    day: date | None = None
+    late: bool | None = None
+    in_speed_view: bool | None = None  # false: beyond the speed layer's lateness bound
+    last_resend: KafkaCopy | None = None
+    conflicts: list[ConflictingCopy] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+class ReceiptViews(Protocol):
+    """What receipt status reads of the views (the port)."""
+
+    def indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
+        """The receipt's row in the speed layer's natural-key index, if any."""
+        ...
+
+    def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
+        """The receipt's conflicting copies (stored by its winner's UTC day)."""
+        ...
+
+    def dead_letters_numbered(self, transaction_id: int) -> list[DeadLetter]:
+        """Dead letters whose value claims this receipt number, of any store or device."""
+        ...
+
+
+def classify(
+    key: ReceiptKey,
+    indexed: IndexedReceipt | None,
+    conflicts: list[ConflictingCopy],
+    dead_letters: list[DeadLetter],
+) -> ReceiptStatus:
+    """The status of `key` from what the views hold of it (pure).
+
+    A conflict outranks a resend (both can be true: the conflict is what needs a
+    person), a valid copy outranks a dead letter (the receipt is in the views).
+    """
+    own = sorted(
+        (
+            d
+            for d in dead_letters
+            if (d.operation_id, d.vendor_fiscal_module, d.transaction_id)
+            == (key.operation_id, key.vendor_fiscal_module, key.transaction_id)
+        ),
+        key=lambda d: (d.kafka_topic, d.kafka.partition, d.kafka.offset),
+    )
+    ident = (key.operation_id, key.vendor_fiscal_module, key.transaction_id)
+    if indexed is None:
+        if own:
+            last = own[-1]
+            return ReceiptStatus(
+                *ident,
+                status="dead_letter",
+                detail=f"{key} was refused ({last.reason}): resend a corrected copy",
+                dead_letters=own,
+            )
+        return ReceiptStatus(
+            *ident,
+            status="unknown",
+            detail=f"{key} is unknown: no view holds it (resend it)",
+        )
+    where = f"partition {indexed.winner.partition} offset {indexed.winner.offset}"
+    status: Status
+    if conflicts:
+        status = "conflict"
+        copies = "a copy" if len(conflicts) == 1 else f"{len(conflicts)} copies"
+        detail = (
+            f"{key} is accepted ({where}), and {copies} with other content came too, "
+            "kept apart: the first copy counts"
+        )
+    elif indexed.last_resend is not None:
+        status = "resend_absorbed"
+        detail = f"{key} is accepted ({where}) and was received again, same content, absorbed"
+    else:
+        status = "accepted"
+        detail = f"{key} is accepted ({where})"
+    return ReceiptStatus(
+        *ident,
+        status=status,
+        detail=detail,
+        winner=indexed.winner,
+        first_seen_at=indexed.winner.timestamp,
+        happened_at=indexed.happened_at,
+        day=indexed.day,
+        late=indexed.late,
+        in_speed_view=not indexed.beyond_bound,
+        last_resend=indexed.last_resend,
+        conflicts=sorted(conflicts, key=lambda c: (c.copy.kafka.partition, c.copy.kafka.offset)),
+        dead_letters=own,
+    )
+
+
+def look_up(key: ReceiptKey, views: ReceiptViews) -> ReceiptStatus:
+    """Read what the views hold of `key` (the shell's part) and classify it."""
+    indexed = views.indexed_receipt(key)
+    conflicts = views.conflicting_copies(key, indexed.day) if indexed is not None else []
+    return classify(key, indexed, conflicts, views.dead_letters_numbered(key.transaction_id))

@@ -1,0 +1,217 @@
+"""Receipt status: the pure classification on literal rows, and the front doors over an
+in-memory fake of the views (the `ReceiptViews` port), no Cassandra.
+
+Store 1, device 7, receipt 42, happened 2026-03-02 09:03 UTC; its first copy at Kafka
+partition 2 offset 10.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from pos_lambda.serving import Serving, cli
+from pos_lambda.serving.errors import QueryError
+from pos_lambda.serving.http import create_app
+from pos_lambda.serving.model import LineItem
+from pos_lambda.serving.receipt_status import (
+    ConflictingCopy,
+    Content,
+    DeadLetter,
+    IndexedReceipt,
+    KafkaCopy,
+    ReceiptKey,
+    classify,
+    look_up,
+)
+from pos_lambda.settings import Settings
+
+KEY = ReceiptKey(1, 7, 42)
+DAY = date(2026, 3, 2)
+HAPPENED = datetime(2026, 3, 2, 9, 3, tzinfo=UTC)
+FIRST = KafkaCopy(2, 10, datetime(2026, 3, 2, 9, 3, 5, tzinfo=UTC))
+AGAIN = KafkaCopy(2, 14, datetime(2026, 3, 2, 9, 4, 5, tzinfo=UTC))
+INDEXED = IndexedReceipt(HAPPENED, DAY, FIRST, late=False, beyond_bound=False, last_resend=None)
+ESPRESSO = [LineItem("Espresso", Decimal("1.90"), 2)]
+WATER = [LineItem("Water", Decimal("1.00"), 3)]
+CONFLICT = ConflictingCopy(
+    differs=["line_items"],
+    copy=Content(HAPPENED, WATER, 3, Decimal("3.00"), KafkaCopy(2, 12, None)),
+    winner=Content(HAPPENED, ESPRESSO, 2, Decimal("3.80"), FIRST),
+)
+
+
+def dead(store: int | None, device: int | None, tid: int | None, offset: int) -> DeadLetter:
+    return DeadLetter(
+        store, device, tid, "pos.transactions", KafkaCopy(2, offset, None), "invalid_json", None
+    )
+
+
+def test_a_receipt_the_index_holds_once_is_accepted_with_its_winners_coordinates() -> None:
+    answer = classify(KEY, INDEXED, [], [])
+    assert (answer.status, answer.winner, answer.first_seen_at) == (
+        "accepted",
+        FIRST,
+        FIRST.timestamp,
+    )
+    assert (answer.happened_at, answer.day, answer.late, answer.in_speed_view) == (
+        HAPPENED, DAY, False, True,
+    )  # fmt: skip
+    assert answer.detail == "receipt 42 of device 7 in store 1 is accepted (partition 2 offset 10)"
+
+
+def test_a_receipt_received_again_with_the_same_content_is_a_resend_absorbed() -> None:
+    resent = IndexedReceipt(HAPPENED, DAY, FIRST, False, False, last_resend=AGAIN)
+    answer = classify(KEY, resent, [], [])
+    assert (answer.status, answer.winner, answer.last_resend) == ("resend_absorbed", FIRST, AGAIN)
+
+
+def test_a_conflict_outranks_a_resend_and_carries_both_contents() -> None:
+    resent = IndexedReceipt(HAPPENED, DAY, FIRST, False, False, last_resend=AGAIN)
+    answer = classify(KEY, resent, [CONFLICT], [])
+    assert answer.status == "conflict"
+    [c] = answer.conflicts
+    assert (c.copy.line_items, c.winner.line_items, c.differs) == (WATER, ESPRESSO, ["line_items"])
+    assert answer.last_resend == AGAIN  # still said
+    assert "a copy with other content came too" in answer.detail
+
+
+def test_a_refused_record_of_the_key_without_a_valid_copy_is_a_dead_letter() -> None:
+    # The index finds dead letters by receipt number: other stores' and devices' too.
+    found = [dead(1, 7, 42, 11), dead(1, 8, 42, 3), dead(9, 7, 42, 4), dead(None, None, 42, 5)]
+    answer = classify(KEY, None, [], found)
+    assert answer.status == "dead_letter"
+    assert answer.dead_letters == [dead(1, 7, 42, 11)]
+    assert answer.winner is None
+    assert answer.detail == (
+        "receipt 42 of device 7 in store 1 was refused (invalid_json): resend a corrected copy"
+    )
+
+
+def test_a_valid_copy_outranks_a_dead_letter_which_still_comes_along() -> None:
+    answer = classify(KEY, INDEXED, [], [dead(1, 7, 42, 9)])
+    assert (answer.status, answer.dead_letters) == ("accepted", [dead(1, 7, 42, 9)])
+
+
+def test_nothing_of_the_key_is_unknown() -> None:
+    answer = classify(KEY, None, [], [dead(1, 8, 42, 3)])
+    assert (answer.status, answer.winner, answer.dead_letters) == ("unknown", None, [])
+    assert (
+        answer.detail
+        == "receipt 42 of device 7 in store 1 is unknown: no view holds it (resend it)"
+    )
+
+
+@dataclass
+class FakeViews:
+    """The `ReceiptViews` port in memory; records what it was asked."""
+
+    indexed: dict[ReceiptKey, IndexedReceipt] = field(default_factory=dict)
+    conflicts: dict[tuple[ReceiptKey, date], list[ConflictingCopy]] = field(default_factory=dict)
+    dead: list[DeadLetter] = field(default_factory=list)
+    asked: list[str] = field(default_factory=list)
+
+    def indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
+        self.asked.append("index")
+        return self.indexed.get(key)
+
+    def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
+        self.asked.append(f"conflicts {winner_day}")
+        return self.conflicts.get((key, winner_day), [])
+
+    def dead_letters_numbered(self, transaction_id: int) -> list[DeadLetter]:
+        self.asked.append(f"dead letters {transaction_id}")
+        return [d for d in self.dead if d.transaction_id == transaction_id]
+
+    def close(self) -> None:
+        """What Serving.close calls (the real adapter closes its session)."""
+
+
+def test_look_up_reads_conflicts_by_the_winners_day_only_for_an_indexed_receipt() -> None:
+    views = FakeViews({KEY: INDEXED}, {(KEY, DAY): [CONFLICT]})
+    assert look_up(KEY, views).status == "conflict"
+    assert views.asked == ["index", f"conflicts {DAY}", "dead letters 42"]
+
+    other = FakeViews(dead=[dead(1, 7, 43, 1)])
+    assert look_up(ReceiptKey(1, 7, 43), other).status == "dead_letter"
+    assert other.asked == ["index", "dead letters 43"]
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Serving:
+    lib = Serving(Settings(state_dir=tmp_path))
+    lib.views = FakeViews({KEY: INDEXED}, dead=[dead(1, 7, 43, 1)])  # type: ignore[assignment]
+    return lib
+
+
+def test_http_answers_a_status_and_404_with_a_body_for_unknown(serving: Serving) -> None:
+    with TestClient(create_app(serving.settings, serving)) as http:
+        ok = http.get("/stores/1/devices/7/receipts/42")
+        assert (ok.status_code, ok.json()["status"], ok.json()["winner"]) == (
+            200, "accepted", {"partition": 2, "offset": 10, "timestamp": "2026-03-02T09:03:05Z"},
+        )  # fmt: skip
+        assert http.get("/stores/1/devices/7/receipts/43").json()["status"] == "dead_letter"
+        unknown = http.get("/stores/1/devices/7/receipts/44")
+        assert unknown.status_code == 404
+        assert (unknown.json()["status"], unknown.json()["detail"]) == (
+            "unknown", "receipt 44 of device 7 in store 1 is unknown: no view holds it (resend it)",
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/stores/1/devices/seven/receipts/42", "device: Input should be a valid integer"),
+        ("/stores/1/devices/7/receipts/4.2", "transaction: Input should be a valid integer"),
+        ("/stores/-1/devices/7/receipts/42", "store: Input should be greater than or equal to 0"),
+        ("/stores/1/devices/-7/receipts/42", "device: Input should be greater than or equal to 0"),
+        ("/stores/1/devices/7/receipts/-42", "transaction: Input should be greater than or equal"),
+        ("/stores/1/devices/2147483648/receipts/42", "device: Input should be less than or equal"),
+        (f"/stores/1/devices/7/receipts/{2**63}", "transaction: Input should be less than or"),
+    ],
+)
+def test_http_refuses_bad_path_values_with_422(serving: Serving, path: str, says: str) -> None:
+    with TestClient(create_app(serving.settings, serving)) as http:
+        r = http.get(path)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(says), r.json()
+
+
+def test_the_library_refuses_out_of_range_keys(serving: Serving) -> None:
+    with pytest.raises(QueryError, match="transaction -1 is out of range"):
+        serving.receipt_status(1, 7, -1)
+    with pytest.raises(QueryError, match="device 2147483648 is out of range"):
+        serving.receipt_status(1, 2**31, 1)
+
+
+def test_cli_renders_the_answer_and_takes_json_as_the_format(serving: Serving) -> None:
+    args = cli._parser().parse_args(
+        ["receipt", "--store", "1", "--device", "7", "--transaction", "42"]
+    )
+    _, render = cli._query(args, serving)
+    assert render().startswith(
+        "accepted: receipt 42 of device 7 in store 1 is accepted (partition 2 offset 10)\n"
+        "winner: partition 2 offset 10, first seen 2026-03-02 09:03:05+00:00"
+    )
+    as_json = cli._parser().parse_args(["receipt", "--store", "1", "--device", "7",
+                                        "--transaction", "44", "--json"])  # fmt: skip
+    assert as_json.format == "json"
+
+
+def test_cli_exits_3_on_unknown_with_the_answer_on_stdout(
+    serving: Serving, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("pos_lambda.serving.service.Serving", lambda settings: serving)
+    ask = ["receipt", "--store", "1", "--device", "7", "--transaction"]
+    assert cli.main([*ask, "44", "--json"]) == cli.EXIT_UNKNOWN_RECEIPT == 3
+    assert json.loads(capsys.readouterr().out)["status"] == "unknown"
+    assert cli.main([*ask, "42"]) == 0
+    assert capsys.readouterr().out.startswith("accepted: receipt 42 of device 7 in store 1")
+    assert cli.main([*ask, "-1"]) == cli.EXIT_BAD_INPUT
+    assert "transaction -1 is out of range" in capsys.readouterr().err
