@@ -5,7 +5,7 @@ committed batch exists (a fault then waits for its precondition, within a bound)
 Each run is the real thing at a small size (3,000 receipts, the batch without Airflow),
 written to a temporary directory so docs/chaos.md keeps the full run's figures:
 
-    make chaos-seeds          # the seeds below, one after the other (~20 min each)
+    make chaos-seeds          # the seeds below, one after the other (~12-15 min each)
 """
 
 from __future__ import annotations
