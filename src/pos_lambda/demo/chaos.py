@@ -886,7 +886,8 @@ def catch_up(chaos: Chaos) -> None:
 def final_batch(chaos: Chaos) -> str:
     start, end = chaos.interval
     if chaos.args.batch == "airflow":
-        chaos.airflow_started = batch_dag.ensure_airflow(chaos.base, chaos.say)
+        # `|=`: an Airflow fault may have started it already; this run stops it either way.
+        chaos.airflow_started |= batch_dag.ensure_airflow(chaos.base, chaos.say)
         chaos.dag = batch_dag.run_dag(
             chaos.base, NAMESPACE, start, end,
             f"chaos-{datetime.now(UTC):%Y%m%dT%H%M%S}", chaos.say, chaos.args.step_timeout,
