@@ -228,7 +228,9 @@ class Chaos:
     # Conflicting copies held back from the stream, one per alerts kill: each makes a
     # transaction with an alert (a conflict) for an armed processor, even once the
     # stream is over. Only their sending is later; the ledger has them from the start.
-    held: list[OutgoingMessage] = field(default_factory=list)
+    # Each with how many stream messages must be sent first (its original among them):
+    # a copy sent before its original would win in its place.
+    held: list[tuple[OutgoingMessage, int]] = field(default_factory=list)
     # DAG runs the Airflow faults triggered (the DAG is paused again at the end).
     triggered: list[batch_dag.Triggered] = field(default_factory=list)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -534,7 +536,9 @@ class Chaos:
         with self.lock:
             self.alerts_armed = True
             self.start_alerts()
-        trigger = self.held.pop(0) if self.held else None
+        # A copy whose original is out already; else the stream's own alerts strike.
+        ready = [i for i, (_, after) in enumerate(self.held) if after <= self.sent()]
+        trigger = self.held.pop(ready[0])[0] if ready else None
         if trigger is not None:
             self._send(trigger)
         await_or_fail(
@@ -728,17 +732,35 @@ def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
     return hold_back_conflicts(chaos, mixed.messages, kills), summary
 
 
+def _natural_key(message: OutgoingMessage) -> tuple[int, int, int]:
+    doc = json.loads(message.value)
+    return doc["operation_id"], doc["vendor_fiscal_module"], doc["transaction_id"]
+
+
 def hold_back_conflicts(
     chaos: Chaos, messages: list[OutgoingMessage], count: int
 ) -> list[OutgoingMessage]:
-    """The stream without its last `count` conflicting copies, kept on `chaos.held` for
-    the alerts kills. A copy sent later is still sent after its original, with its own
-    timestamp; it feeds only the conflict rule, so every view and alert the ledger
-    implies stays the same."""
-    at = [i for i, m in enumerate(messages) if m.kind == "conflict"][-count:] if count else []
-    chaos.held = [messages[i] for i in at]
+    """The stream without its first `count` conflicting copies, kept on `chaos.held` for
+    the alerts kills with the number of stream messages to send before each (through its
+    original, which must win). A copy sent later, after its original, with its own
+    timestamp, feeds only the conflict rule: every view and alert the ledger implies
+    stays the same. The first copies, so that their originals are out early."""
+    at = [i for i, m in enumerate(messages) if m.kind == "conflict"][:count] if count else []
     skip = set(at)
-    return [m for i, m in enumerate(messages) if i not in skip]
+    stream = [m for i, m in enumerate(messages) if i not in skip]
+    first: dict[tuple[int, int, int], int] = {}
+    for i, m in enumerate(stream):
+        if m.kind == "receipt":
+            first.setdefault(_natural_key(m), i)
+    chaos.held = [(messages[i], first[_natural_key(messages[i])] + 1) for i in at]
+    return stream
+
+
+def send_held(chaos: Chaos) -> None:
+    """Send the held-back copies no alerts kill took (the stream is over: their
+    originals are out), so that the topic holds every message of the ledger."""
+    while chaos.held:
+        chaos._send(chaos.held.pop(0)[0])
 
 
 def oversized_faults(chaos: Chaos, messages: list[OutgoingMessage]) -> list[dict[str, Any]]:
@@ -1014,6 +1036,7 @@ def run(args: argparse.Namespace) -> figures.ChaosFacts:
         say(f"speed and alerts started (logs {chaos.log('speed')}, {chaos.log('alerts')})")
         producer = produce_in_background(chaos, messages)
         storm(chaos, producer, len(messages))
+        send_held(chaos)
         catch_up(chaos)
         batch_via = final_batch(chaos)
         report = Path(args.logs) / "audit.json"

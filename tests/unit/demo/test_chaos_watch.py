@@ -63,22 +63,27 @@ def test_a_crash_point_not_reached_is_armed_again(
     assert run.restarts == 2
 
 
-def _message(kind: str, n: int) -> OutgoingMessage:
-    return OutgoingMessage(b"k", f"{kind}-{n}".encode(), n, kind)
+def _message(kind: str, n: int, transaction: int) -> OutgoingMessage:
+    value = (
+        f'{{"operation_id": 1, "vendor_fiscal_module": 2, "transaction_id": {transaction}, '
+        f'"n": {n}}}'
+    ).encode()
+    return OutgoingMessage(b"k", value, n, kind)
 
 
-def test_the_last_conflicting_copies_are_held_back_and_the_rest_keeps_its_order(
+def test_the_first_conflicting_copies_are_held_back_until_their_originals_are_sent(
     tmp_path: Path,
 ) -> None:
-    kinds = ["receipt", "conflict", "receipt", "resend", "conflict", "receipt", "conflict"]
-    messages = [_message(k, i) for i, k in enumerate(kinds)]
+    # (kind, receipt number): copies of receipts 10 and 11, then a later one of 12.
+    sent = [("receipt", 10), ("resend", 10), ("receipt", 11), ("conflict", 10),
+            ("receipt", 12), ("conflict", 11), ("conflict", 12)]  # fmt: skip
+    messages = [_message(kind, n, t) for n, (kind, t) in enumerate(sent)]
     run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), print,
                            figures.Plan([]))  # fmt: skip
     stream = chaos.hold_back_conflicts(run, messages, 2)
-    assert [m.value for m in run.held] == [b"conflict-4", b"conflict-6"]
-    assert [m.value for m in stream] == [
-        b"receipt-0", b"conflict-1", b"receipt-2", b"resend-3", b"receipt-5",
-    ]  # fmt: skip
+    assert [m.timestamp_ms for m in stream] == [0, 1, 2, 4, 6]  # the rest, in order
+    # Copy of 10 after the stream's first message (10's original), of 11 after its third.
+    assert [(m.timestamp_ms, after) for m, after in run.held] == [(3, 1), (5, 3)]
     assert chaos.hold_back_conflicts(run, messages, 0) == messages and run.held == []
 
 
