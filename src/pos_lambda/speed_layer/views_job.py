@@ -180,9 +180,14 @@ def _warm_up(
             f"POS_SPEED_WARM_UP_KEYSPACE is the pipeline's own keyspace ({keyspace}): the "
             "warm-up writes synthetic receipts; name a scratch keyspace"
         )
-    if not cassandra_client.has_tables(settings, keyspace, SPEED_TABLES):
+    created = not cassandra_client.has_tables(settings, keyspace, SPEED_TABLES)
+    if created:
         log.info("creating the warm-up keyspace %s (once)", keyspace)
-        schema_apply.apply_cql(settings, keyspace)
+    # On every start, not only the first: tables an older release created here lack the
+    # columns a newer one writes (receipt_keys' resend columns failed every start after
+    # an upgrade), and apply_cql adds them where CREATE ... IF NOT EXISTS would not.
+    schema_apply.apply_cql(settings, keyspace)
+    if created:
         cassandra.await_tables(spark, keyspace, SPEED_TABLES)
     job = _views_batch(spark, settings, keyspace, limits, session)
     passes = warm_up.warm_views(spark, lambda b, native, keys: job.process(b, native, keys))
