@@ -1,0 +1,105 @@
+"""Store time: how much of a UTC interval a store is open, by its own local hours (pure).
+
+The rule is the store's wall clock (`Store.is_open`, the one the simulator's traffic
+follows too): an instant is in store hours when its local time, in the store's IANA
+zone, falls within that local weekday's hours. Everything a DST change does follows
+from it:
+
+- spring forward (a 23-hour day): the skipped wall hour is never open, and hours that
+  open inside it open at the transition (America/New_York 02:30 -> 03:00 EDT);
+- fall back (a 25-hour day): the repeated wall hour is open twice if the hours cover it
+  (a store open 00:00-03:00 on that day is open 4 hours of UTC time).
+
+How it is computed: [start, end) is cut where the zone's UTC offset changes; within a
+piece the offset is constant, so local time is UTC shifted by it, and the piece's store
+time is the sum over its local days of the overlap with that day's hours. Exact to the
+microsecond; a piece per offset change, so a 30-minute gap and a week cost alike.
+
+Used by the silence alert (alerts/rules.py). The auditor checks those alerts with its
+own minute-by-minute computation (audit/expectations.py), never with this one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from pos_lambda.stores.model import Hours, Store
+
+# No zone in tzdata changes its offset twice within this span (transitions are months
+# apart; the closest ever were weeks apart), so comparing the offsets at both ends of a
+# span of this length finds every change.
+_PROBE = timedelta(hours=6)
+
+
+def _offset(zone: ZoneInfo, at: datetime) -> timedelta:
+    offset = at.astimezone(zone).utcoffset()
+    assert offset is not None  # a ZoneInfo always has one
+    return offset
+
+
+def _first_change(zone: ZoneInfo, low: datetime, high: datetime) -> datetime:
+    """The first instant in (low, high] whose offset differs from low's (high's does).
+
+    A bisection over whole seconds: tzdata's transitions fall on whole seconds, so the
+    offset at a floored `low` (a ceiled `high`) is the offset at `low` (at `high`).
+    """
+    before = _offset(zone, low)
+    lo, hi = math.floor(low.timestamp()), math.ceil(high.timestamp())
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _offset(zone, datetime.fromtimestamp(mid, UTC)) == before:
+            lo = mid
+        else:
+            hi = mid
+    return datetime.fromtimestamp(hi, UTC)
+
+
+def offset_pieces(
+    zone: ZoneInfo, start: datetime, end: datetime
+) -> Iterator[tuple[datetime, datetime, timedelta]]:
+    """[start, end) cut into pieces of constant UTC offset: (from, to, offset), in order."""
+    at = start
+    while at < end:
+        probe = min(at + _PROBE, end)
+        offset = _offset(zone, at)
+        last = probe - timedelta(microseconds=1)
+        if _offset(zone, last) == offset:
+            yield at, probe, offset
+            at = probe
+            continue
+        change = _first_change(zone, at, last)
+        yield at, change, offset
+        at = change
+
+
+def open_intervals(store: Store, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """The parts of [start, end) (aware datetimes) in which `store` is open, in UTC,
+    in order; touching parts are merged (a 24-hour store's days make one interval)."""
+    out: list[tuple[datetime, datetime]] = []
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    for piece_from, piece_to, offset in offset_pieces(store.zone, start, end):
+        # Naive local wall clock of this piece: UTC shifted by the piece's one offset.
+        wall_from = piece_from.replace(tzinfo=None) + offset
+        wall_to = piece_to.replace(tzinfo=None) + offset
+        day = wall_from.date()
+        while (midnight := datetime.combine(day, datetime.min.time())) < wall_to:
+            hours: Hours | None = store.hours[day.weekday()]
+            if hours is not None:
+                opens = max(wall_from, midnight + timedelta(minutes=hours.opens))
+                closes = min(wall_to, midnight + timedelta(minutes=hours.closes))
+                if opens < closes:
+                    utc = ((opens - offset).replace(tzinfo=UTC), (closes - offset).replace(tzinfo=UTC))
+                    if out and out[-1][1] == utc[0]:
+                        out[-1] = (out[-1][0], utc[1])
+                    else:
+                        out.append(utc)
+            day += timedelta(days=1)
+    return out
+
+
+def store_time(store: Store, start: datetime, end: datetime) -> timedelta:
+    """How long `store` is open within [start, end) (zero when end <= start)."""
+    return sum((b - a for a, b in open_intervals(store, start, end)), timedelta(0))
