@@ -39,6 +39,13 @@ def test_stores_get_iana_zones_and_hours() -> None:
     assert result.summary["store_zones"] == {
         "101": "Europe/Bratislava", "102": "Asia/Kathmandu", "103": "America/New_York",
     }  # fmt: skip
+    # The hours the silence alerts count, for the auditor (catalog.STORE_CATALOG's).
+    assert result.summary["store_hours"]["103"] == {
+        "time_zone": "America/New_York",
+        "opening_hours": {**dict.fromkeys(WEEKDAYS[:5], "07:00-22:00"),
+                          "sat": "08:00-20:00", "sun": "08:00-20:00"},
+    }  # fmt: skip
+    assert sorted(result.summary["store_hours"]) == ["101", "102", "103"]
 
 
 def test_every_receipt_happens_while_its_store_is_open_by_its_local_clock() -> None:
