@@ -10,11 +10,12 @@
 transactions that also commit its input offsets (see src/pos_lambda/alerts/processor.py); the rules
 and their thresholds are the POS_ALERTS_* settings (`python -m pos_lambda.settings`), flags
 override them. The silence rule counts each store's own hours from the `stores` table
-(pos-stores), read once at start: restart after editing it. Keep each running instance's id unique and stable: a restarted instance
-with the same id fences its predecessor, and an instance refuses to start while another
-live one holds its id (a lease in Cassandra, alerts/lease.py; after a crash the restart
-waits at most POS_ALERTS_LEASE_TTL_S for the dead holder's lease). SIGTERM/Ctrl-C commit
-(or abort) the open transaction and exit.
+(pos-stores), read once at start: restart after editing it. Keep each running
+instance's id unique and stable: a restarted instance with the same id fences its
+predecessor, and an instance refuses to start while another live one holds its id (a
+lease in Cassandra, alerts/lease.py; after a crash the restart waits at most
+POS_ALERTS_LEASE_TTL_S for the dead holder's lease). SIGTERM/Ctrl-C commit (or abort)
+the open transaction and exit.
 
 Exit codes: 0 stopped on request, 1 Kafka/Cassandra unreachable or a topic missing,
 2 bad arguments or settings (or an invalid row in the stores table), 3 a fatal Kafka

@@ -22,8 +22,9 @@ the CLI writes to the `stores` table), print their local time with the zone's re
 offset (+05:45, DST), receive traffic only while open by their local wall clock (the
 clock jumps over hours when every store is closed) and the ledger records each
 receipt's store-local day and, in its summary, each store's zone and hours
-("store_hours": the CLI replaces it by what the `stores` table holds after seeding). Off by default: the same seed then gives the same stream
-as before stores were data (the chaos run and the benchmarks keep their figures).
+("store_hours": the CLI replaces it by what the `stores` table holds after seeding).
+Off by default: the same seed then gives the same stream as before stores were data
+(the chaos run and the benchmarks keep their figures).
 """
 
 from __future__ import annotations

@@ -91,13 +91,17 @@ def open_intervals(store: Store, start: datetime, end: datetime) -> list[tuple[d
                 opens = max(wall_from, midnight + timedelta(minutes=hours.opens))
                 closes = min(wall_to, midnight + timedelta(minutes=hours.closes))
                 if opens < closes:
-                    utc = ((opens - offset).replace(tzinfo=UTC), (closes - offset).replace(tzinfo=UTC))
+                    utc = (_utc(opens - offset), _utc(closes - offset))
                     if out and out[-1][1] == utc[0]:
                         out[-1] = (out[-1][0], utc[1])
                     else:
                         out.append(utc)
             day += timedelta(days=1)
     return out
+
+
+def _utc(naive: datetime) -> datetime:
+    return naive.replace(tzinfo=UTC)
 
 
 def store_time(store: Store, start: datetime, end: datetime) -> timedelta:

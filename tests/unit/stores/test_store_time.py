@@ -131,8 +131,14 @@ def stores(draw: st.DrawFn) -> Store:
 # Starts spread over 2026 and its DST changes (whole minutes, so the count is exact).
 STARTS = st.integers(0, 365 * 24 * 60).map(lambda m: _utc(2026, 1, 1) + timedelta(minutes=m))
 DST_STARTS = st.sampled_from(
-    [_utc(2026, 3, 7, 12), _utc(2026, 10, 31, 12), _utc(2026, 4, 4, 6), _utc(2026, 10, 3, 6),
-     _utc(2026, 9, 5, 12), _utc(2026, 3, 28, 12)]  # fmt: skip
+    [
+        _utc(2026, 3, 7, 12),
+        _utc(2026, 10, 31, 12),
+        _utc(2026, 4, 4, 6),
+        _utc(2026, 10, 3, 6),
+        _utc(2026, 9, 5, 12),
+        _utc(2026, 3, 28, 12),
+    ]
 )
 
 
@@ -141,8 +147,6 @@ DST_STARTS = st.sampled_from(
 def test_store_time_equals_the_open_minutes_counted_one_by_one(
     store: Store, start: datetime, minutes: int
 ) -> None:
-    open_minutes = sum(
-        1 for m in range(minutes) if store.is_open(start + timedelta(minutes=m))
-    )
+    open_minutes = sum(1 for m in range(minutes) if store.is_open(start + timedelta(minutes=m)))
     end = start + timedelta(minutes=minutes)
     assert store_time(store, start, end) == timedelta(minutes=open_minutes)
