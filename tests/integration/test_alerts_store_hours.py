@@ -35,17 +35,7 @@ from pos_lambda.audit.run import alert_rules
 from pos_lambda.producer.kafka_sink import produce
 from pos_lambda.producer.simulation import OutgoingMessage
 from pos_lambda.settings import Settings
-from tests.integration.alerts_helpers import (
-    alerts_settings,
-    await_progress,
-    caught_up,
-    cleanup,
-    committed_total,
-    kill_9,
-    read_all,
-    sigterm,
-    start_processor,
-)
+from tests.integration import alerts_helpers as helpers
 from tests.integration.speed_helpers import VENV_BIN, env_for, simulate
 
 pytestmark = pytest.mark.integration
@@ -108,14 +98,14 @@ def _identity(alert: dict[str, Any]) -> Identity:
 
 
 def _committed_alerts(settings: Settings) -> list[dict[str, Any]]:
-    records = read_all(settings.bootstrap_servers, settings.topics.alerts, "read_committed")
+    records = helpers.read_all(settings.bootstrap_servers, settings.topics.alerts, "read_committed")
     return [r.alert for r in records]
 
 
 def test_silence_counts_each_stores_own_hours(
     isolated: tuple[Settings, Any], new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    s = alerts_settings(isolated[0], new_topic)  # its own keyspace: its own stores table
+    s = helpers.alerts_settings(isolated[0], new_topic)  # its own keyspace: its own stores table
     # An operator's store 101 (Bratislava in the simulator's catalogue), with short hours:
     # the simulator keeps it, and the ledger records these hours for the auditor.
     _stores_cli(s, "add", "101", "--name", "Bratislava, short hours",
@@ -153,16 +143,16 @@ def test_silence_counts_each_stores_own_hours(
     procs: list[subprocess.Popen[bytes]] = []
     try:
         # Started after the seeding: an instance reads the stores table when it starts.
-        proc = start_processor(s, log, alerts_transaction_max_messages=50)
+        proc = helpers.start_processor(s, log, alerts_transaction_max_messages=50)
         procs.append(proc)
-        await_progress(s, 0, proc)
-        assert kill_9(proc) == -signal.SIGKILL
-        proc = start_processor(s, log, alerts_transaction_max_messages=50)
+        helpers.await_progress(s, 0, proc)
+        assert helpers.kill_9(proc) == -signal.SIGKILL
+        proc = helpers.start_processor(s, log, alerts_transaction_max_messages=50)
         procs.append(proc)
 
         def finished() -> bool:
             assert proc.poll() is None, log.read_text()[-3000:]
-            return caught_up(s)
+            return helpers.caught_up(s)
 
         assert wait_for(finished, timeout=300, interval=0.5), log.read_text()[-3000:]
         assert "store hours: 3 store(s) from the stores table" in log.read_text()
@@ -179,20 +169,20 @@ def test_silence_counts_each_stores_own_hours(
         # An edit while the instance runs changes nothing for it: Kathmandu closed every
         # day, yet 11:00 to 13:00 local still counts 120 open minutes (the snapshot).
         _stores_cli(s, "set", str(KATHMANDU), "--hours", "daily=closed")
-        done = committed_total(s)
+        done = helpers.committed_total(s)
         produce([_receipt(KATHMANDU, 9002, 3, "2026-03-08T13:00:00+05:45")],
                 s.bootstrap_servers, s.topics.transactions, quiet=True)  # fmt: skip
-        assert wait_for(finished, timeout=120, interval=0.2) and committed_total(s) > done
-        assert sigterm(proc) == 0, log.read_text()[-3000:]
+        assert wait_for(finished, timeout=120, interval=0.2) and helpers.committed_total(s) > done
+        assert helpers.sigterm(proc) == 0, log.read_text()[-3000:]
         # After a restart it does: 13:00 to 15:00 local is no store time any more.
-        proc = start_processor(s, log, alerts_transaction_max_messages=50)
+        proc = helpers.start_processor(s, log, alerts_transaction_max_messages=50)
         procs.append(proc)
         produce([_receipt(KATHMANDU, 9002, 4, "2026-03-08T15:00:00+05:45")],
                 s.bootstrap_servers, s.topics.transactions, quiet=True)  # fmt: skip
         assert wait_for(finished, timeout=120, interval=0.2), log.read_text()[-3000:]
-        assert sigterm(proc) == 0, log.read_text()[-3000:]
+        assert helpers.sigterm(proc) == 0, log.read_text()[-3000:]
     finally:
-        cleanup(*procs)
+        helpers.cleanup(*procs)
 
     after = Counter(_identity(a) for a in _committed_alerts(s))
     assert after - got == Counter({("device_silent", KATHMANDU, 9002, 3): 1})
