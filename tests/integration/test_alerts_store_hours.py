@@ -186,3 +186,23 @@ def test_silence_counts_each_stores_own_hours(
 
     after = Counter(_identity(a) for a in _committed_alerts(s))
     assert after - got == Counter({("device_silent", KATHMANDU, 9002, 3): 1})
+
+
+def test_a_hand_broken_stores_row_stops_the_start_with_a_clear_error(
+    isolated: tuple[Settings, Any], new_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    s, cql = isolated
+    s = helpers.alerts_settings(s, new_topic)
+    # Edited in cqlsh past pos-stores' validation: an overnight Monday.
+    cql.execute(
+        "INSERT INTO stores (operation_id, name, time_zone, opening_hours) "
+        "VALUES (555, 'Night owl', 'Europe/Bratislava', {'mon': '22:00-02:00'})"
+    )
+    log = tmp_path / "alerts.log"
+    proc = helpers.start_processor(s, log)
+    try:
+        assert proc.wait(timeout=120) == 2, log.read_text()[-3000:]
+    finally:
+        helpers.cleanup(proc)
+    assert "error: the stores table: store 555: hours of mon" in log.read_text()
+    assert "overnight hours are not supported" in log.read_text()
