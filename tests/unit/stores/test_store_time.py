@@ -7,6 +7,7 @@ test, counted minute by minute with `Store.is_open`, never by the interval arith
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -99,6 +100,25 @@ def test_adelaide_spring_forward_in_october() -> None:
     assert open_intervals(ADELAIDE, _utc(2026, 10, 4, 12), _utc(2026, 10, 5, 12)) == [
         (_utc(2026, 10, 4, 21), _utc(2026, 10, 5, 8, 30))
     ]
+
+
+def test_a_change_right_on_a_probe_or_at_the_end() -> None:
+    # New York springs forward at 07:00Z on 8 March: a start a whole day before puts the
+    # change exactly where the offsets are compared.
+    zone = ZoneInfo("America/New_York")
+    pieces = list(offset_pieces(zone, _utc(2026, 3, 7, 7), _utc(2026, 3, 9, 7)))
+    assert [(a, b, off / timedelta(hours=1)) for a, b, off in pieces] == [
+        (_utc(2026, 3, 7, 7), _utc(2026, 3, 8, 7), -5.0),
+        (_utc(2026, 3, 8, 7), _utc(2026, 3, 9, 7), -4.0),
+    ]
+    pieces = list(offset_pieces(zone, _utc(2026, 3, 8, 1), _utc(2026, 3, 8, 7)))
+    assert [(a, b, off / timedelta(hours=1)) for a, b, off in pieces] == [
+        (_utc(2026, 3, 8, 1), _utc(2026, 3, 8, 7), -5.0),
+    ]
+    # Open 00:00-24:00 from Saturday 02:00 EST to Monday 03:00 EDT: 49 hours less the
+    # skipped one.
+    always = _store("America/New_York", "daily=00:00-24:00")
+    assert store_time(always, _utc(2026, 3, 7, 7), _utc(2026, 3, 9, 7)) == timedelta(hours=48)
 
 
 def test_nothing_in_an_empty_or_backward_interval_or_a_closed_store() -> None:
