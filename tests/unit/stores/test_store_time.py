@@ -139,34 +139,42 @@ CLOCK = st.integers(0, 24 * 4 - 1).map(lambda q: f"{q // 4:02d}:{q % 4 * 15:02d}
 
 
 @st.composite
-def stores(draw: st.DrawFn) -> Store:
+def weeks(draw: st.DrawFn) -> list[str]:
     specs = []
     for day in ("mon", "tue", "wed", "thu", "fri", "sat", "sun"):
         a, b = sorted(draw(st.lists(CLOCK, min_size=2, max_size=2, unique=True)))
-        closes = "24:00" if b == a else b
+        closes = "24:00" if draw(st.booleans()) else b  # some days close at midnight
         specs.append(f"{day}={a}-{closes}" if draw(st.booleans()) else f"{day}=closed")
-    return _store(draw(st.sampled_from(ZONES)), *specs)
+    return specs
 
 
-# Starts spread over 2026 and its DST changes (whole minutes, so the count is exact).
-STARTS = st.integers(0, 365 * 24 * 60).map(lambda m: _utc(2026, 1, 1) + timedelta(minutes=m))
-DST_STARTS = st.sampled_from(
+# Any zone, any start in 2026 (whole minutes, so the count is exact) ...
+ANYWHERE = st.tuples(
+    st.sampled_from(ZONES),
+    st.integers(0, 365 * 24 * 60).map(lambda m: _utc(2026, 1, 1) + timedelta(minutes=m)),
+)
+# ... or a zone in the day before one of its 2026 DST changes.
+AROUND_A_CHANGE = st.sampled_from(
     [
-        _utc(2026, 3, 7, 12),
-        _utc(2026, 10, 31, 12),
-        _utc(2026, 4, 4, 6),
-        _utc(2026, 10, 3, 6),
-        _utc(2026, 9, 5, 12),
-        _utc(2026, 3, 28, 12),
+        ("America/New_York", _utc(2026, 3, 7, 12)),  # spring forward, 8 March
+        ("America/New_York", _utc(2026, 10, 31, 12)),  # fall back, 1 November
+        ("Australia/Adelaide", _utc(2026, 4, 4, 6)),  # back, 5 April
+        ("Australia/Adelaide", _utc(2026, 10, 3, 6)),  # forward, 4 October
+        ("Australia/Lord_Howe", _utc(2026, 4, 4, 6)),  # back 30 minutes
+        ("America/Santiago", _utc(2026, 9, 5, 12)),  # forward at midnight
+        ("Europe/London", _utc(2026, 3, 28, 12)),
+        ("Europe/London", _utc(2026, 10, 24, 12)),
     ]
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(stores(), st.one_of(STARTS, DST_STARTS), st.integers(0, 2 * 24 * 60))
+@settings(max_examples=80, deadline=None)
+@given(st.one_of(ANYWHERE, AROUND_A_CHANGE), weeks(), st.integers(24 * 60, 2 * 24 * 60))
 def test_store_time_equals_the_open_minutes_counted_one_by_one(
-    store: Store, start: datetime, minutes: int
+    where: tuple[str, datetime], week: list[str], minutes: int
 ) -> None:
+    zone, start = where
+    store = _store(zone, *week)
     open_minutes = sum(1 for m in range(minutes) if store.is_open(start + timedelta(minutes=m)))
     end = start + timedelta(minutes=minutes)
     assert store_time(store, start, end) == timedelta(minutes=open_minutes)
