@@ -13,7 +13,7 @@ from it:
 How it is computed: [start, end) is cut where the zone's UTC offset changes; within a
 piece the offset is constant, so local time is UTC shifted by it, and the piece's store
 time is the sum over its local days of the overlap with that day's hours. Exact to the
-microsecond; the cost is a few look-ups per day of the interval (~10 µs a day here
+microsecond; the cost is a few look-ups per day of the interval (~10 µs a day here;
 a DST change adds a bisection; the silence rule asks only for gaps over its threshold).
 
 Used by the silence alert (alerts/rules.py). The auditor checks those alerts with its
