@@ -541,14 +541,18 @@ class AlertsSettings(_Section):
         default=30.0,
         gt=0,
         description="Alert when a device's next receipt comes more than this many minutes of "
-        "store hours after its previous one (event time: happened_at).",
+        "store hours after its previous one (event time: happened_at). Store hours are the "
+        "store's own, from the stores table (pos-stores), read when the processor starts.",
     )
     store_opens_at: time = Field(
-        default=time(7, 0), description="Store hours (UTC) for the silence rule: opening."
+        default=time(7, 0),
+        description="Default store hours for the silence rule, for stores not in the stores "
+        "table: opening, UTC, every day.",
     )
     store_closes_at: time = Field(
         default=time(21, 0),
-        description="Store hours (UTC): closing, after the opening on the same day.",
+        description="Default store hours (stores not in the stores table): closing, UTC, "
+        "after the opening on the same day.",
     )
     lease_ttl_s: int = Field(
         default=15,
