@@ -6,7 +6,7 @@ in a separate process that is killed -9 three times mid-transaction (twice by it
 point, with alerts on the broker and the commit not yet made; once from outside), and
 the broker is hard-restarted (kill -9, start) once while it runs. (That restart often
 leaves the processor's send_offsets_to_transaction hung, librdkafka#5456: its watchdog
-then restarts it in place, same pid, alerts/watchdog.py; either way the same process must
+then restarts it in place, same pid, transactional/watchdog.py; either way the same process must
 make progress afterwards.) Then:
 
 - a read_committed consumer of the alerts topic sees every expected alert exactly once;

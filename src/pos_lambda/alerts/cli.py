@@ -7,13 +7,14 @@
     pos-alerts sink --until-caught-up        # ... what is committed now, then exit
 
 `run` reads POS_TOPIC_TRANSACTIONS and writes alerts to POS_TOPIC_ALERTS in Kafka
-transactions that also commit its input offsets (see src/pos_lambda/alerts/processor.py); the rules
-and their thresholds are the POS_ALERTS_* settings (`python -m pos_lambda.settings`), flags
-override them. Keep each running instance's id unique and stable: a restarted instance
-with the same id fences its predecessor, and an instance refuses to start while another
-live one holds its id (a lease in Cassandra, alerts/lease.py; after a crash the restart
-waits at most POS_ALERTS_LEASE_TTL_S for the dead holder's lease). SIGTERM/Ctrl-C commit
-(or abort) the open transaction and exit.
+transactions that also commit its input offsets (the shell of
+src/pos_lambda/transactional/processor.py); the rules and their thresholds are the
+POS_ALERTS_* settings (`python -m pos_lambda.settings`), flags override them. Keep each
+running instance's id unique and stable: a restarted instance with the same id fences its
+predecessor, and an instance refuses to start while another live one holds its id (a
+lease in Cassandra, transactional/lease.py; after a crash the restart waits at most
+POS_ALERTS_LEASE_TTL_S for the dead holder's lease). SIGTERM/Ctrl-C commit (or abort) the
+open transaction and exit.
 
 Exit codes: 0 stopped on request, 1 Kafka/Cassandra unreachable or a topic missing,
 2 bad arguments or settings, 3 a fatal Kafka error, 4 fenced by a newer instance with
@@ -25,13 +26,9 @@ in-place restarts in a row.
 from __future__ import annotations
 
 import argparse
-import faulthandler
 import logging
-import signal
 import sys
-import threading
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
 from confluent_kafka import KafkaException
 from pydantic import ValidationError
@@ -39,6 +36,7 @@ from pydantic import ValidationError
 from pos_lambda.adapters import kafka_admin
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.settings import Settings, explain, load_settings
+from pos_lambda.transactional.run import run_instance, stop_on_signals
 
 
 def _decimal(text: str) -> Decimal:
@@ -129,76 +127,32 @@ def main(argv: list[str] | None = None) -> int:
     except (ValidationError, ValueError) as exc:  # a bad flag or POS_* value
         print(f"error: invalid configuration:\n{_explained(exc)}", file=sys.stderr)
         return 2
-    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck instance
-    # waits for (the JVM services answer jstack; this is the Python equivalent).
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        if args.command == "sink":
-            from pos_lambda.alerts.sink import run_sink
+    stop = stop_on_signals()
+    if args.command == "sink":
+        from pos_lambda.alerts.sink import run_sink
 
+        try:
             kafka_admin.require_topic(
                 settings.bootstrap_servers,
                 settings.topics.alerts,
                 security=settings.kafka.security_config,
             )
             run_sink(settings, stop, until_caught_up=args.until_caught_up)
-            return 0
-        from pos_lambda.alerts.lease import IdInUse, Lease
-        from pos_lambda.alerts.processor import EXIT_ID_IN_USE, Processor, transactional_id
-
-        for topic in (settings.topics.transactions, settings.topics.alerts):
-            kafka_admin.require_topic(
-                settings.bootstrap_servers, topic, security=settings.kafka.security_config
-            )
-        # Before the processor touches Kafka: its init_transactions would fence a live
-        # instance with this id (src/pos_lambda/alerts/lease.py).
-        lease = Lease(settings, transactional_id(settings))
-        try:
-            lease.acquire()
-        except IdInUse as exc:
+        except ServiceError as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return EXIT_ID_IN_USE
-        try:
-            if stop.is_set():  # asked to stop while waiting for the lease
-                return 0
-            processor = Processor(settings, rules, lease=lease)
-            server = _serve_metrics(settings, processor)
-            try:
-                return processor.run(stop)
-            finally:
-                if server is not None:
-                    server.shutdown()
-        finally:
-            lease.release()
-    except ServiceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KafkaException as exc:  # neither fatal nor retriable: stop, say why
-        print(f"error: Kafka: {exc}", file=sys.stderr)
-        return 1
+            return 1
+        except KafkaException as exc:  # neither fatal nor retriable: stop, say why
+            print(f"error: Kafka: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    from pos_lambda.alerts.processor import Processor, job
 
-
-def _serve_metrics(settings: Any, processor: Any) -> Any:
-    """The processor's metrics on POS_ALERTS_METRICS_PORT (alerts/metrics.py)."""
-    import time
-
-    from pos_lambda.adapters import metrics_http
-    from pos_lambda.alerts.metrics import AlertsCollector
-
-    collector = AlertsCollector(
-        lambda: processor.totals,
-        str(settings.alerts.instance_id),
-        settings.alerts.mode,
-        time.time(),
-    )
-    return metrics_http.serve(
-        metrics_http.registry_of(collector),
-        settings.bind_host,
-        settings.alerts.metrics_port,
-        "pos-alerts",
+    return run_instance(
+        settings,
+        job(settings),
+        lambda lease: Processor(settings, rules, lease=lease),
+        stop,
+        "Alerts in committed transactions.",
     )
 
 
