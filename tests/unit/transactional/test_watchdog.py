@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from pos_lambda.transactional import processor as processor_module
 from pos_lambda.alerts.processor import Processor, rules_from
+from pos_lambda.settings import load_settings
+from pos_lambda.transactional import processor as processor_module
 from pos_lambda.transactional.watchdog import (
     EXIT_RESTARTS_EXHAUSTED,
     IN_A_ROW_ENV,
@@ -21,7 +22,6 @@ from pos_lambda.transactional.watchdog import (
     committed,
     may_restart,
 )
-from pos_lambda.settings import load_settings
 
 
 def test_a_call_that_returns_in_time_is_left_alone() -> None:
