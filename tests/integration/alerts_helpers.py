@@ -1,6 +1,6 @@
-"""Helpers for the alerts integration tests: run `pos-alerts` as a separate process,
-watch its consumer group's committed offsets, and read `pos.alerts` back with either
-isolation level."""
+"""Helpers for the transactional processors' integration tests (the alerts, the
+deduplicated topic): run `pos-alerts` or `pos-receipts` as a separate process, watch its
+consumer group's committed offsets, and read its output back with either isolation level."""
 
 from __future__ import annotations
 
@@ -37,12 +37,29 @@ def alerts_settings(settings: Settings, new_topic: Callable[..., str], **updates
     )
 
 
-def start_processor(settings: Settings, log: Path, **updates: Any) -> subprocess.Popen[bytes]:
-    """`pos-alerts run` in its own process group, with these settings (and `updates`)."""
+def receipts_settings(
+    settings: Settings, new_topic: Callable[..., str], **updates: object
+) -> Settings:
+    """Settings with fresh input and output topics, group and instance id."""
+    tag = new_topic(partitions=4, prefix="receipts-in")
+    return settings.with_overrides(
+        topic_transactions=tag,
+        topic_receipts=new_topic(partitions=4, prefix="receipts-out"),
+        receipts_group_id=f"pos-receipts-test-{tag[-10:]}",
+        receipts_instance_id=f"test-{tag[-10:]}",
+        receipts_lease_ttl_s=6,  # a restart after a kill waits at most this for the lease
+        **updates,
+    )
+
+
+def start_processor(
+    settings: Settings, log: Path, command: str = "pos-alerts", **updates: Any
+) -> subprocess.Popen[bytes]:
+    """`<command> run` in its own process group, with these settings (and `updates`)."""
     s = settings.with_overrides(**updates)
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it; closed with the test's tmp dir
     return subprocess.Popen(
-        [str(VENV_BIN / "pos-alerts"), "run"],
+        [str(VENV_BIN / command), "run"],
         env=env_for(s),
         stdout=out,
         stderr=subprocess.STDOUT,
@@ -89,13 +106,14 @@ _COORDINATOR_MOVING = {
 }
 
 
-def committed_total(settings: Settings) -> int:
-    """Sum of the processor group's committed offsets on the input topic (read_committed:
-    an offset commit of an open transaction is not counted until it commits)."""
+def committed_total(settings: Settings, group: str | None = None) -> int:
+    """Sum of the processor group's (default: the alerts') committed offsets on the input
+    topic (read_committed: an offset commit of an open transaction is not counted until it
+    commits)."""
     consumer = Consumer(
         {
             "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": settings.alerts.group_id,  # never subscribes: does not join
+            "group.id": group or settings.alerts.group_id,  # never subscribes: does not join
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
         }
@@ -129,19 +147,21 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
         consumer.close()
 
 
-def caught_up(settings: Settings) -> bool:
-    return committed_total(settings) == sum(
+def caught_up(settings: Settings, group: str | None = None) -> bool:
+    return committed_total(settings, group) == sum(
         end_offsets(settings.bootstrap_servers, settings.topics.transactions)
     )
 
 
-def await_progress(settings: Settings, beyond: int, proc: subprocess.Popen[bytes]) -> int:
+def await_progress(
+    settings: Settings, beyond: int, proc: subprocess.Popen[bytes], group: str | None = None
+) -> int:
     """Wait until the group has committed more than `beyond` (the processor must live)."""
     seen = [beyond]
 
     def moved() -> bool:
         assert proc.poll() is None, f"processor exited with {proc.returncode}"
-        seen[0] = committed_total(settings)
+        seen[0] = committed_total(settings, group)
         return seen[0] > beyond
 
     assert wait_for(moved, timeout=180, interval=0.2), "no progress"
