@@ -21,53 +21,25 @@ holding the machine's heavy-work lock.
 from __future__ import annotations
 
 import json
-import signal
-import threading
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from pos_lambda.adapters.service import wait_for
 from pos_lambda.audit import audit
 from pos_lambda.demo.conflicts import add_conflicts, summary_with
 from pos_lambda.producer import ledger as ledger_files
-from pos_lambda.producer.kafka_sink import produce
-from pos_lambda.producer.simulation import FaultConfig, OutgoingMessage, SimulationConfig, simulate
-from pos_lambda.runtime import kafka_service
+from pos_lambda.producer.simulation import OutgoingMessage
 from pos_lambda.settings import Settings
 from tests.integration.alerts_helpers import (
-    await_progress,
-    caught_up,
-    cleanup,
-    committed_total,
-    kill_9,
+    faulty_stream,
     read_all,
     receipts_settings,
-    sigterm,
-    start_processor,
+    through_faults,
 )
 
 pytestmark = pytest.mark.integration
-NaturalKey = tuple[int, int, int]
-
-
-def _send_in_background(settings: Settings, messages: list[OutgoingMessage]) -> threading.Thread:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            produce(messages, settings.bootstrap_servers, settings.topics.transactions,
-                    rate=150, quiet=True)  # fmt: skip
-        except BaseException as exc:  # reported by the test thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="input", daemon=True)
-    thread.start()
-    thread.errors = errors  # type: ignore[attr-defined]
-    return thread
 
 
 def _originals(messages: list[OutgoingMessage]) -> dict[bytes, bytes]:
@@ -87,15 +59,7 @@ def test_every_receipt_exactly_once_after_kill_9_and_a_broker_hard_restart(
     s = receipts_settings(
         settings, new_topic, receipts_transaction_max_ms=100, receipts_transaction_max_messages=50
     )
-    group = s.receipts.group_id
-    result = simulate(
-        SimulationConfig(
-            count=3000, seed=62, start=datetime(2026, 3, 2, 19, 30, tzinfo=UTC), stores=5,
-            faults=FaultConfig(resend_rate=0.05, malformed_rate=0.02, late_rate=0.03,
-                               late_max_delay_s=3600, out_of_order_rate=0.02,
-                               clock_skew_max_s=30),
-        )
-    )  # fmt: skip
+    result = faulty_stream(seed=62)
     with_conflicts = add_conflicts(result.messages, rate=0.03, seed=62)
     ledger = tmp_path / "ledger"
     summary = {
@@ -106,41 +70,7 @@ def test_every_receipt_exactly_once_after_kill_9_and_a_broker_hard_restart(
     kinds = Counter(m.kind.split(":")[0] for m in with_conflicts.messages)
     assert min(kinds["resend"], kinds["conflict"], kinds["malformed"]) >= 20, kinds
     log = tmp_path / "receipts.log"
-    procs = []
-    input_thread = _send_in_background(s, with_conflicts.messages)
-    try:
-        # 1, 2: killed by its crash point, receipts produced and flushed, commit not made.
-        for crash_at in (2, 4):
-            proc = start_processor(
-                s, log, "pos-receipts",
-                receipts_crash_point="kill_after_produce",
-                receipts_crash_at_transaction=crash_at,
-            )  # fmt: skip
-            procs.append(proc)
-            assert proc.wait(timeout=180) == -signal.SIGKILL, log.read_text()[-3000:]
-        # 3: kill -9 from outside while it works through the stream.
-        proc = start_processor(s, log, "pos-receipts")
-        procs.append(proc)
-        done = await_progress(s, committed_total(s, group), proc, group)
-        assert kill_9(proc) == -signal.SIGKILL
-        # 4: the broker dies (-9) and comes back while the processor runs.
-        proc = start_processor(s, log, "pos-receipts")
-        procs.append(proc)
-        done = await_progress(s, done, proc, group)
-        assert kafka_service.process(s).kill(), "Kafka not managed here"
-        kafka_service.start(s)
-        input_thread.join(timeout=300)
-        assert not input_thread.errors, input_thread.errors  # type: ignore[attr-defined]
-        await_progress(s, done, proc, group)  # the processor outlived the broker's restart
-
-        def finished() -> bool:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            return caught_up(s, group)
-
-        assert wait_for(finished, timeout=300, interval=0.5), log.read_text()[-3000:]
-        assert sigterm(proc) == 0, log.read_text()[-3000:]
-    finally:
-        cleanup(*procs)
+    through_faults(s, log, "receipts", with_conflicts.messages)
 
     report = audit(s, ledger, ["receipts_topic"], progress=None)
     view = report.view("receipts_topic")

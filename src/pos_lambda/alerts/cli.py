@@ -26,17 +26,23 @@ in-place restarts in a row.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
+import threading
 from decimal import Decimal, InvalidOperation
 
-from confluent_kafka import KafkaException
 from pydantic import ValidationError
 
 from pos_lambda.adapters import kafka_admin
-from pos_lambda.adapters.service import ServiceError
-from pos_lambda.settings import Settings, explain, load_settings
-from pos_lambda.transactional.run import run_instance, stop_on_signals
+from pos_lambda.settings import Settings, load_settings
+from pos_lambda.transactional.run import (
+    add_run_arguments,
+    configuration_error,
+    run_instance,
+    run_overrides,
+    service_errors_exit_1,
+    start_logging,
+    stop_on_signals,
+)
 
 
 def _decimal(text: str) -> Decimal:
@@ -56,17 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one processor instance (until SIGTERM/Ctrl-C)",
         description="Run one alerts processor instance until SIGTERM/Ctrl-C.",
     )
-    run_p.add_argument("--instance-id", help="stable id of this instance (POS_ALERTS_INSTANCE_ID)")
-    run_p.add_argument("--group-id", help="consumer group (POS_ALERTS_GROUP_ID, pos-alerts)")
-    run_p.add_argument(
-        "--mode",
-        choices=("exactly_once", "at_least_once"),
-        help="POS_ALERTS_MODE (exactly_once)",
-    )
-    run_p.add_argument("--transaction-max-ms", type=int, help="POS_ALERTS_TRANSACTION_MAX_MS (100)")
-    run_p.add_argument(
-        "--transaction-max-messages", type=int, help="POS_ALERTS_TRANSACTION_MAX_MESSAGES (1000)"
-    )
+    add_run_arguments(run_p, "alerts")
     run_p.add_argument(
         "--high-value",
         type=_decimal,
@@ -80,7 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.add_argument(
         "--silence-minutes", type=float, help="device silence (POS_ALERTS_SILENCE_MINUTES)"
     )
-    run_p.add_argument("--input-topic", help="POS_TOPIC_TRANSACTIONS")
     run_p.add_argument("--alerts-topic", help="POS_TOPIC_ALERTS")
     sink_p = sub.add_parser(
         "sink",
@@ -102,49 +97,27 @@ def _settings(args: argparse.Namespace) -> Settings:
     if args.command == "sink":
         return load_settings(alerts_sink_group_id=args.group_id, topic_alerts=args.alerts_topic)
     return load_settings(
-        alerts_instance_id=args.instance_id,
-        alerts_group_id=args.group_id,
-        alerts_mode=args.mode,
-        alerts_transaction_max_ms=args.transaction_max_ms,
-        alerts_transaction_max_messages=args.transaction_max_messages,
+        **run_overrides(args, "alerts"),
         alerts_high_value_threshold=args.high_value,
         alerts_large_return_threshold=args.large_return,
         alerts_silence_minutes=args.silence_minutes,
-        topic_transactions=args.input_topic,
         topic_alerts=args.alerts_topic,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("cassandra").setLevel(logging.WARNING)
+    start_logging()
     try:
         settings = _settings(args)
         from pos_lambda.alerts.processor import rules_from
 
         rules = rules_from(settings)
     except (ValidationError, ValueError) as exc:  # a bad flag or POS_* value
-        print(f"error: invalid configuration:\n{_explained(exc)}", file=sys.stderr)
-        return 2
+        return configuration_error(exc)
     stop = stop_on_signals()
     if args.command == "sink":
-        from pos_lambda.alerts.sink import run_sink
-
-        try:
-            kafka_admin.require_topic(
-                settings.bootstrap_servers,
-                settings.topics.alerts,
-                security=settings.kafka.security_config,
-            )
-            run_sink(settings, stop, until_caught_up=args.until_caught_up)
-        except ServiceError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        except KafkaException as exc:  # neither fatal nor retriable: stop, say why
-            print(f"error: Kafka: {exc}", file=sys.stderr)
-            return 1
-        return 0
+        return service_errors_exit_1(lambda: _sink(settings, stop, args.until_caught_up))
     from pos_lambda.alerts.processor import Processor, job
 
     return run_instance(
@@ -156,9 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
+def _sink(settings: Settings, stop: threading.Event, until_caught_up: bool) -> int:
+    from pos_lambda.alerts.sink import run_sink
+
+    kafka_admin.require_topic(
+        settings.bootstrap_servers, settings.topics.alerts, security=settings.kafka.security_config
+    )
+    run_sink(settings, stop, until_caught_up=until_caught_up)
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _explained(exc: Exception) -> str:
-    return explain(exc) if isinstance(exc, ValidationError) else str(exc)

@@ -370,10 +370,9 @@ class _Context:
         s = self.settings
         committed = committed_offsets(s, s.alerts.group_id, self.topic)
         if committed is None:
-            return ViewResult(
-                "alerts_topic", exact=True, status="skipped",
-                note=f"the alerts processor (group {s.alerts.group_id}) never committed on "
-                f"{self.topic}: run `pos-alerts run` over it to audit alerts",
+            return _never_ran(
+                "alerts_topic", f"the alerts processor (group {s.alerts.group_id}) never "
+                f"committed on {self.topic}: run `pos-alerts run` over it to audit alerts",
             )  # fmt: skip
         records = alerts_in_topic(s) or []
         # A record that is no alert was written by someone else (the processor writes
@@ -381,9 +380,7 @@ class _Context:
         # count is reported, so that a stray writer is seen, not hidden.
         observed = [a for a in records if a != FOREIGN_RECORD]
         foreign = len(records) - len(observed)
-        ends = end_offsets(s, self.topic) or {}
-        behind = sum(max(0, e - committed.get(p, 0)) for p, e in ends.items())
-        lag = f"processor {behind} records behind {self.topic}" if behind else ""
+        lag = self._lag(committed)
         if foreign:
             lag = f"{foreign} foreign record(s) on {s.topics.alerts}, not alerts: skipped. {lag}"
         return self._alerts_view("alerts_topic", observed, lag)
@@ -407,11 +404,10 @@ class _Context:
         s = self.settings
         committed = committed_offsets(s, s.receipts.group_id, self.topic)
         if committed is None:
-            return ViewResult(
-                "receipts_topic", exact=True, status="skipped",
-                note=f"the deduplicated topic's processor (group {s.receipts.group_id}) never "
-                f"committed on {self.topic}: run `pos-receipts run` over it to audit "
-                f"{s.topics.receipts}",
+            return _never_ran(
+                "receipts_topic", f"the deduplicated topic's processor (group "
+                f"{s.receipts.group_id}) never committed on {self.topic}: run `pos-receipts "
+                f"run` over it to audit {s.topics.receipts}",
             )  # fmt: skip
         # A record that is no receipt of its key reads as (None, None): never expected.
         expected: dict[ex.NaturalKey | None, ex.TopicRow | None] = {
@@ -419,7 +415,15 @@ class _Context:
         }
         observed = receipts_in_topic(s) or []
         tally = compare.keyed_rows(expected, observed)
-        ends = end_offsets(s, self.topic) or {}
+        return ViewResult("receipts_topic", exact=True, tally=tally, note=self._lag(committed))
+
+    def _lag(self, committed: dict[int, int]) -> str:
+        """How far a processor that committed `committed` is behind the input's end."""
+        ends = end_offsets(self.settings, self.topic) or {}
         behind = sum(max(0, e - committed.get(p, 0)) for p, e in ends.items())
-        note = f"processor {behind} records behind {self.topic}" if behind else ""
-        return ViewResult("receipts_topic", exact=True, tally=tally, note=note)
+        return f"processor {behind} records behind {self.topic}" if behind else ""
+
+
+def _never_ran(name: str, note: str) -> ViewResult:
+    """Skipped, not "equal": a processor that never committed wrote nothing to compare."""
+    return ViewResult(name, exact=True, status="skipped", note=note)

@@ -23,12 +23,19 @@ again after POS_RECEIPTS_MAX_RESTARTS_IN_PLACE in-place restarts in a row.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from pydantic import ValidationError
 
-from pos_lambda.settings import Settings, explain, load_settings
+from pos_lambda.settings import Settings, load_settings
+from pos_lambda.transactional.run import (
+    add_run_arguments,
+    configuration_error,
+    run_instance,
+    run_overrides,
+    start_logging,
+    stop_on_signals,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,52 +50,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one processor instance (until SIGTERM/Ctrl-C)",
         description="Run one instance of the deduplicated topic's processor until SIGTERM/Ctrl-C.",
     )
-    run_p.add_argument(
-        "--instance-id", help="stable id of this instance (POS_RECEIPTS_INSTANCE_ID)"
-    )
-    run_p.add_argument("--group-id", help="consumer group (POS_RECEIPTS_GROUP_ID, pos-receipts)")
-    run_p.add_argument(
-        "--mode",
-        choices=("exactly_once", "at_least_once"),
-        help="POS_RECEIPTS_MODE (exactly_once; at_least_once for comparison only)",
-    )
-    run_p.add_argument(
-        "--transaction-max-ms", type=int, help="POS_RECEIPTS_TRANSACTION_MAX_MS (100)"
-    )
-    run_p.add_argument(
-        "--transaction-max-messages",
-        type=int,
-        help="POS_RECEIPTS_TRANSACTION_MAX_MESSAGES (1000)",
-    )
-    run_p.add_argument("--input-topic", help="POS_TOPIC_TRANSACTIONS")
+    add_run_arguments(run_p, "receipts")
     run_p.add_argument("--output-topic", help="POS_TOPIC_RECEIPTS")
     return parser
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(
-        receipts_instance_id=args.instance_id,
-        receipts_group_id=args.group_id,
-        receipts_mode=args.mode,
-        receipts_transaction_max_ms=args.transaction_max_ms,
-        receipts_transaction_max_messages=args.transaction_max_messages,
-        topic_transactions=args.input_topic,
-        topic_receipts=args.output_topic,
-    )
+    return load_settings(**run_overrides(args, "receipts"), topic_receipts=args.output_topic)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("cassandra").setLevel(logging.WARNING)
+    start_logging()
     try:
         settings = _settings(args)
     except (ValidationError, ValueError) as exc:  # a bad flag or POS_* value
-        detail = explain(exc) if isinstance(exc, ValidationError) else str(exc)
-        print(f"error: invalid configuration:\n{detail}", file=sys.stderr)
-        return 2
+        return configuration_error(exc)
     from pos_lambda.dedup.processor import job, processor
-    from pos_lambda.transactional.run import run_instance, stop_on_signals
 
     return run_instance(
         settings,

@@ -1,12 +1,15 @@
-"""`<command> run` of a transactional processor: signals, topics, lease, metrics, exit code.
+"""`<command> run` of a transactional processor: flags, logging, signals, topics, lease,
+metrics, exit codes.
 
-Shared by `pos-alerts run` and `pos-receipts run`: each builds its settings and its
+Shared by `pos-alerts run` and `pos-receipts run`: each adds its own flags and builds its
 processor; this is the rest of the process's life around `Processor.run`.
 """
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
+import logging
 import signal
 import sys
 import threading
@@ -15,11 +18,68 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaException
+from pydantic import ValidationError
 
 from pos_lambda.adapters import kafka_admin
 from pos_lambda.adapters.service import ServiceError
-from pos_lambda.settings import Settings
+from pos_lambda.settings import Settings, explain
 from pos_lambda.transactional.processor import EXIT_ID_IN_USE, Job, Processor
+
+EXIT_SERVICE = 1  # Kafka/Cassandra unreachable, a topic missing
+EXIT_CONFIGURATION = 2  # a bad flag or POS_* value
+
+
+def add_run_arguments(run: argparse.ArgumentParser, name: str) -> None:
+    """The flags every `pos-<name> run` has, each overriding its POS_<NAME>_* setting."""
+    env = f"POS_{name.upper()}_"
+    run.add_argument("--instance-id", help=f"stable id of this instance ({env}INSTANCE_ID)")
+    run.add_argument("--group-id", help=f"consumer group ({env}GROUP_ID, pos-{name})")
+    run.add_argument(
+        "--mode",
+        choices=("exactly_once", "at_least_once"),
+        help=f"{env}MODE (exactly_once; at_least_once for comparison only)",
+    )
+    run.add_argument("--transaction-max-ms", type=int, help=f"{env}TRANSACTION_MAX_MS (100)")
+    run.add_argument(
+        "--transaction-max-messages", type=int, help=f"{env}TRANSACTION_MAX_MESSAGES (1000)"
+    )
+    run.add_argument("--input-topic", help="POS_TOPIC_TRANSACTIONS")
+
+
+def run_overrides(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """The settings `add_run_arguments`' flags override, by their flat names."""
+    return {
+        f"{name}_instance_id": args.instance_id,
+        f"{name}_group_id": args.group_id,
+        f"{name}_mode": args.mode,
+        f"{name}_transaction_max_ms": args.transaction_max_ms,
+        f"{name}_transaction_max_messages": args.transaction_max_messages,
+        "topic_transactions": args.input_topic,
+    }
+
+
+def start_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("cassandra").setLevel(logging.WARNING)
+
+
+def configuration_error(exc: Exception) -> int:
+    """Say what is wrong with a flag or POS_* value (by its variable); the exit code."""
+    detail = explain(exc) if isinstance(exc, ValidationError) else str(exc)
+    print(f"error: invalid configuration:\n{detail}", file=sys.stderr)
+    return EXIT_CONFIGURATION
+
+
+def service_errors_exit_1(work: Callable[[], int]) -> int:
+    """`work()`'s exit code, or 1 (saying why) when a service or a topic is missing."""
+    try:
+        return work()
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SERVICE
+    except KafkaException as exc:  # neither fatal nor retriable: stop, say why
+        print(f"error: Kafka: {exc}", file=sys.stderr)
+        return EXIT_SERVICE
 
 
 def stop_on_signals() -> threading.Event:
@@ -44,7 +104,7 @@ def run_instance(
     processor; `outputs_help` describes its outputs' counter in the metrics."""
     from pos_lambda.transactional.lease import IdInUse, Lease
 
-    try:
+    def run() -> int:
         for topic in (job.input_topic, job.output_topic):
             kafka_admin.require_topic(
                 settings.bootstrap_servers, topic, security=settings.kafka.security_config
@@ -74,12 +134,8 @@ def run_instance(
                     server.shutdown()
         finally:
             lease.release()
-    except ServiceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KafkaException as exc:  # neither fatal nor retriable: stop, say why
-        print(f"error: Kafka: {exc}", file=sys.stderr)
-        return 1
+
+    return service_errors_exit_1(run)
 
 
 def _serve_metrics(
