@@ -102,6 +102,12 @@ class KafkaSettings(_Section):
         return conf
 
 
+_OUTPUT_TOPIC = (
+    "A transactional processor's output: the alerts (`pos-alerts run`); the deduplicated "
+    "topic, one record per receipt, the winner's message (`pos-receipts run`)."
+)
+
+
 class TopicSettings(_Section):
     """The pipeline's Kafka topics."""
 
@@ -115,14 +121,8 @@ class TopicSettings(_Section):
         default="pos.dead_letters",
         description="Where records the contract refuses are copied, with the reason.",
     )
-    alerts: str = Field(
-        default="pos.alerts", description="The alerts processor's output (transactional)."
-    )
-    receipts: str = Field(
-        default="pos.receipts",
-        description="The deduplicated topic: one record per receipt (natural key), the "
-        "winner's content, written by `pos-receipts run` (transactional).",
-    )
+    alerts: str = Field(default="pos.alerts", description=_OUTPUT_TOPIC)
+    receipts: str = Field(default="pos.receipts", description=_OUTPUT_TOPIC)
     partitions: int = Field(default=4, ge=1, description="Partitions of new topics.")
     replication_factor: int = Field(default=1, ge=1, description="3 on a real cluster.")
 
@@ -597,6 +597,16 @@ class ReceiptsSettings(ProcessorSettings):
     metrics_port: int = Field(default=9412, ge=0, le=65535, description=_METRICS_PORT)
 
 
+_CRASH_POINTS = r"^(kill_after_produce|stop_after_produce)$"
+_CRASH_POINT = (
+    "Testing only: in a transactional processor's transaction numbered "
+    "<processor>_crash_at_transaction that produced outputs, once they are on the broker and "
+    "before the commit, SIGKILL (kill_after_produce) or SIGSTOP (stop_after_produce: a zombie "
+    "to fence) the processor (pos-alerts, pos-receipts)."
+)
+_CRASH_AT = "Testing only: see the crash point above."
+
+
 class FaultSettings(_Section):
     """Testing only: where a test or the chaos run makes a process die (pos_lambda.failpoints)."""
 
@@ -622,23 +632,13 @@ class FaultSettings(_Section):
         "exists, so that a test can make another run commit in between (a race).",
     )
     alerts_crash_point: str | None = Field(
-        default=None,
-        pattern=r"^(kill_after_produce|stop_after_produce)$",
-        description="Testing only: in the transaction numbered alerts_crash_at_transaction "
-        "that produced alerts, once they are on the broker and before the commit, SIGKILL "
-        "(kill_after_produce) or SIGSTOP (stop_after_produce: a zombie to fence) the processor.",
+        default=None, pattern=_CRASH_POINTS, description=_CRASH_POINT
     )
-    alerts_crash_at_transaction: int = Field(
-        default=1, ge=1, description="Testing only: see alerts_crash_point."
-    )
+    alerts_crash_at_transaction: int = Field(default=1, ge=1, description=_CRASH_AT)
     receipts_crash_point: str | None = Field(
-        default=None,
-        pattern=r"^(kill_after_produce|stop_after_produce)$",
-        description="Testing only: as alerts_crash_point, for `pos-receipts run`.",
+        default=None, pattern=_CRASH_POINTS, description=_CRASH_POINT
     )
-    receipts_crash_at_transaction: int = Field(
-        default=1, ge=1, description="Testing only: see receipts_crash_point."
-    )
+    receipts_crash_at_transaction: int = Field(default=1, ge=1, description=_CRASH_AT)
 
 
 class Settings(BaseSettings):
@@ -918,12 +918,24 @@ def _shown_path(path: Path) -> str:
 
 
 def markdown_table() -> str:
-    """The configuration table of the README (`make docs` writes it there)."""
-    lines = ["| section | variable | default | what it does |", "|---|---|---|---|"]
+    """The configuration table of the README (`make docs` writes it there).
+
+    Settings that say the same thing share one row, at the first one's place: the
+    transactional processors' common knobs (POS_ALERTS_MODE, POS_RECEIPTS_MODE), their
+    output topics and crash points. A row per variable would repeat them word for word.
+    """
+    rows: dict[str, list[tuple[str, str, str]]] = {}
     for section, env, default, description in documented():
-        cell = f"`{default}`" if default else ""
-        text = description.replace("|", "\\|")
-        lines.append(f"| {section} | `{env}` | {cell} | {text} |")
+        # An empty description says nothing shared: such a setting keeps a row of its own.
+        rows.setdefault(description or env, []).append((section, env, default))
+    lines = ["| section | variable | default | what it does |", "|---|---|---|---|"]
+    for description, same in rows.items():
+        sections = ", ".join(dict.fromkeys(section for section, _, _ in same))
+        envs = ", ".join(f"`{env}`" for _, env, _ in same)
+        defaults = list(dict.fromkeys(default for _, _, default in same))
+        cell = ", ".join(f"`{d}`" if d else "(none)" for d in defaults) if any(defaults) else ""
+        text = description.replace("|", "\\|") if description != same[0][1] else ""
+        lines.append(f"| {sections} | {envs} | {cell} | {text} |")
     return "\n".join(lines) + "\n"
 
 
