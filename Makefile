@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink test test-unit test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
+.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,6 +67,9 @@ alerts: up ## run one alerts processor (exactly once; POS_ALERTS_* settings; Ctr
 
 alerts-sink: up ## copy committed alerts from Kafka into the Cassandra table `alerts`
 	$(VENV)/bin/pos-alerts sink
+
+receipts: up ## run the deduplicated topic's processor: pos.transactions -> pos.receipts, one record per receipt, exactly once (POS_RECEIPTS_*)
+	$(VENV)/bin/pos-receipts run
 
 # The last complete UTC hour by default; any [START, END) on 15-minute boundaries.
 START ?= $(shell date -u -d '1 hour ago' +%Y-%m-%dT%H:00:00Z)

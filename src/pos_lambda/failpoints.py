@@ -13,6 +13,8 @@ processor is fenced.
     batch.before_commit         wait for a file (POS_BATCH_PAUSE_BEFORE_COMMIT)
     alerts.after_produce        kill -9 or SIGSTOP in the Nth transaction with alerts
                                 (POS_ALERTS_CRASH_POINT, POS_ALERTS_CRASH_AT_TRANSACTION)
+    receipts.after_produce      the same for the deduplicated topic's processor
+                                (POS_RECEIPTS_CRASH_POINT, POS_RECEIPTS_CRASH_AT_TRANSACTION)
 """
 
 from __future__ import annotations
@@ -64,9 +66,13 @@ class Failpoints:
             armed["batch.before_commit"] = Armed(
                 Action.PAUSE, until=faults.batch_pause_before_commit
             )
-        if faults.alerts_crash_point:
-            action = Action.KILL if faults.alerts_crash_point.startswith("kill") else Action.STOP
-            armed["alerts.after_produce"] = Armed(action, faults.alerts_crash_at_transaction)
+        for name, point, occurrence in (
+            ("alerts", faults.alerts_crash_point, faults.alerts_crash_at_transaction),
+            ("receipts", faults.receipts_crash_point, faults.receipts_crash_at_transaction),
+        ):
+            if point:
+                action = Action.KILL if point.startswith("kill") else Action.STOP
+                armed[f"{name}.after_produce"] = Armed(action, occurrence)
         return cls(armed, supervisor_pid)
 
     def is_armed(self, name: str, occurrence: int | None = None) -> bool:

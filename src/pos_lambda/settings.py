@@ -102,6 +102,12 @@ class KafkaSettings(_Section):
         return conf
 
 
+_OUTPUT_TOPIC = (
+    "A transactional processor's output: the alerts (`pos-alerts run`); the deduplicated "
+    "topic, one record per receipt, the winner's message (`pos-receipts run`)."
+)
+
+
 class TopicSettings(_Section):
     """The pipeline's Kafka topics."""
 
@@ -115,9 +121,8 @@ class TopicSettings(_Section):
         default="pos.dead_letters",
         description="Where records the contract refuses are copied, with the reason.",
     )
-    alerts: str = Field(
-        default="pos.alerts", description="The alerts processor's output (transactional)."
-    )
+    alerts: str = Field(default="pos.alerts", description=_OUTPUT_TOPIC)
+    receipts: str = Field(default="pos.receipts", description=_OUTPUT_TOPIC)
     partitions: int = Field(default=4, ge=1, description="Partitions of new topics.")
     replication_factor: int = Field(default=1, ge=1, description="3 on a real cluster.")
 
@@ -482,27 +487,31 @@ class ServeSettings(_Section):
     )
 
 
-class AlertsSettings(_Section):
-    """The real-time alerts (`pos-alerts`)."""
+_GROUP_ID = "Consumer group of the processor's instances: they share the input's partitions."
+_METRICS_PORT = (
+    "`run` serves OpenMetrics for Prometheus at bind_host:this/metrics: transactions "
+    "committed and aborted, records, outputs, the watchdog's restarts. A second instance on "
+    "the same host needs its own port. 0: no metrics port."
+)
 
-    model_config = SettingsConfigDict(env_prefix="POS_ALERTS_", frozen=True, extra="forbid")
 
-    group_id: str = Field(
-        default="pos-alerts",
-        description="Consumer group of the alerts processors: instances in it share the "
-        "input's partitions.",
-    )
+class ProcessorSettings(_Section):
+    """What every transactional read-process-write processor is configured by
+    (src/pos_lambda/transactional/processor.py): the alerts' and the deduplicated topic's
+    sections."""
+
+    group_id: str = Field(default="pos-processor", description=_GROUP_ID)
     instance_id: str = Field(
         default="1",
         pattern=r"^[A-Za-z0-9._-]{1,100}$",
         description="Stable id of one processor instance, unique among those running: its "
-        "transactional.id is pos-alerts-<instance id>, so a restarted instance fences its "
-        "predecessor.",
+        "transactional.id is pos-<processor>-<instance id> (pos-alerts-1, pos-receipts-1), "
+        "so a restarted instance fences its predecessor.",
     )
     mode: Literal["exactly_once", "at_least_once"] = Field(
         default="exactly_once",
-        description="exactly_once: alerts and input offsets in one Kafka transaction. "
-        "at_least_once: no transactions, offsets committed after the alerts are acked "
+        description="exactly_once: outputs and input offsets in one Kafka transaction. "
+        "at_least_once: no transactions, offsets committed after the outputs are acked "
         "(duplicates after a crash; for comparison only).",
     )
     transaction_max_ms: int = Field(
@@ -518,7 +527,7 @@ class AlertsSettings(_Section):
         default=60_000,
         ge=1000,
         description="The broker aborts a transaction left open this long (an instance that "
-        "died and is not restarted): read_committed readers of the alerts topic and the next "
+        "died and is not restarted): read_committed readers of the output topic and the next "
         "owner of its partitions wait at most this.",
     )
     session_timeout_ms: int = Field(
@@ -528,6 +537,31 @@ class AlertsSettings(_Section):
         "partitions move to the others after this (static membership: a restarted instance "
         "with the same id takes them back at once).",
     )
+    lease_ttl_s: int = Field(
+        default=15,
+        ge=3,
+        le=3600,
+        description="An instance holds a lease on its id in Cassandra (alerts_leases, a row "
+        "per transactional.id), renewed every third of this: a second instance with the "
+        "same id refuses to start (exit 5) while the holder renews; after a crash, the "
+        "restarted instance waits at most this long for the dead holder's lease to expire.",
+    )
+    max_restarts_in_place: int = Field(
+        default=5,
+        ge=0,
+        description="The watchdog restarts an instance whose Kafka call hung "
+        "(librdkafka#5456) at most this many times in a row without a committed "
+        "transaction in between; then it exits 6 for a supervisor to act (0: never).",
+    )
+    metrics_port: int = Field(default=0, ge=0, le=65535, description=_METRICS_PORT)
+
+
+class AlertsSettings(ProcessorSettings):
+    """The real-time alerts (`pos-alerts`)."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_ALERTS_", frozen=True, extra="forbid")
+
+    group_id: str = Field(default="pos-alerts", description=_GROUP_ID)
     high_value_threshold: Decimal = Field(
         default=Decimal("100.00"), description="Alert on a receipt whose total exceeds this."
     )
@@ -554,34 +588,29 @@ class AlertsSettings(_Section):
         description="Default store hours (stores not in the stores table): closing, UTC, "
         "after the opening on the same day.",
     )
-    lease_ttl_s: int = Field(
-        default=15,
-        ge=3,
-        le=3600,
-        description="An instance holds a lease on its id in Cassandra (alerts_leases), "
-        "renewed every third of this: a second instance with the same id refuses to start "
-        "(exit 5) while the holder renews; after a crash, the restarted instance waits at "
-        "most this long for the dead holder's lease to expire.",
-    )
-    max_restarts_in_place: int = Field(
-        default=5,
-        ge=0,
-        description="The watchdog restarts an instance whose Kafka call hung "
-        "(librdkafka#5456) at most this many times in a row without a committed "
-        "transaction in between; then it exits 6 for a supervisor to act (0: never).",
-    )
     sink_group_id: str = Field(
         default="pos-alerts-sink", description="Consumer group of `pos-alerts sink`."
     )
-    metrics_port: int = Field(
-        default=9411,
-        ge=0,
-        le=65535,
-        description="`pos-alerts run` serves OpenMetrics for Prometheus at "
-        "bind_host:this/metrics: transactions committed and aborted, records, alerts, the "
-        "watchdog's restarts. A second instance on the same host needs its own port. 0: no "
-        "metrics port.",
-    )
+    metrics_port: int = Field(default=9411, ge=0, le=65535, description=_METRICS_PORT)
+
+
+class ReceiptsSettings(ProcessorSettings):
+    """The deduplicated topic (`pos-receipts`): one record per receipt, the winner's."""
+
+    model_config = SettingsConfigDict(env_prefix="POS_RECEIPTS_", frozen=True, extra="forbid")
+
+    group_id: str = Field(default="pos-receipts", description=_GROUP_ID)
+    metrics_port: int = Field(default=9412, ge=0, le=65535, description=_METRICS_PORT)
+
+
+_CRASH_POINTS = r"^(kill_after_produce|stop_after_produce)$"
+_CRASH_POINT = (
+    "Testing only: in a transactional processor's transaction numbered "
+    "<processor>_crash_at_transaction that produced outputs, once they are on the broker and "
+    "before the commit, SIGKILL (kill_after_produce) or SIGSTOP (stop_after_produce: a zombie "
+    "to fence) the processor (pos-alerts, pos-receipts)."
+)
+_CRASH_AT = "Testing only: see the crash point above."
 
 
 class FaultSettings(_Section):
@@ -609,15 +638,13 @@ class FaultSettings(_Section):
         "exists, so that a test can make another run commit in between (a race).",
     )
     alerts_crash_point: str | None = Field(
-        default=None,
-        pattern=r"^(kill_after_produce|stop_after_produce)$",
-        description="Testing only: in the transaction numbered alerts_crash_at_transaction "
-        "that produced alerts, once they are on the broker and before the commit, SIGKILL "
-        "(kill_after_produce) or SIGSTOP (stop_after_produce: a zombie to fence) the processor.",
+        default=None, pattern=_CRASH_POINTS, description=_CRASH_POINT
     )
-    alerts_crash_at_transaction: int = Field(
-        default=1, ge=1, description="Testing only: see alerts_crash_point."
+    alerts_crash_at_transaction: int = Field(default=1, ge=1, description=_CRASH_AT)
+    receipts_crash_point: str | None = Field(
+        default=None, pattern=_CRASH_POINTS, description=_CRASH_POINT
     )
+    receipts_crash_at_transaction: int = Field(default=1, ge=1, description=_CRASH_AT)
 
 
 class Settings(BaseSettings):
@@ -663,6 +690,7 @@ class Settings(BaseSettings):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     serve: ServeSettings = Field(default_factory=ServeSettings)
     alerts: AlertsSettings = Field(default_factory=AlertsSettings)
+    receipts: ReceiptsSettings = Field(default_factory=ReceiptsSettings)
     faults: FaultSettings = Field(default_factory=FaultSettings)
 
     @model_validator(mode="before")
@@ -896,12 +924,24 @@ def _shown_path(path: Path) -> str:
 
 
 def markdown_table() -> str:
-    """The configuration table of the README (`make docs` writes it there)."""
-    lines = ["| section | variable | default | what it does |", "|---|---|---|---|"]
+    """The configuration table of the README (`make docs` writes it there).
+
+    Settings that say the same thing share one row, at the first one's place: the
+    transactional processors' common knobs (POS_ALERTS_MODE, POS_RECEIPTS_MODE), their
+    output topics and crash points. A row per variable would repeat them word for word.
+    """
+    rows: dict[str, list[tuple[str, str, str]]] = {}
     for section, env, default, description in documented():
-        cell = f"`{default}`" if default else ""
-        text = description.replace("|", "\\|")
-        lines.append(f"| {section} | `{env}` | {cell} | {text} |")
+        # An empty description says nothing shared: such a setting keeps a row of its own.
+        rows.setdefault(description or env, []).append((section, env, default))
+    lines = ["| section | variable | default | what it does |", "|---|---|---|---|"]
+    for description, same in rows.items():
+        sections = ", ".join(dict.fromkeys(section for section, _, _ in same))
+        envs = ", ".join(f"`{env}`" for _, env, _ in same)
+        defaults = list(dict.fromkeys(default for _, _, default in same))
+        cell = ", ".join(f"`{d}`" if d else "(none)" for d in defaults) if any(defaults) else ""
+        text = description.replace("|", "\\|") if description != same[0][1] else ""
+        lines.append(f"| {sections} | {envs} | {cell} | {text} |")
     return "\n".join(lines) + "\n"
 
 

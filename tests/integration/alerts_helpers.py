@@ -1,6 +1,6 @@
-"""Helpers for the alerts integration tests: run `pos-alerts` as a separate process,
-watch its consumer group's committed offsets, and read `pos.alerts` back with either
-isolation level."""
+"""Helpers for the transactional processors' integration tests (the alerts, the
+deduplicated topic): run `pos-alerts` or `pos-receipts` as a separate process, watch its
+consumer group's committed offsets, and read its output back with either isolation level."""
 
 from __future__ import annotations
 
@@ -8,14 +8,25 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from pos_lambda.adapters.service import wait_for
+from pos_lambda.producer.kafka_sink import produce
+from pos_lambda.producer.simulation import (
+    FaultConfig,
+    OutgoingMessage,
+    SimulationConfig,
+    SimulationResult,
+    simulate,
+)
+from pos_lambda.runtime import kafka_service
 from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import VENV_BIN, env_for
 
@@ -37,12 +48,47 @@ def alerts_settings(settings: Settings, new_topic: Callable[..., str], **updates
     )
 
 
-def start_processor(settings: Settings, log: Path, **updates: Any) -> subprocess.Popen[bytes]:
-    """`pos-alerts run` in its own process group, with these settings (and `updates`)."""
+def receipts_settings(
+    settings: Settings, new_topic: Callable[..., str], **updates: object
+) -> Settings:
+    """Settings with fresh input and output topics, group and instance id."""
+    tag = new_topic(partitions=4, prefix="receipts-in")
+    return settings.with_overrides(
+        topic_transactions=tag,
+        topic_receipts=new_topic(partitions=4, prefix="receipts-out"),
+        receipts_group_id=f"pos-receipts-test-{tag[-10:]}",
+        receipts_instance_id=f"test-{tag[-10:]}",
+        receipts_lease_ttl_s=6,  # a restart after a kill waits at most this for the lease
+        **updates,
+    )
+
+
+def send_in_background(settings: Settings, messages: list[OutgoingMessage]) -> threading.Thread:
+    """Produce `messages` at 150/s from a thread, as terminals do while the test acts;
+    the thread's `errors` hold what went wrong."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            produce(messages, settings.bootstrap_servers, settings.topics.transactions,
+                    rate=150, quiet=True)  # fmt: skip
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="input", daemon=True)
+    thread.start()
+    thread.errors = errors  # type: ignore[attr-defined]
+    return thread
+
+
+def start_processor(
+    settings: Settings, log: Path, command: str = "pos-alerts", **updates: Any
+) -> subprocess.Popen[bytes]:
+    """`<command> run` in its own process group, with these settings (and `updates`)."""
     s = settings.with_overrides(**updates)
     out = open(log, "ab")  # noqa: SIM115 - the child keeps it; closed with the test's tmp dir
     return subprocess.Popen(
-        [str(VENV_BIN / "pos-alerts"), "run"],
+        [str(VENV_BIN / command), "run"],
         env=env_for(s),
         stdout=out,
         stderr=subprocess.STDOUT,
@@ -89,13 +135,14 @@ _COORDINATOR_MOVING = {
 }
 
 
-def committed_total(settings: Settings) -> int:
-    """Sum of the processor group's committed offsets on the input topic (read_committed:
-    an offset commit of an open transaction is not counted until it commits)."""
+def committed_total(settings: Settings, group: str | None = None) -> int:
+    """Sum of the processor group's (default: the alerts') committed offsets on the input
+    topic (read_committed: an offset commit of an open transaction is not counted until it
+    commits)."""
     consumer = Consumer(
         {
             "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": settings.alerts.group_id,  # never subscribes: does not join
+            "group.id": group or settings.alerts.group_id,  # never subscribes: does not join
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
         }
@@ -129,19 +176,21 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
         consumer.close()
 
 
-def caught_up(settings: Settings) -> bool:
-    return committed_total(settings) == sum(
+def caught_up(settings: Settings, group: str | None = None) -> bool:
+    return committed_total(settings, group) == sum(
         end_offsets(settings.bootstrap_servers, settings.topics.transactions)
     )
 
 
-def await_progress(settings: Settings, beyond: int, proc: subprocess.Popen[bytes]) -> int:
+def await_progress(
+    settings: Settings, beyond: int, proc: subprocess.Popen[bytes], group: str | None = None
+) -> int:
     """Wait until the group has committed more than `beyond` (the processor must live)."""
     seen = [beyond]
 
     def moved() -> bool:
         assert proc.poll() is None, f"processor exited with {proc.returncode}"
-        seen[0] = committed_total(settings)
+        seen[0] = committed_total(settings, group)
         return seen[0] > beyond
 
     assert wait_for(moved, timeout=180, interval=0.2), "no progress"
@@ -193,3 +242,68 @@ def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 120) -
     finally:
         consumer.close()
     return records
+
+
+def faulty_stream(seed: int) -> SimulationResult:
+    """3,000 receipts of 5 stores with resends, malformed, late and out-of-order messages
+    and clock skew: the input of the exactly-once tests."""
+    return simulate(
+        SimulationConfig(
+            count=3000, seed=seed, start=datetime(2026, 3, 2, 19, 30, tzinfo=UTC), stores=5,
+            faults=FaultConfig(resend_rate=0.05, malformed_rate=0.02, late_rate=0.03,
+                               late_max_delay_s=3600, out_of_order_rate=0.02,
+                               clock_skew_max_s=30),
+        )
+    )  # fmt: skip
+
+
+def through_faults(
+    settings: Settings,
+    log: Path,
+    name: str,
+    messages: list[OutgoingMessage],
+    after_input: Callable[[], None] = lambda: None,
+) -> None:
+    """Run `pos-<name> run` (settings section `name`) while `messages` flow in and it is
+    killed -9 three times mid-transaction (twice by its crash point, with outputs on the
+    broker and the commit not yet made; once from outside) and the broker is
+    hard-restarted (kill -9, start) once; `after_input()` once every message is sent.
+    Returns when the last instance has caught up with the input and stopped cleanly."""
+    command = f"pos-{name}"
+    group = getattr(settings, name).group_id
+    procs = []
+    input_thread = send_in_background(settings, messages)
+    try:
+        # 1, 2: killed by its crash point, outputs produced and flushed, commit not made.
+        for crash_at in (2, 4):
+            proc = start_processor(
+                settings, log, command,
+                **{f"{name}_crash_point": "kill_after_produce",
+                   f"{name}_crash_at_transaction": crash_at},
+            )  # fmt: skip
+            procs.append(proc)
+            assert proc.wait(timeout=180) == -signal.SIGKILL, log.read_text()[-3000:]
+        # 3: kill -9 from outside while it works through the stream.
+        proc = start_processor(settings, log, command)
+        procs.append(proc)
+        done = await_progress(settings, committed_total(settings, group), proc, group)
+        assert kill_9(proc) == -signal.SIGKILL
+        # 4: the broker dies (-9) and comes back while the processor runs.
+        proc = start_processor(settings, log, command)
+        procs.append(proc)
+        done = await_progress(settings, done, proc, group)
+        assert kafka_service.process(settings).kill(), "Kafka not managed here"
+        kafka_service.start(settings)
+        input_thread.join(timeout=300)
+        assert not input_thread.errors, input_thread.errors  # type: ignore[attr-defined]
+        after_input()
+        await_progress(settings, done, proc, group)  # it outlived the broker's restart
+
+        def finished() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            return caught_up(settings, group)
+
+        assert wait_for(finished, timeout=300, interval=0.5), log.read_text()[-3000:]
+        assert sigterm(proc) == 0, log.read_text()[-3000:]
+    finally:
+        cleanup(*procs)

@@ -6,7 +6,7 @@ in a separate process that is killed -9 three times mid-transaction (twice by it
 point, with alerts on the broker and the commit not yet made; once from outside), and
 the broker is hard-restarted (kill -9, start) once while it runs. (That restart often
 leaves the processor's send_offsets_to_transaction hung, librdkafka#5456: its watchdog
-then restarts it in place, same pid, alerts/watchdog.py; either way the same process must
+then restarts it in place, same pid, transactional/watchdog.py; either way the same process must
 make progress afterwards.) Then:
 
 - a read_committed consumer of the alerts topic sees every expected alert exactly once;
@@ -21,8 +21,6 @@ test_speed_faults): run this file alone, holding the machine's heavy-work lock.
 from __future__ import annotations
 
 import json
-import signal
-import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -32,22 +30,15 @@ from typing import Any
 
 import pytest
 
-from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer import ledger as ledger_files
 from pos_lambda.producer.kafka_sink import produce
-from pos_lambda.producer.simulation import FaultConfig, OutgoingMessage, SimulationConfig, simulate
-from pos_lambda.runtime import kafka_service
+from pos_lambda.producer.simulation import OutgoingMessage
 from pos_lambda.settings import Settings
 from tests.integration.alerts_helpers import (
     alerts_settings,
-    await_progress,
-    caught_up,
-    cleanup,
-    committed_total,
-    kill_9,
+    faulty_stream,
     read_all,
-    sigterm,
-    start_processor,
+    through_faults,
 )
 
 pytestmark = pytest.mark.integration
@@ -143,22 +134,6 @@ def _identity(alert: dict[str, Any]) -> Identity:
     )
 
 
-def _send_in_background(settings: Settings, messages: list[OutgoingMessage]) -> threading.Thread:
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            produce(messages, settings.bootstrap_servers, settings.topics.transactions,
-                    rate=150, quiet=True)  # fmt: skip
-        except BaseException as exc:  # reported by the test thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="input", daemon=True)
-    thread.start()
-    thread.errors = errors  # type: ignore[attr-defined]
-    return thread
-
-
 def test_every_alert_exactly_once_after_kill_9_and_a_broker_hard_restart(
     settings: Settings, new_topic: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -172,58 +147,19 @@ def test_every_alert_exactly_once_after_kill_9_and_a_broker_hard_restart(
         alerts_transaction_max_messages=50,
     )
     ledger = tmp_path / "ledger"
-    result = simulate(
-        SimulationConfig(
-            count=3000, seed=61, start=datetime(2026, 3, 2, 19, 30, tzinfo=UTC), stores=5,
-            faults=FaultConfig(resend_rate=0.05, malformed_rate=0.02, late_rate=0.03,
-                               late_max_delay_s=3600, out_of_order_rate=0.02,
-                               clock_skew_max_s=30),
-        )
-    )  # fmt: skip
+    result = faulty_stream(seed=61)
     ledger_files.write(ledger, result.receipts, result.faults, result.summary)
     conflicts, expected_conflicts = _conflicting_copies(result.messages)
     expected = _expected_from_ledger(ledger, result.messages) | expected_conflicts
     by_rule = Counter(e[0] for e in expected)
     assert min(by_rule[r] for r in ("high_value", "large_return", "conflict", "device_silent")) >= 5
     log = tmp_path / "alerts.log"
-    procs = []
-    input_thread = _send_in_background(s, result.messages)
-    try:
-        # 1, 2: killed by its crash point, alerts produced and flushed, commit not yet made.
-        for crash_at in (2, 4):
-            proc = start_processor(
-                s,
-                log,
-                alerts_crash_point="kill_after_produce",
-                alerts_crash_at_transaction=crash_at,
-            )
-            procs.append(proc)
-            assert proc.wait(timeout=180) == -signal.SIGKILL, log.read_text()[-3000:]
-        # 3: kill -9 from outside while it works through the stream.
-        proc = start_processor(s, log)
-        procs.append(proc)
-        done = await_progress(s, committed_total(s), proc)
-        assert kill_9(proc) == -signal.SIGKILL
-        # 4: the broker dies (-9) and comes back while the processor runs.
-        proc = start_processor(s, log)
-        procs.append(proc)
-        done = await_progress(s, done, proc)
-        assert kafka_service.process(s).kill(), "Kafka not managed here"
-        kafka_service.start(s)
-        # After the simulated stream (same producer order), the conflicting copies.
-        input_thread.join(timeout=300)
-        assert not input_thread.errors, input_thread.errors  # type: ignore[attr-defined]
-        produce(conflicts, s.bootstrap_servers, s.topics.transactions, quiet=True)
-        await_progress(s, done, proc)  # the processor outlived the broker's restart
-
-        def finished() -> bool:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            return caught_up(s)
-
-        assert wait_for(finished, timeout=300, interval=0.5), log.read_text()[-3000:]
-        assert sigterm(proc) == 0, log.read_text()[-3000:]
-    finally:
-        cleanup(*procs)
+    # After the simulated stream (same producer order), the conflicting copies.
+    through_faults(
+        s, log, "alerts", result.messages,
+        after_input=lambda: produce(conflicts, s.bootstrap_servers, s.topics.transactions,
+                                    quiet=True),
+    )  # fmt: skip
 
     committed = read_all(s.bootstrap_servers, s.topics.alerts, "read_committed")
     ids = Counter(r.key for r in committed)

@@ -25,12 +25,15 @@ def test_settings_arm_the_named_points() -> None:
         batch_crash_point="after_receipts",
         alerts_crash_point="stop_after_produce",
         alerts_crash_at_transaction=3,
+        receipts_crash_point="kill_after_produce",
+        receipts_crash_at_transaction=2,
     ).faults
     armed = Failpoints.from_settings(faults).armed
     assert armed == {
         "speed.after_raw_rows": Armed(Action.KILL),
         "batch.after_receipts": Armed(Action.KILL),
         "alerts.after_produce": Armed(Action.STOP, 3),
+        "receipts.after_produce": Armed(Action.KILL, 2),
     }
 
 

@@ -122,6 +122,7 @@ def pipeline_topics(settings: Settings) -> dict[str, int]:
         settings.topics.transactions: settings.topics.partitions,
         settings.topics.dead_letters: settings.topics.partitions,
         settings.topics.alerts: settings.topics.partitions,
+        settings.topics.receipts: settings.topics.partitions,
     }
 
 

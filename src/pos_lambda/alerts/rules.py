@@ -23,9 +23,10 @@ Rules (thresholds in `Rules`, from the POS_ALERTS_* settings):
   again is not reported: there is no event time to say it is silent.
 
 Only a receipt's first copy in the partition (the winner of `pos_lambda.views.winners`: lowest
-offset) feeds the value, return and silence rules; later copies feed only the conflict
-rule. All copies of a receipt share a partition (the producer keys by device), so the
-state of one partition is all a rule needs.
+offset, as `pos_lambda.views.copies` applies it record by record) feeds the value, return
+and silence rules; later copies feed only the conflict rule. All copies of a receipt
+share a partition (the producer keys by device), so the state of one partition is all
+a rule needs.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from typing import TypeVar
 from pos_lambda.schemas.contract import LIMITS, Receipt, parse_message
 from pos_lambda.stores.model import Hours, Store
 from pos_lambda.stores.store_time import store_time
+from pos_lambda.transactional.step import Output, Source
 from pos_lambda.views.content import content_hash
+from pos_lambda.views.copies import Copies, KeyCopies
 
 NaturalKey = tuple[int, int, int]
 Device = tuple[int, int]  # (operation_id, vendor_fiscal_module)
@@ -89,15 +92,6 @@ class Rules:
     def hours_of(self, operation_id: int) -> Store:
         """Whose hours judge a silence at this store: its own, or the default window."""
         return self.stores.get(operation_id) or self.default_store
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where the triggering record is: deterministic, so it is part of the alert."""
-
-    partition: int
-    offset: int
-    timestamp_ms: int
 
 
 @dataclass(frozen=True)
@@ -233,19 +227,10 @@ def returned_value(receipt: Receipt) -> Decimal:
 
 
 @dataclass
-class _Copies:
-    """What the partition saw of one natural key: its first content and all contents."""
-
-    first_hash: str
-    first_offset: int
-    hashes: set[str]
-
-
-@dataclass
 class PartitionState:
     """Rule state of one input partition, a pure function of its records so far."""
 
-    copies: dict[NaturalKey, _Copies] = field(default_factory=dict)
+    copies: Copies = field(default_factory=Copies)
     last_activity: dict[Device, datetime] = field(default_factory=dict)
     records: int = 0  # applied, valid or not
     invalid: int = 0
@@ -257,14 +242,12 @@ class PartitionState:
         if not isinstance(parsed, Receipt):
             self.invalid += 1  # bad input is the speed layer's to dead-letter, not an alert
             return []
-        key, digest = parsed.natural_key, content_hash(parsed.happened_at, parsed.line_items)
-        seen = self.copies.get(key)
-        if seen is not None:
-            if digest in seen.hashes:
-                return []  # a resend (of the first copy or of an earlier conflicting one)
-            seen.hashes.add(digest)
+        digest = content_hash(parsed.happened_at, parsed.line_items)
+        verdict, seen = self.copies.observe(parsed.natural_key, digest, source.offset)
+        if verdict == "resend":
+            return []  # a resend (of the first copy or of an earlier conflicting one)
+        if verdict == "conflict":
             return [_conflict(parsed, digest, seen, source)]
-        self.copies[key] = _Copies(digest, source.offset, {digest})
         return [*_value_alerts(rules, parsed, source), *self._silence(rules, parsed, source)]
 
     def _silence(self, rules: Rules, r: Receipt, source: Source) -> list[Alert]:
@@ -317,7 +300,7 @@ def _value_alerts(rules: Rules, r: Receipt, source: Source) -> list[Alert]:
     return alerts
 
 
-def _conflict(r: Receipt, digest: str, seen: _Copies, source: Source) -> Alert:
+def _conflict(r: Receipt, digest: str, seen: KeyCopies, source: Source) -> Alert:
     detail = {
         "content_hash": digest,
         "first_content_hash": seen.first_hash,
@@ -325,3 +308,18 @@ def _conflict(r: Receipt, digest: str, seen: _Copies, source: Source) -> Alert:
         "revenue": str(r.revenue),
     }
     return _alert("conflict", r, detail, source, digest)
+
+
+@dataclass(frozen=True)
+class AlertStep:
+    """The rules as a transactional processor's step (transactional/step.py): each alert
+    keyed by its id."""
+
+    rules: Rules
+
+    def initial(self) -> PartitionState:
+        return PartitionState()
+
+    def apply(self, state: PartitionState, value: bytes | None, source: Source) -> list[Output]:
+        alerts = state.apply(self.rules, value, source)
+        return [Output(a.alert_id.encode(), a.to_json()) for a in alerts]

@@ -9,7 +9,9 @@ Views: receipts_by_store_day, receipt_keys, agg_15m_speed (speed: exact once the
 layer has read the ledger's topic to its end, within its lateness bound),
 receipts_batch, agg_15m_batch (exact up to the committed horizon), serving_windows and
 serving_receipts (the merged answers: exact), conflicts, dead_letters, alerts_topic, alerts_table
-(skipped when the alerts processor / sink never ran, unless named with --views).
+(skipped when the alerts processor / sink never ran, unless named with --views),
+receipts_topic (pos.receipts: every receipt once, the winner's content; skipped when
+`pos-receipts run` never ran, unless named with --views).
 Keyspace, topics, thresholds and the speed bound come from the POS_* settings the
 pipeline ran with (`python -m pos_lambda.settings`); the input topic from the ledger.
 

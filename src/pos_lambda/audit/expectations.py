@@ -83,6 +83,9 @@ class ReceiptFact:
     def index_row(self, bound: timedelta) -> IndexRow:
         return IndexRow(self.happened_at, self.late, self.beyond(bound))
 
+    def topic_row(self) -> TopicRow:
+        return TopicRow(self.happened_at, self.item_quantity, self.revenue, self.line_count)
+
 
 class IndexRow(NamedTuple):
     """What the speed layer's natural-key index (receipt_keys) stores of one receipt:
@@ -100,6 +103,16 @@ class RawRow(NamedTuple):
     item_quantity: int
     revenue: Decimal
     late: bool
+    line_count: int
+
+
+class TopicRow(NamedTuple):
+    """What a record of the deduplicated topic (`pos.receipts`) says of its receipt: the
+    content of the message it carries (the winner's, as sent)."""
+
+    happened_at: datetime
+    item_quantity: int
+    revenue: Decimal
     line_count: int
 
 

@@ -4,8 +4,10 @@ Cassandra views go through the serving layer's own adapter (`pos_lambda.serving.
 the batch pointer, the committed batch versions, the speed views, conflicts) and its
 API (`serving.Serving.windows`, the merged answer); the tables the serving layer does
 not read (receipt_keys, dead letters with their raw bytes, the alerts table) through
-a session from the one driver builder (`pos_lambda.adapters.cassandra_client`). Alerts in Kafka are
-read with `read_committed`, as every consumer of `pos.alerts` must. Rows leave here
+a session from the one driver builder (`pos_lambda.adapters.cassandra_client`). Alerts and the
+deduplicated receipts in Kafka are read with `read_committed`, as every consumer of
+`pos.alerts` and `pos.receipts` must; a receipt record's message is read here, with the
+standard library and Decimal, not with the pipeline's contract code. Rows leave here
 as the plain tuples of `pos_lambda.audit.expectations`.
 """
 
@@ -17,7 +19,8 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from pos_lambda.audit.expectations import (
     IndexRow,
     NaturalKey,
     RawRow,
+    TopicRow,
     WindowKey,
 )
 from pos_lambda.schemas import cql
@@ -305,16 +309,36 @@ FOREIGN_RECORD: AlertIdentity = ("not_an_alert", 0, 0, 0)
 def alerts_in_topic(settings: Settings) -> list[AlertIdentity] | None:
     """Every committed alert of settings.topics.alerts (read_committed, start to end);
     None when the topic does not exist."""
+    records = _committed_records(settings, settings.topics.alerts)
+    return None if records is None else [_alert_identity(value) for _, value in records]
+
+
+# What a record of the receipts topic that is no receipt reads as: (None, None).
+TopicRecord = tuple[NaturalKey | None, TopicRow | None]
+
+
+def receipts_in_topic(settings: Settings) -> list[TopicRecord] | None:
+    """Every committed record of settings.topics.receipts (read_committed, start to end)
+    as (natural key, what its message says); (None, None) for a record that is no receipt
+    or whose key is not its message's natural key. None when the topic does not exist."""
+    records = _committed_records(settings, settings.topics.receipts)
+    return None if records is None else [_topic_record(k, v) for k, v in records]
+
+
+def _committed_records(
+    settings: Settings, topic: str
+) -> list[tuple[bytes | None, bytes | None]] | None:
+    """(key, value) of every committed record of `topic`, start to end; None when the
+    topic does not exist."""
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-    topic = settings.topics.alerts
     extra = {"isolation.level": "read_committed", "enable.partition.eof": True}
     with _consumer(settings, f"pos-audit-{uuid.uuid4().hex[:8]}", **extra) as c:
         parts = _partitions(c, topic)
         if parts is None:
             return None
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        out: list[AlertIdentity] = []
+        out: list[tuple[bytes | None, bytes | None]] = []
         at_end: set[int] = set()
         deadline = time.monotonic() + KAFKA_TIMEOUT_S
         while len(at_end) < len(parts):
@@ -328,8 +352,30 @@ def alerts_in_topic(settings: Settings) -> list[AlertIdentity] | None:
                     at_end.add(msg.partition())
                     continue
                 at_end.discard(msg.partition())
-                out.append(_alert_identity(msg.value()))
+                out.append((msg.key(), msg.value()))
         return out
+
+
+def _topic_record(key: bytes | None, value: bytes | None) -> TopicRecord:
+    """A receipt record as its consumer reads it: the message's natural key and content,
+    computed here (Decimal sums of its line items)."""
+    try:
+        doc = json.loads(value or b"", parse_float=Decimal)
+        natural = (int(doc["operation_id"]), int(doc["vendor_fiscal_module"]),
+                   int(doc["transaction_id"]))  # fmt: skip
+        items = doc["transactions"]
+        happened_at = datetime.fromisoformat(doc["happened_at"]).astimezone(UTC)
+        row = TopicRow(
+            happened_at,
+            sum(int(i["amount"]) for i in items),
+            sum((Decimal(i["price"]) * int(i["amount"]) for i in items), Decimal("0.00")),
+            len(items),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError, ArithmeticError):
+        return None, None
+    if key != ":".join(map(str, natural)).encode():
+        return None, None  # keyed otherwise than by its natural key
+    return natural, row
 
 
 def _alert_identity(value: bytes | None) -> AlertIdentity:

@@ -8,7 +8,8 @@
     assert report.clean, report.dumps()
 
 Run it once the pipeline has drained the ledger's topic (`pos-speed run --available-now`,
-a batch run over the data's days, `pos-alerts run` and `pos-alerts sink` caught up).
+a batch run over the data's days, `pos-alerts run`, `pos-alerts sink` and
+`pos-receipts run` caught up).
 Expectations come from the ledger only (pos_lambda.audit.expectations); the views are read as
 users read them (audit.readers); audit.compare counts the differences. Which views are
 exact, and when, is said per view below and in docs/audit.md.
@@ -41,6 +42,7 @@ from pos_lambda.audit.readers import (
     alerts_in_topic,
     committed_offsets,
     end_offsets,
+    receipts_in_topic,
     speed_processed,
 )
 from pos_lambda.audit.report import AuditReport, ViewResult
@@ -60,6 +62,7 @@ VIEWS = (
     "dead_letters",
     "alerts_topic",
     "alerts_table",
+    "receipts_topic",
 )
 # Views whose verdict depends on what the speed layer has read (its checkpoint).
 NEED_SPEED_CHECKPOINT = (*SPEED_VIEWS, "serving_windows", "serving_receipts")
@@ -369,10 +372,9 @@ class _Context:
         s = self.settings
         committed = committed_offsets(s, s.alerts.group_id, self.topic)
         if committed is None:
-            return ViewResult(
-                "alerts_topic", exact=True, status="skipped",
-                note=f"the alerts processor (group {s.alerts.group_id}) never committed on "
-                f"{self.topic}: run `pos-alerts run` over it to audit alerts",
+            return _never_ran(
+                "alerts_topic", f"the alerts processor (group {s.alerts.group_id}) never "
+                f"committed on {self.topic}: run `pos-alerts run` over it to audit alerts",
             )  # fmt: skip
         records = alerts_in_topic(s) or []
         # A record that is no alert was written by someone else (the processor writes
@@ -380,9 +382,7 @@ class _Context:
         # count is reported, so that a stray writer is seen, not hidden.
         observed = [a for a in records if a != FOREIGN_RECORD]
         foreign = len(records) - len(observed)
-        ends = end_offsets(s, self.topic) or {}
-        behind = sum(max(0, e - committed.get(p, 0)) for p, e in ends.items())
-        lag = f"processor {behind} records behind {self.topic}" if behind else ""
+        lag = self._lag(committed)
         if foreign:
             lag = f"{foreign} foreign record(s) on {s.topics.alerts}, not alerts: skipped. {lag}"
         return self._alerts_view("alerts_topic", observed, lag)
@@ -396,3 +396,36 @@ class _Context:
                 f"{s.topics.alerts}: run `pos-alerts sink --until-caught-up` to audit the table",
             )  # fmt: skip
         return self._alerts_view("alerts_table", self.src.alerts_table(), "")
+
+    # --- the deduplicated topic -----------------------------------------------------------
+
+    def receipts_topic(self) -> ViewResult:
+        """pos.receipts (read_committed): every receipt of the ledger once, keyed by its
+        natural key, with the content of its first copy (the original: the ledger's
+        values), and nothing else (no resend, no conflicting copy, no malformed message)."""
+        s = self.settings
+        committed = committed_offsets(s, s.receipts.group_id, self.topic)
+        if committed is None:
+            return _never_ran(
+                "receipts_topic", f"the deduplicated topic's processor (group "
+                f"{s.receipts.group_id}) never committed on {self.topic}: run `pos-receipts "
+                f"run` over it to audit {s.topics.receipts}",
+            )  # fmt: skip
+        # A record that is no receipt of its key reads as (None, None): never expected.
+        expected: dict[ex.NaturalKey | None, ex.TopicRow | None] = {
+            f.key: f.topic_row() for f in self.ledger.receipts.values()
+        }
+        observed = receipts_in_topic(s) or []
+        tally = compare.keyed_rows(expected, observed)
+        return ViewResult("receipts_topic", exact=True, tally=tally, note=self._lag(committed))
+
+    def _lag(self, committed: dict[int, int]) -> str:
+        """How far a processor that committed `committed` is behind the input's end."""
+        ends = end_offsets(self.settings, self.topic) or {}
+        behind = sum(max(0, e - committed.get(p, 0)) for p, e in ends.items())
+        return f"processor {behind} records behind {self.topic}" if behind else ""
+
+
+def _never_ran(name: str, note: str) -> ViewResult:
+    """Skipped, not "equal": a processor that never committed wrote nothing to compare."""
+    return ViewResult(name, exact=True, status="skipped", note=note)

@@ -24,7 +24,7 @@ BATCH_RUNS_TABLE = "batch_runs"
 BATCH_FIXES_TABLE = "batch_fixes"
 DEAD_LETTERS_TABLE = "dead_letters"
 ALERTS_TABLE = "alerts"
-# One row per alerts processor id while an instance runs (src/pos_lambda/alerts/lease.py).
+# One row per alerts processor id while an instance runs (src/pos_lambda/transactional/lease.py).
 ALERTS_LEASES_TABLE = "alerts_leases"
 SPEED_PROGRESS_TABLE = "speed_progress"
 # One row per natural key: the winning copy, wherever its happened_at puts it. The
@@ -354,7 +354,7 @@ def table_ddl(keyspace: str) -> list[str]:
   source_offset bigint,
   payload text
 )""",
-        # Who runs each alerts processor id now (alerts/lease.py): written with a TTL and
+        # Who runs each alerts processor id now (transactional/lease.py): written with a TTL and
         # renewed by the holder's heartbeat, so a dead holder's row expires.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{ALERTS_LEASES_TABLE} (
   transactional_id text PRIMARY KEY,

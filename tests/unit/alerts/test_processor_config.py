@@ -8,7 +8,6 @@ from decimal import Decimal
 import pytest
 from confluent_kafka import KafkaError
 
-from pos_lambda.alerts import cli
 from pos_lambda.alerts.processor import (
     Fatal,
     classify,
@@ -74,33 +73,3 @@ def test_the_store_calendar_comes_from_the_registry_once(caplog: pytest.LogCaptu
 def test_classify(error: KafkaError, kind: str) -> None:
     assert classify(error) == kind
     assert Fatal(error).fenced is (kind == "fenced")
-
-
-def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--help"], ["run", "--help"], ["sink", "--help"]):
-        with pytest.raises(SystemExit) as done:
-            cli.main(argv)
-        assert done.value.code == 0
-    assert "--until-caught-up" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    ("env", "argv", "says"),
-    [
-        ({"POS_ALERTS_STORE_OPENS_AT": "22:00"}, ["run"], "open before they close"),
-        ({"POS_ALERTS_MODE": "twice"}, ["run"], "alerts_mode"),
-        ({}, ["run", "--transaction-max-ms", "0"], "alerts_transaction_max_ms"),
-        ({"POS_ALERTS_CRASH_POINT": "sometimes"}, ["run"], "alerts_crash_point"),
-    ],
-)
-def test_bad_configuration_exits_2_before_any_connection(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    env: dict[str, str],
-    argv: list[str],
-    says: str,
-) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert cli.main(argv) == 2
-    assert says in capsys.readouterr().err

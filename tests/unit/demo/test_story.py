@@ -136,3 +136,17 @@ def test_long_lines_wrap_at_spaces_only_and_keep_paths_whole() -> None:
         "           (/tmp/fresh-demo/.state/demo/audit.json)\n"
     ) in text
     assert max(len(line) for line in text.splitlines()) <= 90
+
+
+def test_a_skipped_view_is_left_out_of_the_story() -> None:
+    doc = {
+        **AUDIT_DOC,
+        "views": {
+            **AUDIT_DOC["views"],
+            "receipts_topic": {"exact": True, "expected": 0, "observed": 0, "lost": 0,
+                               "duplicated": 0, "wrong": 0, "status": "skipped"},
+        },
+    }  # fmt: skip
+    names = [v.name for v in story.parse_audit(doc, "a.json").views]
+    assert "receipts_topic" not in names
+    assert names == [v.name for v in story.parse_audit(AUDIT_DOC, "a.json").views]

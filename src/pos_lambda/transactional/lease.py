@@ -1,5 +1,6 @@
 """One live processor per instance id: a lease row in Cassandra, taken before the
-instance touches Kafka.
+instance touches Kafka (the alerts processor's and the deduplicated topic's: one table,
+a row per transactional.id).
 
 Why a lease: two instances with one id share a `transactional.id` and a static
 `group.instance.id`. Each start fences the other (`init_transactions` bumps the epoch,
@@ -39,7 +40,7 @@ from typing import Any, Literal
 
 from pos_lambda.adapters.service import ServiceError
 
-log = logging.getLogger("pos.alerts")
+log = logging.getLogger(__name__)
 
 # The owner token of this process, kept across the watchdog's in-place restart (exec).
 OWNER_ENV = "ALERTS_LEASE_OWNER"
@@ -109,12 +110,16 @@ def renewal(applied: bool, current_owner: str | None) -> Renewal:
 class Lease:
     """The lease on one transactional id (`acquire`, a heartbeat thread, `release`)."""
 
-    def __init__(self, settings: Any, transactional_id: str) -> None:
+    def __init__(
+        self, settings: Any, transactional_id: str, ttl_s: int, how_to_rename: str
+    ) -> None:
+        """how_to_rename: how a user gives an instance another id (said when refused)."""
         from pos_lambda.schemas import cql
 
         self.settings = settings
         self.name = transactional_id
-        self.ttl_s = settings.alerts.lease_ttl_s
+        self.ttl_s = ttl_s
+        self.how_to_rename = how_to_rename
         self.table = f"{settings.cassandra.keyspace}.{cql.ALERTS_LEASES_TABLE}"
         self.owner = owner_token(
             os.environ.get(OWNER_ENV), os.getpid(), f"{os.getpid()}:{uuid.uuid4().hex}"
@@ -186,9 +191,8 @@ class Lease:
             if verdict == "refuse":
                 raise IdInUse(
                     f"another live instance ({current.describe()}) holds transactional.id "
-                    f"{self.name}: give each running instance its own POS_ALERTS_INSTANCE_ID "
-                    "(`pos-alerts run --instance-id N`; with compose, one service per id, "
-                    "not --scale)"
+                    f"{self.name}: give each running instance its own {self.how_to_rename}; "
+                    "with compose, one service per id, not --scale"
                 )
             if first is None:
                 first = current

@@ -12,8 +12,8 @@ What: `Watchdog.guard(what, seconds)` arms a deadline around one call; a daemon
 thread calls `on_expire(what)` if the call is still running when it passes. The
 processor's `on_expire` is `restart_in_place`: `os.execv` of the same command line, so
 the instance starts over under the same pid and `transactional.id`, at most
-`POS_ALERTS_MAX_RESTARTS_IN_PLACE` times in a row without a committed transaction (then
-it exits EXIT_RESTARTS_EXHAUSTED). That is exactly the
+`POS_ALERTS_MAX_RESTARTS_IN_PLACE` (`POS_RECEIPTS_...`) times in a row without a
+committed transaction (then it exits EXIT_RESTARTS_EXHAUSTED). That is exactly the
 fault the exactly-once design already survives: the new producer's
 `init_transactions` fences the old epoch and aborts its open transaction, the state is
 rebuilt from the committed offsets, and (static membership) the consumer takes its
@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-log = logging.getLogger("pos.alerts")
+log = logging.getLogger(__name__)
 
 # Counts in-place restarts across execs (logged; not a POS_* setting, which must be known).
 RESTARTS_ENV = "ALERTS_RESTARTED_IN_PLACE"
@@ -106,16 +106,21 @@ def committed() -> None:
         os.environ[IN_A_ROW_ENV] = "0"
 
 
-def restart_in_place(why: str, limit: int = DEFAULT_MAX_IN_A_ROW) -> None:
+def restart_in_place(
+    why: str,
+    limit: int = DEFAULT_MAX_IN_A_ROW,
+    setting: str = "POS_ALERTS_MAX_RESTARTS_IN_PLACE",
+) -> None:
     """Replace this process by a fresh run of the same command line (same pid), unless it
     already restarted `limit` times in a row without a commit: then exit
-    EXIT_RESTARTS_EXHAUSTED (a supervisor, or an operator, takes it from there)."""
+    EXIT_RESTARTS_EXHAUSTED (a supervisor, or an operator, takes it from there).
+    `setting`: the environment variable that sets `limit` (named in the log)."""
     total, in_a_row = restarts()
     if not may_restart(in_a_row, limit):
         log.error(
             "%s; not restarting: %d in-place restarts in a row without a commit "
-            "(POS_ALERTS_MAX_RESTARTS_IN_PLACE=%d; %d in all): exiting %d",
-            why, in_a_row, limit, total, EXIT_RESTARTS_EXHAUSTED,
+            "(%s=%d; %d in all): exiting %d",
+            why, in_a_row, setting, limit, total, EXIT_RESTARTS_EXHAUSTED,
         )  # fmt: skip
         _flush()
         os._exit(EXIT_RESTARTS_EXHAUSTED)

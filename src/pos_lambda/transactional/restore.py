@@ -1,7 +1,7 @@
-"""Rebuild a partition's rule state by re-reading the input up to an offset, silently.
+"""Rebuild a partition's state by re-reading the input up to an offset, silently.
 
-The rule state is a pure function of the partition's records before the committed
-offset (alerts/rules.py), so re-applying them without producing anything gives exactly
+A step's state is a pure function of the partition's records before the committed
+offset (transactional/step.py), so re-applying them and dropping the outputs gives exactly
 the state the previous owner had when it committed. A separate consumer outside the
 group (`assign`, never commits) reads them, so the group's offsets are never touched.
 """
@@ -12,14 +12,15 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pos_lambda.alerts.rules import PartitionState, Rules, Source
+from pos_lambda.transactional.step import Source, Step
 
-log = logging.getLogger("pos.alerts")
+log = logging.getLogger(__name__)
 BATCH = 1000
+S = TypeVar("S")
 
 
 def rebuild(
@@ -27,23 +28,24 @@ def rebuild(
     topic: str,
     partition: int,
     until: int,
-    rules: Rules,
+    step: Step[S],
     timeout_s: float = 120.0,
     security: Mapping[str, str] | None = None,
-) -> PartitionState:
-    """The state after applying every record of `topic`/`partition` with offset < `until`.
+) -> tuple[S, int]:
+    """The state after applying every record of `topic`/`partition` with offset < `until`,
+    and how many records that was.
 
     Raises KafkaException when the records cannot be read within `timeout_s`.
     """
-    state = PartitionState()
+    state = step.initial()
     if until <= 0:
-        return state
+        return state, 0
     consumer = Consumer(
         {
             **(security or {}),  # Settings.kafka.security_config: SASL login, TLS
             "bootstrap.servers": bootstrap,
             # Required by the client, never used: assign() only, no commits.
-            "group.id": f"pos-alerts-restore-{uuid.uuid4().hex}",
+            "group.id": f"pos-restore-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
@@ -51,13 +53,14 @@ def rebuild(
         }
     )
     started = time.monotonic()
+    applied = 0
     try:
         low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
         if low > 0:
-            # Retention removed records the rules once saw: the rebuilt state misses them.
+            # Retention removed records the step once saw: the rebuilt state misses them.
             log.warning(
-                "%s[%d]: records before offset %d are gone (retention): conflicts and "
-                "silences involving them cannot be detected",
+                "%s[%d]: records before offset %d are gone (retention): copies, conflicts "
+                "and silences involving them cannot be recognised",
                 topic, partition, low,
             )  # fmt: skip
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
@@ -70,11 +73,12 @@ def rebuild(
             # a restore of a few records must not cost a second per partition.
             for msg in consumer.consume(BATCH, timeout=0.1):
                 if _done(msg, until):
-                    return state
+                    return state, applied
                 source = Source(partition, int(msg.offset() or 0), msg.timestamp()[1])
-                state.apply(rules, msg.value(), source)
+                step.apply(state, msg.value(), source)  # outputs dropped: already committed
+                applied += 1
             if _position(consumer, topic, partition) >= until:
-                return state
+                return state, applied
     finally:
         consumer.close()
 

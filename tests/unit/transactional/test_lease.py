@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pos_lambda.alerts.lease import Holder, judge, owner_token, renewal
+from pos_lambda.transactional.lease import Holder, judge, owner_token, renewal
 
 MINE = "42:aaaa"
 OTHER = Holder("7:bbbb", "host-b", 7, beats=3)

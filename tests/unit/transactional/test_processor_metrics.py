@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.openmetrics.exposition import generate_latest
 
 from pos_lambda.adapters.metrics_http import registry_of
-from pos_lambda.alerts.metrics import AlertsCollector
+from pos_lambda.transactional.metrics import AlertsCollector
 
 
 def test_the_processors_totals_as_counters_of_its_instance() -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pos_lambda.alerts import processor as processor_module
 from pos_lambda.alerts.processor import Processor, rules_from
-from pos_lambda.alerts.watchdog import (
+from pos_lambda.settings import load_settings
+from pos_lambda.transactional import processor as processor_module
+from pos_lambda.transactional.watchdog import (
     EXIT_RESTARTS_EXHAUSTED,
     IN_A_ROW_ENV,
     RESTARTS_ENV,
@@ -21,7 +22,6 @@ from pos_lambda.alerts.watchdog import (
     committed,
     may_restart,
 )
-from pos_lambda.settings import load_settings
 
 
 def test_a_call_that_returns_in_time_is_left_alone() -> None:
@@ -91,7 +91,7 @@ def test_restart_in_place_execs_the_same_command_under_the_same_pid(tmp_path: Pa
             f"""
             import logging, os, sys, threading
             sys.path.insert(0, {str(Path.cwd())!r})
-            from pos_lambda.alerts.watchdog import Watchdog, restart_in_place
+            from pos_lambda.transactional.watchdog import Watchdog, restart_in_place
             logging.basicConfig(level=logging.INFO, format="%(message)s")
             restarts = os.environ.get({RESTARTS_ENV!r}, "0")
             if restarts != "0":
@@ -146,7 +146,10 @@ def test_the_processor_reports_its_restarts_and_restarts_with_the_settings_limit
     proc = Processor(s, rules_from(s))
     try:
         assert (proc.totals["restarts_in_place"], proc.totals["restarts_in_a_row"]) == (7, 2)
-        assert proc.restart.keywords == {"limit": 3}  # type: ignore[attr-defined]
+        assert proc.restart.keywords == {  # type: ignore[attr-defined]
+            "limit": 3,
+            "setting": "POS_ALERTS_MAX_RESTARTS_IN_PLACE",
+        }
     finally:
         proc.watchdog.close()
         proc.consumer.close()
@@ -160,7 +163,7 @@ def test_a_hang_after_the_last_allowed_restart_exits_6_saying_why(tmp_path: Path
             f"""
             import logging, sys, threading
             sys.path.insert(0, {str(Path.cwd())!r})
-            from pos_lambda.alerts.watchdog import Watchdog, restart_in_place
+            from pos_lambda.transactional.watchdog import Watchdog, restart_in_place
             logging.basicConfig(level=logging.INFO, format="%(message)s")
             watchdog = Watchdog(lambda why: restart_in_place(why, limit=2))
             with watchdog.guard("a hung call", 0.2):
