@@ -34,6 +34,7 @@ from pos_lambda.serving.errors import (
     UnregisteredStore,
 )
 from pos_lambda.serving.local_days import LocalDays
+from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.metrics import ServingCollector
 from pos_lambda.serving.model import (
     DayTotal,
@@ -173,6 +174,39 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         """A store's totals per local business day, in the zone the store registry gives
         it: each day the exact sum of its UTC windows (96; 92 or 100 on a DST day)."""
         return lib.local_days(store, parse_day(first, "first"), parse_day(last, "last"))
+
+    @app.get("/stores/{store}/hour-of-week", tags=["aggregates"], responses=JSON_ERRORS)
+    def hour_of_week(
+        store: StorePath,
+        first: Annotated[
+            str,
+            Query(description=f"first local day of the store, {YEARS}", examples=["2026-02-02"]),
+        ],
+        last: Annotated[
+            str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-01"])
+        ],
+    ) -> HourOfWeek:
+        """A store's local days first..last summed per local weekday and hour: 7 x 24 cells
+        (Monday 00:00 first) of receipts, items and revenue, each the exact sum of the
+        merged 15-minute windows that start in that local hour."""
+        return lib.hour_of_week(store, parse_day(first, "first"), parse_day(last, "last"))
+
+    @app.get(
+        "/stores/{store}/local-days/{day}/week-before", tags=["aggregates"], responses=JSON_ERRORS
+    )
+    def week_before(
+        store: StorePath,
+        day: Annotated[
+            str,
+            Path(
+                description=f"a local day of the store, YYYY-MM-DD, {YEARS}",
+                examples=["2026-03-09"],
+            ),
+        ],
+    ) -> DayComparison:
+        """A store's local day against the same weekday a week before: both days' totals
+        and the change in percent (null when the week before sold nothing)."""
+        return lib.compare_week_before(store, parse_day(day))
 
     @app.get("/days/{day}/top-stores", tags=["aggregates"], responses=_errors(422, 503))
     def top(day: DayPath, limit: Annotated[int, Query(ge=1, le=1000)] = 10) -> TopStores:
