@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -283,11 +283,19 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     )
     def page(
         store: Annotated[int | None, Query(ge=0, le=STORE_MAX)] = None,
-        day: Annotated[str | None, Query(description=f"a UTC day, YYYY-MM-DD, {YEARS}")] = None,
+        day: Annotated[
+            str | None,
+            Query(description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day"),
+        ] = None,
+        view: Annotated[
+            Literal["local", "utc"],
+            Query(description="days by the store's local day (its registered zone) or by UTC"),
+        ] = "local",
     ) -> HTMLResponse:
-        """A store's day as 96 bars coloured by source, the horizon, totals and health."""
+        """A store's local (or UTC) day as 15-minute bars coloured by source, the horizon,
+        totals, the same weekday a week before, the hour-of-week heatmap and health."""
         try:
-            html = dashboard.page(lib, store, parse_day(day) if day else None)
+            html = dashboard.page(lib, store, parse_day(day) if day else None, view)
         except ServingError as exc:
             code = STATUS.get(type(exc), 500)
             return HTMLResponse(dashboard.error_page(code, str(exc)), status_code=code)

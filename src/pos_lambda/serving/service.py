@@ -142,6 +142,11 @@ class Serving:
             days=local_day_totals(registered, days, rows),
         )
 
+    def store_entry(self, store: int) -> Store:
+        """The store's registry entry (zone, hours); `UnregisteredStore` when it has none."""
+        check_store(store)
+        return registered_store(self.stores, store)
+
     def hour_of_week(self, store: int, first: date, last: date) -> HourOfWeek:
         """The store's local days first..last summed per local weekday and hour (7 x 24
         cells), from the same merged windows as `local_days`."""
