@@ -51,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         )
         return c
 
+    def local_range(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--store", type=int, required=True)
+        c.add_argument("--first", required=True, help="first local day, YYYY-MM-DD")
+        c.add_argument("--last", required=True, help="last local day, YYYY-MM-DD")
+
     c = command("windows", "a store's 15-minute windows of [start, end), merged, with source")
     c.add_argument("--store", type=int, required=True, help="operation_id")
     c.add_argument("--start", required=True, help="e.g. 2026-03-02T00:00Z or 2026-03-02")
@@ -60,16 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--first", required=True, help="first UTC day, YYYY-MM-DD")
     c.add_argument("--last", required=True, help="last UTC day, YYYY-MM-DD")
     c = command("local-days", "a store's totals per local day, in its registered zone")
-    c.add_argument("--store", type=int, required=True)
-    c.add_argument("--first", required=True, help="first local day, YYYY-MM-DD")
-    c.add_argument("--last", required=True, help="last local day, YYYY-MM-DD")
+    local_range(c)
     c = command(
         "hour-of-week",
         "a store's local days summed per local weekday x hour (the week's heatmap)",
     )
-    c.add_argument("--store", type=int, required=True)
-    c.add_argument("--first", required=True, help="first local day, YYYY-MM-DD")
-    c.add_argument("--last", required=True, help="last local day, YYYY-MM-DD")
+    local_range(c)
     c = command("week-before", "a store's local day against the same weekday a week before")
     c.add_argument("--store", type=int, required=True)
     c.add_argument("--day", required=True, help="local day, YYYY-MM-DD")

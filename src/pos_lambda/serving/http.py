@@ -87,6 +87,12 @@ TransactionPath = Annotated[
         examples=[42],
     ),
 ]
+FirstLocalDay = Annotated[
+    str, Query(description=f"first local day of the store, {YEARS}", examples=["2026-03-02"])
+]
+LastLocalDay = Annotated[
+    str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-08"])
+]
 INSTANT = (
     f"ISO-8601 with an offset, or a date (its UTC midnight), within the contract's years ({YEARS})"
 )
@@ -163,13 +169,8 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     @app.get("/stores/{store}/local-days", tags=["aggregates"], responses=JSON_ERRORS)
     def local_days(
         store: StorePath,
-        first: Annotated[
-            str,
-            Query(description=f"first local day of the store, {YEARS}", examples=["2026-03-08"]),
-        ],
-        last: Annotated[
-            str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-09"])
-        ],
+        first: FirstLocalDay,
+        last: LastLocalDay,
     ) -> LocalDays:
         """A store's totals per local business day, in the zone the store registry gives
         it: each day the exact sum of its UTC windows (96; 92 or 100 on a DST day)."""
@@ -178,13 +179,8 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     @app.get("/stores/{store}/hour-of-week", tags=["aggregates"], responses=JSON_ERRORS)
     def hour_of_week(
         store: StorePath,
-        first: Annotated[
-            str,
-            Query(description=f"first local day of the store, {YEARS}", examples=["2026-02-02"]),
-        ],
-        last: Annotated[
-            str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-01"])
-        ],
+        first: FirstLocalDay,
+        last: LastLocalDay,
     ) -> HourOfWeek:
         """A store's local days first..last summed per local weekday and hour: 7 x 24 cells
         (Monday 00:00 first) of receipts, items and revenue, each the exact sum of the
