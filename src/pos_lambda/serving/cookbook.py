@@ -150,9 +150,9 @@ def _filled(values: dict[str, Any]) -> dict[str, Any]:
 
     Raises `UnalignedDay` for a day of a zone that does not align to 15-minute windows
     and `StoreError` for an unknown zone."""
-    start, end = local_day_bounds(
-        date.fromisoformat(str(values["day"])), check_zone(values["zone"])
-    )
+    # The views' recipes need no zone: values without one read the local day as UTC's.
+    zone = check_zone(values.get("zone", "UTC"))
+    start, end = local_day_bounds(date.fromisoformat(str(values["day"])), zone)
     last = (end - timedelta(microseconds=1)).date()
     days = [start.date() + timedelta(days=n) for n in range((last - start.date()).days + 1)]
     return {

@@ -168,7 +168,7 @@ def _age(seconds: float | None) -> str:
     return str(timedelta(seconds=round(seconds)))
 
 
-HEATMAP_DAYS = 28  # four of each weekday
+HEATMAP_DAYS = 28  # four of each weekday (fewer if POS_SERVE_MAX_RANGE_DAYS is lower)
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,8 @@ def page(serving: Serving, store: int | None, day: date | None, view: View = "lo
         try:
             shown = _day_of(serving, store, day, registered, view)
             if registered is not None:
-                first = max(day - timedelta(days=HEATMAP_DAYS - 1), FIRST_DAY)
+                days = min(HEATMAP_DAYS, serving.settings.serve.max_range_days)
+                first = max(day - timedelta(days=days - 1), FIRST_DAY)
                 week = serving.hour_of_week(store, first, day)
             if shown.view == "local" and day - timedelta(days=7) >= FIRST_DAY:
                 comparison = serving.compare_week_before(store, day)

@@ -75,6 +75,11 @@ def test_the_local_day_recipes_read_its_utc_window_range_over_two_utc_days() -> 
         "AND window_start < '2026-03-02T18:15:00Z';"
     )
     assert pointer.endswith("AND day IN ('2026-03-01', '2026-03-02');")
+    # Values without a zone (a caller of the views' recipes only): the UTC day.
+    no_zone = {k: v for k, v in values.items() if k != "zone"}
+    assert (
+        "AND day IN ('2026-03-02')\n" in cookbook.statements(no_zone, cookbook.LOCAL_DAY_RECIPES)[2]
+    )
     # New York's fall-back day: 25 hours, still two UTC days.
     ny = {**values, "zone": "America/New_York", "day": "2026-11-01"}
     assert (

@@ -24,6 +24,7 @@ from pos_lambda.serving.model import (
     TopStores,
     WindowsAnswer,
 )
+from pos_lambda.settings import Settings
 from pos_lambda.stores.model import Store, parse_week
 
 D = date(2026, 3, 2)
@@ -61,6 +62,8 @@ def test_chart_labels_a_day_all_batch_or_all_speed() -> None:
 
 class FakeServing:
     """Literal answers in place of the library (unit tests only)."""
+
+    settings = Settings()
 
     def health(self) -> Health:
         return Health(
@@ -231,3 +234,15 @@ def test_page_by_utc_day_links_back_to_the_local_day() -> None:
     assert len(re.findall(r'<rect class="bar"', html)) == 96
     assert 'id="view-local" href="/dashboard?store=103&day=2026-03-08&view=local"' in html
     assert 'id="week-before"' not in html and 'id="heatmap"' in html  # local hours still
+
+
+def test_the_heatmap_asks_no_more_days_than_a_request_may_span() -> None:
+    class Short(FakeLocalServing):
+        settings = Settings().with_overrides(serve_max_range_days=10)
+
+        def hour_of_week(self, store: int, first: date, last: date) -> object:
+            assert (first, last) == (date(2026, 2, 27), NY_DAY)  # 10 local days
+            return super().hour_of_week(store, date(2026, 2, 9), last)
+
+    fake: Any = Short()
+    assert 'id="heatmap"' in dashboard.page(fake, 103, NY_DAY)
