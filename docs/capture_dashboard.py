@@ -48,6 +48,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from pos_lambda.adapters.service import wait_for
+from pos_lambda.serving.dashboard import EMPTY
 from pos_lambda.settings import Settings, load_settings
 
 CHROMIUM = "/usr/bin/chromium"
@@ -191,7 +192,7 @@ def _check_local_extras(page: Any, problems: list[str]) -> None:
         problems.append(f"week-before table: {rows.count()} rows, not 4")
     cells = page.locator("svg#heatmap rect.cell")
     fills = cells.evaluate_all("(rs) => rs.map(r => r.getAttribute('fill'))")
-    shaded = sum(1 for f in fills if f != "#eef4fb")
+    shaded = sum(1 for f in fills if f != EMPTY)
     box = page.locator("svg#heatmap").bounding_box()
     print(f"heatmap: {len(fills)} cells, {shaded} shaded; box {box}")
     if len(fills) != 7 * 24 or shaded < 24:

@@ -107,7 +107,9 @@ def _when(at: datetime, zone: tzinfo) -> str:
 
 
 CELL_W, CELL_H = 36, 26  # one hour of the week in the heatmap, in px
-HEAT_LOW, HEAT_HIGH = (238, 244, 251), (31, 78, 140)  # no revenue .. the week's most
+HEAT_LOW, HEAT_HIGH = (238, 244, 251), (31, 78, 140)  # the least revenue .. the most
+HEAT_FLOOR = 0.15  # the quietest hour with sales stays visibly apart from an empty one
+EMPTY = "#f3f4f6"  # no revenue (closed, or nothing sold): grey, not the palest blue
 
 
 @dataclass(frozen=True)
@@ -141,12 +143,13 @@ def heatmap(week: HourOfWeek) -> Heatmap:
     cells, rows = [], []
     for c in week.cells:
         share = float(c.revenue / top) if c.revenue > 0 else 0.0
+        fill = _shade(HEAT_FLOOR + (1 - HEAT_FLOOR) * share) if c.revenue > 0 else EMPTY
         days = week.days_per_weekday[c.weekday]
         cells.append(
             Cell(
                 x=c.hour * CELL_W,
                 y=c.weekday * CELL_H,
-                fill=_shade(share),
+                fill=fill,
                 text=f"{c.revenue:.0f}" if c.revenue > 0 else "",
                 dark=share > 0.5,
                 label=f"{c.weekday_name} {c.hour:02d}:00-{c.hour + 1:02d}:00 "

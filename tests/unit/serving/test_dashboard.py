@@ -104,7 +104,7 @@ class FakeServing:
 def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     fake: Any = FakeServing()
     html = dashboard.page(fake, None, None)
-    assert "Store 101 · 2026-03-02 (UTC)" in html
+    assert 'Store 101 · 2026-03-02 <span class="sub">(UTC)</span>' in html
     assert "store 101 is not in the store registry, so it has no local day: showing UTC" in html
     assert 'id="heatmap"' not in html and 'id="week-before"' not in html
     assert len(re.findall(r'<rect [^>]*height="[^"]*" fill="#', html)) == 2 * 96
@@ -195,14 +195,17 @@ def test_heatmap_shades_by_revenue_with_weekday_rows_and_hour_columns() -> None:
     )
     sunday_07 = h.cells[6 * 24 + 7]  # 07:00 EDT on 8 March: 60.00
     assert (sunday_07.text, sunday_07.dark) == ("60", True)
-    assert h.cells[0].fill == "#eef4fb" and h.cells[0].text == ""
+    assert h.cells[0].fill == dashboard.EMPTY and h.cells[0].text == ""
     assert h.rows[6] == (6 * dashboard.CELL_H, "sun", "130.00 · 15")
 
 
 def test_page_shows_the_local_day_by_default_with_the_utc_toggle() -> None:
     fake: Any = FakeLocalServing()
     html = dashboard.page(fake, 103, NY_DAY)
-    assert "Store 103 (SoHo) · 2026-03-08 (local day, America/New_York: 92 windows" in html
+    assert (
+        'Store 103 (SoHo) · 2026-03-08 <span class="sub">(local day, America/New_York: 92 windows'
+        in html
+    )
     assert len(re.findall(r'<rect class="bar"', html)) == 92
     assert 'href="/dashboard?store=103&day=2026-03-08&view=utc"' in html
     assert "<strong>local day (America/New_York)</strong>" in html
@@ -230,7 +233,7 @@ def test_page_by_utc_day_links_back_to_the_local_day() -> None:
 
     fake: Any = UtcDay()
     html = dashboard.page(fake, 103, NY_DAY, "utc")
-    assert "Store 103 (SoHo) · 2026-03-08 (UTC)" in html
+    assert 'Store 103 (SoHo) · 2026-03-08 <span class="sub">(UTC)</span>' in html
     assert len(re.findall(r'<rect class="bar"', html)) == 96
     assert 'id="view-local" href="/dashboard?store=103&day=2026-03-08&view=local"' in html
     assert 'id="week-before"' not in html and 'id="heatmap"' in html  # local hours still
