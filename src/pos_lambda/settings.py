@@ -218,13 +218,15 @@ class SparkSettings(_Section):
         ),
     )
     bounded_java_options: str = Field(
-        default="-XX:TieredStopAtLevel=1",
+        default="-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
         description=(
             "JVM options added to the driver's for bounded runs on a cold JVM: `pos-speed run "
             "--available-now`, `pos-batch run` and `quality` (the DAG's spark-submit too). C1 "
             "only: compiling less beats waiting for C2 there (one-shot views, 50k messages: "
             "4,749 vs 3,147 events/s, 200k: 7,745 vs 7,332; a batch run over 5,000 receipts: "
-            "12.0 vs 16.2 s). Empty: tiered compilation, as continuous runs use."
+            "12.0 vs 16.2 s). The code cache is kept at tiered compilation's 240 MB: C1 alone "
+            "gets 48 MB, which Spark's generated classes filled in a long one-shot (compilation "
+            "disabled, then the driver died). Empty: tiered compilation, as continuous runs use."
         ),
     )
     class_archives: bool = Field(
@@ -539,14 +541,18 @@ class AlertsSettings(_Section):
         default=30.0,
         gt=0,
         description="Alert when a device's next receipt comes more than this many minutes of "
-        "store hours after its previous one (event time: happened_at).",
+        "store hours after its previous one (event time: happened_at). Store hours are the "
+        "store's own, from the stores table (pos-stores), read when the processor starts.",
     )
     store_opens_at: time = Field(
-        default=time(7, 0), description="Store hours (UTC) for the silence rule: opening."
+        default=time(7, 0),
+        description="Default store hours for the silence rule, for stores not in the stores "
+        "table: opening, UTC, every day.",
     )
     store_closes_at: time = Field(
         default=time(21, 0),
-        description="Store hours (UTC): closing, after the opening on the same day.",
+        description="Default store hours (stores not in the stores table): closing, UTC, "
+        "after the opening on the same day.",
     )
     lease_ttl_s: int = Field(
         default=15,

@@ -113,7 +113,8 @@ def test_sink_writes_committed_alerts_once_and_a_replay_changes_nothing(
         ("high_value", 1, {"revenue": "40.00", "threshold": "30.00"}),
         ("large_return", 3, {"returned_value": "12.00", "threshold": "10.00"}),
         ("device_silent", 4, {"silent_since": "2026-03-02T09:00:00+00:00",
-                              "store_minutes_silent": "60.0", "threshold_minutes": "30"}),
+                              "store_minutes_silent": "60.0", "threshold_minutes": "30",
+                              "store_hours": "default"}),
     ]  # fmt: skip
     committed = read_all(s.bootstrap_servers, s.topics.alerts, "read_committed")
     assert sorted(r.value.decode() for r in committed) == sorted(p for *_, p in rows)

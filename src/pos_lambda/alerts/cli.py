@@ -9,17 +9,19 @@
 `run` reads POS_TOPIC_TRANSACTIONS and writes alerts to POS_TOPIC_ALERTS in Kafka
 transactions that also commit its input offsets (see src/pos_lambda/alerts/processor.py); the rules
 and their thresholds are the POS_ALERTS_* settings (`python -m pos_lambda.settings`), flags
-override them. Keep each running instance's id unique and stable: a restarted instance
-with the same id fences its predecessor, and an instance refuses to start while another
-live one holds its id (a lease in Cassandra, alerts/lease.py; after a crash the restart
-waits at most POS_ALERTS_LEASE_TTL_S for the dead holder's lease). SIGTERM/Ctrl-C commit
-(or abort) the open transaction and exit.
+override them. The silence rule counts each store's own hours from the `stores` table
+(pos-stores), read once at start: restart after editing it. Keep each running
+instance's id unique and stable: a restarted instance with the same id fences its
+predecessor, and an instance refuses to start while another live one holds its id (a
+lease in Cassandra, alerts/lease.py; after a crash the restart waits at most
+POS_ALERTS_LEASE_TTL_S for the dead holder's lease). SIGTERM/Ctrl-C commit (or abort)
+the open transaction and exit.
 
 Exit codes: 0 stopped on request, 1 Kafka/Cassandra unreachable or a topic missing,
-2 bad arguments or settings, 3 a fatal Kafka error, 4 fenced by a newer instance with
-the same id (both stop without writing anything more), 5 another live instance holds
-this id (not started), 6 a Kafka call hung again after POS_ALERTS_MAX_RESTARTS_IN_PLACE
-in-place restarts in a row.
+2 bad arguments or settings (or an invalid row in the stores table), 3 a fatal Kafka
+error, 4 fenced by a newer instance with the same id (both stop without writing
+anything more), 5 another live instance holds this id (not started), 6 a Kafka call
+hung again after POS_ALERTS_MAX_RESTARTS_IN_PLACE in-place restarts in a row.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from pydantic import ValidationError
 from pos_lambda.adapters import kafka_admin
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.settings import Settings, explain, load_settings
+from pos_lambda.stores.model import Store, StoreError
+from pos_lambda.stores.registry import CassandraStores, RegistryUnavailable
 
 
 def _decimal(text: str) -> Decimal:
@@ -125,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings(args)
         from pos_lambda.alerts.processor import rules_from
 
-        rules = rules_from(settings)
+        rules = rules_from(settings)  # checked here; `run` adds the stores' own hours
     except (ValidationError, ValueError) as exc:  # a bad flag or POS_* value
         print(f"error: invalid configuration:\n{_explained(exc)}", file=sys.stderr)
         return 2
@@ -164,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if stop.is_set():  # asked to stop while waiting for the lease
                 return 0
+            try:
+                rules = rules_from(settings, _store_calendar(settings))
+            except StoreError as exc:
+                print(f"error: the stores table: {exc} (fix it with pos-stores set)",
+                      file=sys.stderr)  # fmt: skip
+                return 2
             processor = Processor(settings, rules, lease=lease)
             server = _serve_metrics(settings, processor)
             try:
@@ -173,12 +183,23 @@ def main(argv: list[str] | None = None) -> int:
                     server.shutdown()
         finally:
             lease.release()
-    except ServiceError as exc:
+    except (ServiceError, RegistryUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except KafkaException as exc:  # neither fatal nor retriable: stop, say why
         print(f"error: Kafka: {exc}", file=sys.stderr)
         return 1
+
+
+def _store_calendar(settings: Settings) -> list[Store]:
+    """The stores table's stores, read once (processor.store_calendar)."""
+    from pos_lambda.alerts.processor import store_calendar
+
+    registry = CassandraStores(settings, writes=False)
+    try:
+        return store_calendar(registry)
+    finally:
+        registry.close()
 
 
 def _serve_metrics(settings: Any, processor: Any) -> Any:

@@ -27,6 +27,18 @@ local broker keeps everything). Past that, a changelog topic is the upgrade path
 A state is kept across a rebalance when the partition's committed offset shows that
 nobody processed it in between.
 
+**Store hours** (the silence rule) come from the `stores` table, read once when the
+instance starts (`store_calendar`, also after an in-place restart) and held for its
+lifetime; an edit (`pos-stores set`, a new store) applies from the instance's next
+restart (restart every instance: a rolling restart loses nothing). Why a snapshot and
+not a periodic refresh: exactly once would hold either way (the rule state, the last
+receipt per device, does not depend on the hours, so a rebuild is the same whatever
+the calendar; a record's alerts are decided in the one transaction that commits its
+offset), but with a snapshot the alerts are a function of the records and one calendar
+per process: a replay after an abort re-emits the very same alerts (same bytes), and
+which hours judged a receipt is known (logged at start, and in the alert's detail)
+rather than a matter of when a refresh happened to land.
+
 **Errors.** Retriable errors (a coordinator moving, a timeout) are retried with
 backoff; errors that require an abort abort the transaction, rewind the consumer to
 the committed offsets and rebuild the state from there; fatal errors, fencing among
@@ -52,7 +64,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -72,6 +84,8 @@ from pos_lambda.alerts.rules import Alert, PartitionState, Rules, Source
 from pos_lambda.alerts.watchdog import Watchdog, restart_in_place
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.settings import Settings
+from pos_lambda.stores.model import Store
+from pos_lambda.stores.registry import StoreRegistry
 
 log = logging.getLogger("pos.alerts")
 T = TypeVar("T")
@@ -127,14 +141,31 @@ class Abortable(Exception):
     """The open transaction failed: abort it, rewind to the committed offsets."""
 
 
-def rules_from(settings: Settings) -> Rules:
+def rules_from(settings: Settings, stores: Iterable[Store] = ()) -> Rules:
+    """The rules of the POS_ALERTS_* settings with `stores`' own hours (the calendar)."""
     return Rules(
         high_value=settings.alerts.high_value_threshold,
         large_return=settings.alerts.large_return_threshold,
         silence=timedelta(minutes=settings.alerts.silence_minutes),
         store_opens=settings.alerts.store_opens_at,
         store_closes=settings.alerts.store_closes_at,
+        stores={s.operation_id: s for s in stores},
     )
+
+
+def store_calendar(registry: StoreRegistry) -> list[Store]:
+    """Every registered store, read once at start (the module docstring says why once).
+
+    Raises RegistryUnavailable (Cassandra down) and StoreError (a row hand-edited into
+    something invalid): starting with hours other than the table's would alert wrongly.
+    """
+    stores = registry.all()
+    log.info(
+        "store hours: %d store(s) from the stores table (%s); any other store: the "
+        "default window, UTC; an edit applies from the next restart",
+        len(stores), ", ".join(f"{s.operation_id} {s.time_zone}" for s in stores) or "none",
+    )  # fmt: skip
+    return stores
 
 
 def transactional_id(settings: Settings) -> str:

@@ -16,7 +16,10 @@ Rules (thresholds in `Rules`, from the POS_ALERTS_* settings):
   defines it for the speed and batch layers too): one alert per distinct conflicting
   content. Resends (same content) never alert.
 - **device_silent**: a device's receipt comes more than `silence` of store hours after
-  the latest `happened_at` seen from that device before. A device that never sends
+  the latest `happened_at` seen from that device before. Store hours are the store's
+  own, per weekday in its IANA time zone (the `stores` table, `Rules.stores`; DST days
+  included, pos_lambda.stores.store_time); a store the table does not know gets the
+  default daily window `store_opens`-`store_closes`, UTC. A device that never sends
   again is not reported: there is no event time to say it is silent.
 
 Only a receipt's first copy in the partition (the winner of `pos_lambda.views.winners`: lowest
@@ -29,12 +32,16 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
+from functools import cached_property
 from typing import TypeVar
 
 from pos_lambda.schemas.contract import LIMITS, Receipt, parse_message
+from pos_lambda.stores.model import Hours, Store
+from pos_lambda.stores.store_time import store_time
 from pos_lambda.views.content import content_hash
 
 NaturalKey = tuple[int, int, int]
@@ -45,13 +52,21 @@ RULES = ("high_value", "large_return", "conflict", "device_silent")
 ALERT_NAMESPACE = uuid.UUID("6c1b7a52-5f7e-4d0e-9a54-2f4a3c9d8e10")
 
 
+DEFAULT_HOURS_ZONE = "UTC"
+
+
 @dataclass(frozen=True)
 class Rules:
+    """Thresholds and the store calendar: an input value, like the records, so the
+    alerts stay a pure function of both (the processor reads the calendar once, at
+    start: src/pos_lambda/alerts/processor.py says why)."""
+
     high_value: Decimal
     large_return: Decimal
     silence: timedelta
-    store_opens: time  # UTC
+    store_opens: time  # UTC: the default window, for stores not in `stores`
     store_closes: time  # UTC, after store_opens
+    stores: Mapping[int, Store] = field(default_factory=dict)  # by operation_id
 
     def __post_init__(self) -> None:
         if not self.store_opens < self.store_closes:
@@ -61,6 +76,19 @@ class Rules:
             )
         if self.silence <= timedelta(0):
             raise ValueError(f"silence must be positive, got {self.silence}")
+        wrong = [(k, s.operation_id) for k, s in self.stores.items() if k != s.operation_id]
+        if wrong:
+            raise ValueError(f"stores must be keyed by their operation_id, got {wrong}")
+
+    @cached_property
+    def default_store(self) -> Store:
+        """The default window as a store: every day, UTC."""
+        minutes = [t.hour * 60 + t.minute for t in (self.store_opens, self.store_closes)]
+        return Store(0, "default store hours", DEFAULT_HOURS_ZONE, (Hours(*minutes),) * 7)
+
+    def hours_of(self, operation_id: int) -> Store:
+        """Whose hours judge a silence at this store: its own, or the default window."""
+        return self.stores.get(operation_id) or self.default_store
 
 
 @dataclass(frozen=True)
@@ -204,20 +232,6 @@ def returned_value(receipt: Receipt) -> Decimal:
     return sum((i.price * -i.amount for i in receipt.line_items if i.amount < 0), Decimal("0.00"))
 
 
-def store_time_between(start: datetime, end: datetime, opens: time, closes: time) -> timedelta:
-    """How much of [start, end) falls within store hours (UTC, every day)."""
-    if end <= start:
-        return timedelta(0)
-    total = timedelta(0)
-    day = start.astimezone(UTC).date()
-    while (day_open := datetime.combine(day, opens, UTC)) < end:
-        day_close = datetime.combine(day, closes, UTC)
-        overlap = min(end, day_close) - max(start, day_open)
-        total += max(overlap, timedelta(0))
-        day += timedelta(days=1)
-    return total
-
-
 @dataclass
 class _Copies:
     """What the partition saw of one natural key: its first content and all contents."""
@@ -260,13 +274,18 @@ class PartitionState:
             self.last_activity[device] = r.happened_at
         if last is None or r.happened_at <= last:
             return []  # the first receipt of the device, or one that arrived late
-        silent = store_time_between(last, r.happened_at, rules.store_opens, rules.store_closes)
+        if r.happened_at - last <= rules.silence:
+            return []  # store time never exceeds the wall time: no need to count it
+        store = rules.hours_of(r.operation_id)
+        silent = store_time(store, last, r.happened_at)
         if silent <= rules.silence:
             return []
         detail = {
             "silent_since": last.isoformat(),
             "store_minutes_silent": f"{silent / timedelta(minutes=1):.1f}",
             "threshold_minutes": f"{rules.silence / timedelta(minutes=1):g}",
+            # Which hours judged it: the store's zone, or "default" (not in `stores`).
+            "store_hours": store.time_zone if r.operation_id in rules.stores else "default",
         }
         return [_alert("device_silent", r, detail, source)]
 

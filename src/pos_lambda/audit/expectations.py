@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple
+from zoneinfo import ZoneInfo
 
 NaturalKey = tuple[int, int, int]
 WindowKey = tuple[int, datetime]  # (operation_id, window_start UTC)
@@ -203,24 +204,85 @@ AlertIdentity = tuple[str, int, int, int]  # rule + natural key of the triggerin
 
 
 @dataclass(frozen=True)
+class StoreWeek:
+    """One store's hours as the ledger records them: its IANA zone and, per weekday
+    (Monday first), [opens, closes) in minutes after local midnight, or None (closed)."""
+
+    time_zone: str
+    week: tuple[tuple[int, int] | None, ...]
+
+
+WEEKDAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+def _minute_of_day(clock: str) -> int:
+    hours, minutes = clock.split(":")
+    return int(hours) * 60 + int(minutes)
+
+
+def store_week(time_zone: str, opening_hours: Mapping[str, str]) -> StoreWeek:
+    """From the ledger's text form: {"mon": "07:00-21:00", "sun": "closed", ...}."""
+    week: list[tuple[int, int] | None] = []
+    for day in WEEKDAY_NAMES:
+        text = opening_hours.get(day, "closed")
+        if text == "closed":
+            week.append(None)
+            continue
+        opens, closes = text.split("-")
+        week.append((_minute_of_day(opens), _minute_of_day(closes)))
+    return StoreWeek(time_zone, tuple(week))
+
+
+def ledger_store_weeks(summary: Mapping[str, Any]) -> dict[int, StoreWeek]:
+    """The stores' hours the run used, as the producer recorded them (summary
+    "store_hours": what the `stores` table held for the simulated stores when the stream
+    was sent); empty for a ledger without (every store then has the default window)."""
+    recorded = summary.get("store_hours") or {}
+    return {
+        int(op): store_week(str(s["time_zone"]), s["opening_hours"]) for op, s in recorded.items()
+    }
+
+
+@dataclass(frozen=True)
 class AlertRules:
-    """The thresholds the alerts processor runs with (POS_ALERTS_* settings)."""
+    """The thresholds the alerts processor runs with (POS_ALERTS_* settings) and the
+    store hours (the ledger's; a store without: the default window, UTC)."""
 
     high_value: Decimal
     large_return: Decimal
     silence: timedelta
-    opens: time  # UTC
+    opens: time  # UTC: the default window
     closes: time  # UTC
+    stores: Mapping[int, StoreWeek] = field(default_factory=dict)
+
+    def week_of(self, operation_id: int) -> StoreWeek:
+        own = self.stores.get(operation_id)
+        if own is not None:
+            return own
+        default = (self.opens.hour * 60 + self.opens.minute,
+                   self.closes.hour * 60 + self.closes.minute)  # fmt: skip
+        return StoreWeek("UTC", (default,) * 7)
 
 
-def store_time(start: datetime, end: datetime, opens: time, closes: time) -> timedelta:
-    """Time of [start, end) inside the daily store hours [opens, closes), UTC."""
-    total, day = timedelta(0), start.date()
-    while day <= end.date():
-        o = datetime.combine(day, opens, UTC)
-        c = datetime.combine(day, closes, UTC)
-        total += max(timedelta(0), min(end, c) - max(start, o))
-        day += timedelta(days=1)
+def store_time(start: datetime, end: datetime, store: StoreWeek) -> timedelta:
+    """Time of [start, end) in the store's hours, one UTC minute at a time (slow and
+    plainly right; the pipeline computes it otherwise, in pos_lambda.stores.store_time).
+
+    Every zone's offset and every DST change is a whole number of minutes, so within a
+    UTC minute the local wall-clock minute is one: look it up at the piece's start. The
+    first piece runs to the next whole minute, so boundaries are exact to the second.
+    """
+    zone = ZoneInfo(store.time_zone)
+    total, at = timedelta(0), start.astimezone(UTC)
+    end = end.astimezone(UTC)
+    while at < end:
+        next_minute = at.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        piece = min(next_minute, end) - at
+        local = at.astimezone(zone)
+        hours = store.week[local.weekday()]
+        if hours is not None and hours[0] <= local.hour * 60 + local.minute < hours[1]:
+            total += piece
+        at += piece
     return total
 
 
@@ -231,8 +293,9 @@ def expected_alerts(ledger: Ledger, rules: AlertRules) -> tuple[Counter[AlertIde
     From the rules' definitions (docs/alerts.md, alerts/rules.py docstring), applied to ledger
     values, never by the processor's code: high_value: revenue > threshold;
     large_return: returned value > threshold; device_silent: a device's receipt
-    happened more than `silence` of store hours after the latest receipt of that device
-    Kafka got before it (a device's receipts share a partition; Kafka got them in
+    happened more than `silence` of store hours (the store's own, by its local wall
+    clock, from the ledger; else the default UTC window) after the latest receipt of
+    that device Kafka got before it (a device's receipts share a partition; Kafka got them in
     first-send order, ties in issue order, which is ledger order). Resends never alert;
     conflict: one per conflicting copy the ledger records (fault kind "conflict", each
     with its own content, sent after the original; the simulator itself sends none).
@@ -255,8 +318,8 @@ def expected_alerts(ledger: Ledger, rules: AlertRules) -> tuple[Counter[AlertIde
             at = r.happened_at
             if (
                 latest is not None
-                and at > latest
-                and store_time(latest, at, rules.opens, rules.closes) > rules.silence
+                and at - latest > rules.silence  # else no store time can exceed it
+                and store_time(latest, at, rules.week_of(r.store)) > rules.silence
             ):
                 out[("device_silent", *r.key)] += 1
             latest = at if latest is None else max(latest, at)

@@ -105,14 +105,16 @@ def missing_evidence(
     return missing
 
 
-def alert_rules(settings: Settings) -> ex.AlertRules:
-    """The thresholds the processor runs with: the same POS_ALERTS_* settings."""
+def alert_rules(settings: Settings, ledger: ex.Ledger) -> ex.AlertRules:
+    """The thresholds the processor runs with (the same POS_ALERTS_* settings) and the
+    store hours the ledger recorded (the `stores` table's, as the stream was sent)."""
     return ex.AlertRules(
         high_value=settings.alerts.high_value_threshold,
         large_return=settings.alerts.large_return_threshold,
         silence=timedelta(minutes=settings.alerts.silence_minutes),
         opens=settings.alerts.store_opens_at,
         closes=settings.alerts.store_closes_at,
+        stores=ex.ledger_store_weeks(ledger.summary),
     )
 
 
@@ -352,7 +354,7 @@ class _Context:
     # --- alerts -------------------------------------------------------------------------
 
     def _expected_alerts(self) -> tuple[Counter[ex.AlertIdentity], bool]:
-        return ex.expected_alerts(self.ledger, alert_rules(self.settings))
+        return ex.expected_alerts(self.ledger, alert_rules(self.settings, self.ledger))
 
     def _alerts_view(self, name: str, observed: list[ex.AlertIdentity], lag: str) -> ViewResult:
         expected, returns_checked = self._expected_alerts()

@@ -33,10 +33,12 @@ from pos_lambda.producer.simulation import (
     OutgoingMessage,
     SimulationConfig,
     simulate,
+    store_hours_record,
 )
 from pos_lambda.schemas.contract import Receipt, parse_message
 from pos_lambda.settings import Settings, load_settings
 from pos_lambda.stores.model import Store
+from pos_lambda.stores.registry import StoreRegistry
 
 
 def _timestamp(text: str) -> datetime:
@@ -233,24 +235,34 @@ def _fault_config(args: argparse.Namespace) -> FaultConfig:
     )  # fmt: skip
 
 
-def _seed_stores(settings: Settings, stores: list[Store]) -> None:
+def seed_stores(registry: StoreRegistry, stores: list[Store]) -> list[Store]:
     """Add the simulated stores the registry lacks; keep the ones it has (an operator's
-    edits win), and say so when one's zone differs from the simulator's: its ledger's
-    local days follow the simulator's zone."""
+    edits win), and say so when one differs from the simulator's: its ledger's local
+    days follow the simulator's zone, its silence alerts the table's hours. Returns the
+    stores as the table holds them now (what the ledger records for the auditor)."""
+    registered = []
+    for store in stores:
+        known = registry.get(store.operation_id)
+        if known is None:
+            registry.put(store)
+            known = store
+        elif (known.time_zone, known.hours) != (store.time_zone, store.hours):
+            print(
+                f"warning: store {store.operation_id} is registered in {known.time_zone} "
+                f"with its own hours; the simulator (and its ledger's local days) uses "
+                f"{store.time_zone}, the ledger records the table's hours for the alerts",
+                file=sys.stderr,
+            )
+        registered.append(known)
+    return registered
+
+
+def _seed_stores(settings: Settings, stores: list[Store]) -> list[Store]:
     from pos_lambda.stores.registry import CassandraStores, RegistryUnavailable
 
     registry = CassandraStores(settings)
     try:
-        for store in stores:
-            known = registry.get(store.operation_id)
-            if known is None:
-                registry.put(store)
-            elif known.time_zone != store.time_zone:
-                print(
-                    f"warning: store {store.operation_id} is registered in {known.time_zone}; "
-                    f"the simulator (and its ledger's local days) uses {store.time_zone}",
-                    file=sys.stderr,
-                )
+        return seed_stores(registry, stores)
     except RegistryUnavailable as exc:
         raise ProducerError(f"cannot seed the stores table: {exc}") from None
     finally:
@@ -277,7 +289,7 @@ def cmd_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         args.output.write_bytes(b"".join(m.value + b"\n" for m in result.messages))
         summary["output"] = str(args.output)
     if to_kafka and result.stores:
-        _seed_stores(settings, result.stores)
+        summary["store_hours"] = store_hours_record(_seed_stores(settings, result.stores))
     if to_kafka:
         summary["topic"] = settings.topics.transactions
         summary["delivery"] = {"status": "sending"}

@@ -21,8 +21,10 @@ get IANA zones and opening hours from `catalog.STORE_CATALOG` (`result.stores`, 
 the CLI writes to the `stores` table), print their local time with the zone's real
 offset (+05:45, DST), receive traffic only while open by their local wall clock (the
 clock jumps over hours when every store is closed) and the ledger records each
-receipt's store-local day. Off by default: the same seed then gives the same stream
-as before stores were data (the chaos run and the benchmarks keep their figures).
+receipt's store-local day and, in its summary, each store's zone and hours
+("store_hours": the CLI replaces it by what the `stores` table holds after seeding).
+Off by default: the same seed then gives the same stream as before stores were data
+(the chaos run and the benchmarks keep their figures).
 """
 
 from __future__ import annotations
@@ -438,6 +440,15 @@ def _zones(layout: list[list[Device]]) -> dict[str, str]:
     return {str(ds[0].operation_id): ds[0].store.time_zone for ds in layout if ds[0].store}
 
 
+def store_hours_record(stores: list[Store]) -> dict[str, dict[str, Any]]:
+    """The ledger's record of the stores' hours (summary "store_hours"), by operation_id:
+    what the auditor's expected silence alerts count (audit/expectations.py)."""
+    return {
+        str(s.operation_id): {"time_zone": s.time_zone, "opening_hours": s.opening_hours()}
+        for s in stores
+    }
+
+
 def _summary(
     config: SimulationConfig,
     messages: list[OutgoingMessage],
@@ -464,5 +475,12 @@ def _summary(
         "malformed_kinds": kinds,
         "fault_config": {f.name: getattr(config.faults, f.name) for f in fields(config.faults)},
         "max_line_items": LIMITS.max_line_items,
-        **({"store_zones": _zones(layout)} if config.store_hours else {}),
+        **(
+            {
+                "store_zones": _zones(layout),
+                "store_hours": store_hours_record([ds[0].store for ds in layout if ds[0].store]),
+            }
+            if config.store_hours
+            else {}
+        ),
     }

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings
-from pos_lambda.stores.model import Store, store_from_row
+from pos_lambda.stores.model import Store, StoreError, store_from_row
 
 
 class RegistryUnavailable(Exception):
@@ -64,7 +64,11 @@ STATEMENTS = {
 
 
 def _store(row: Any) -> Store:
-    return store_from_row(row.operation_id, row.name, row.time_zone, row.opening_hours or {})
+    try:
+        return store_from_row(row.operation_id, row.name, row.time_zone, row.opening_hours or {})
+    except StoreError as exc:
+        # Name the row: a reader of the whole table (pos-alerts at start) must say which.
+        raise StoreError(f"store {row.operation_id}: {exc}") from None
 
 
 class CassandraStores:

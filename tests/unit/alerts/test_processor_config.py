@@ -9,9 +9,17 @@ import pytest
 from confluent_kafka import KafkaError
 
 from pos_lambda.alerts import cli
-from pos_lambda.alerts.processor import Fatal, classify, rules_from, transactional_id
+from pos_lambda.alerts.processor import (
+    Fatal,
+    classify,
+    rules_from,
+    store_calendar,
+    transactional_id,
+)
 from pos_lambda.alerts.rules import Rules
 from pos_lambda.settings import load_settings
+from pos_lambda.stores.model import Store, parse_week
+from pos_lambda.stores.registry import InMemoryStores
 
 
 def test_defaults_and_transactional_id() -> None:
@@ -34,6 +42,21 @@ def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert transactional_id(s) == "pos-alerts-eu-2"
     assert rules_from(s).high_value == Decimal("250.5")
     assert rules_from(s).store_opens == time(8, 30)
+
+
+def test_the_store_calendar_comes_from_the_registry_once(caplog: pytest.LogCaptureFixture) -> None:
+    kathmandu = Store.create(102, "Thamel", "Asia/Kathmandu", parse_week(["daily=07:00-21:00"]))
+    registry = InMemoryStores([kathmandu])
+    with caplog.at_level("INFO", logger="pos.alerts"):
+        rules = rules_from(load_settings(), store_calendar(registry))
+    assert "1 store(s) from the stores table (102 Asia/Kathmandu)" in caplog.text
+    assert rules.hours_of(102) is kathmandu
+    # Any other store: the default window, UTC, every day (POS_ALERTS_STORE_*_AT).
+    default = rules.hours_of(101)
+    assert (default.time_zone, default.opening_hours()["sun"]) == ("UTC", "07:00-21:00")
+    # A snapshot: an edit after the start changes nothing for this instance.
+    registry.put(kathmandu.with_changes(week=parse_week(["daily=closed"])))
+    assert rules.hours_of(102) is kathmandu
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,9 @@ from pos_lambda.alerts.rules import (
     Rules,
     Source,
     alert_id,
-    store_time_between,
 )
+from pos_lambda.stores.model import Store, parse_week
+from pos_lambda.stores.store_time import store_time
 
 RULES = Rules(
     high_value=Decimal("50.00"),
@@ -49,11 +50,13 @@ def msg(
     ).encode()
 
 
-def feed(values: list[bytes | None], state: PartitionState | None = None) -> list[Alert]:
+def feed(
+    values: list[bytes | None], state: PartitionState | None = None, rules: Rules = RULES
+) -> list[Alert]:
     state = state if state is not None else PartitionState()
     out: list[Alert] = []
     for offset, value in enumerate(values):
-        out += state.apply(RULES, value, Source(0, offset, 1_000 + offset))
+        out += state.apply(rules, value, Source(0, offset, 1_000 + offset))
     return out
 
 
@@ -137,9 +140,9 @@ def test_alert_ids_are_fixed_by_rule_key_and_content() -> None:
         ("2026-03-02T09:00", "2026-03-02T08:00", 0),  # backwards
     ],
 )
-def test_store_time_between(start: str, end: str, minutes: int) -> None:
+def test_the_default_window_is_utc_every_day(start: str, end: str, minutes: int) -> None:
     t0, t1 = (datetime.fromisoformat(t).replace(tzinfo=UTC) for t in (start, end))
-    assert store_time_between(t0, t1, time(7), time(21)) == timedelta(minutes=minutes)
+    assert store_time(RULES.default_store, t0, t1) == timedelta(minutes=minutes)
 
 
 def test_device_silence_counts_store_hours_in_event_time() -> None:
@@ -158,12 +161,82 @@ def test_device_silence_counts_store_hours_in_event_time() -> None:
     )
     assert summary(alerts) == [
         ("device_silent", 3, {"silent_since": "2026-03-02T08:30:00+00:00",
-                              "store_minutes_silent": "31.0", "threshold_minutes": "30"}),
+                              "store_minutes_silent": "31.0", "threshold_minutes": "30",
+                              "store_hours": "default"}),
         ("device_silent", 6, {"silent_since": "2026-03-02T09:02:00+00:00",
-                              "store_minutes_silent": "708.0", "threshold_minutes": "30"}),
+                              "store_minutes_silent": "708.0", "threshold_minutes": "30",
+                              "store_hours": "default"}),
         ("device_silent", 8, {"silent_since": "2026-03-03T07:15:00+00:00",
-                              "store_minutes_silent": "31.0", "threshold_minutes": "30"}),
+                              "store_minutes_silent": "31.0", "threshold_minutes": "30",
+                              "store_hours": "default"}),
     ]  # fmt: skip
+
+
+KATHMANDU = Store.create(102, "Thamel", "Asia/Kathmandu", parse_week(["daily=07:00-21:00"]))
+NEW_YORK = Store.create(
+    103, "SoHo", "America/New_York", parse_week(["mon-fri=07:00-22:00", "weekend=08:00-20:00"])
+)
+WITH_STORES = Rules(
+    Decimal("50.00"), Decimal("5.00"), timedelta(minutes=30), time(7), time(21),
+    stores={102: KATHMANDU, 103: NEW_YORK},
+)  # fmt: skip
+
+
+def _around_closed_hours() -> list[bytes | None]:
+    at = datetime.fromisoformat
+    return [
+        # Kathmandu (+05:45) closes at 21:00 local: 20:50 to 07:10 is 20 store minutes
+        # (the default UTC 07:00-21:00 would count 15:05Z-21:00Z: 355 minutes) ...
+        msg(1, at("2026-03-07T20:50:00+05:45"), store=102, device=2001),
+        msg(2, at("2026-03-08T07:10:00+05:45"), store=102, device=2001),
+        # ... then silent from 07:10 to 11:00 local, all of it open (230 minutes).
+        msg(3, at("2026-03-08T11:00:00+05:45"), store=102, device=2001),
+        # New York, Saturday 19:45 EST to Sunday 08:20 EDT (spring forward between):
+        # 15 + 20 minutes; a clock stuck on EST would see 07:20, closed: 15.
+        msg(1, at("2026-03-07T19:45:00-05:00"), store=103, device=3001),
+        msg(2, at("2026-03-08T08:20:00-04:00"), store=103, device=3001),
+        # Sunday 19:50 EDT to Monday 07:05 EDT: 10 + 5, quiet.
+        msg(1, at("2026-03-08T19:50:00-04:00"), store=103, device=3002),
+        msg(2, at("2026-03-09T07:05:00-04:00"), store=103, device=3002),
+        # Store 999 is not registered: the default window, UTC 07:00-21:00.
+        msg(1, at("2026-03-07T20:50:00+00:00"), store=999, device=9001),
+        msg(2, at("2026-03-08T07:10:00+00:00"), store=999, device=9001),  # 20 minutes
+        msg(3, at("2026-03-08T08:00:00+00:00"), store=999, device=9001),  # 50 minutes
+    ]
+
+
+def test_silence_counts_each_stores_own_hours_and_the_default_for_the_others() -> None:
+    alerts = feed(_around_closed_hours(), rules=WITH_STORES)
+    assert [(a.operation_id, a.transaction_id, a.detail) for a in alerts] == [
+        (102, 3, {"silent_since": "2026-03-08T01:25:00+00:00", "store_minutes_silent": "230.0",
+                  "threshold_minutes": "30", "store_hours": "Asia/Kathmandu"}),
+        (103, 2, {"silent_since": "2026-03-08T00:45:00+00:00", "store_minutes_silent": "35.0",
+                  "threshold_minutes": "30", "store_hours": "America/New_York"}),
+        (999, 3, {"silent_since": "2026-03-08T07:10:00+00:00", "store_minutes_silent": "50.0",
+                  "threshold_minutes": "30", "store_hours": "default"}),
+    ]  # fmt: skip
+
+
+def test_without_the_calendar_every_store_has_the_default_window() -> None:
+    alerts = feed(_around_closed_hours())  # RULES: no stores
+    assert [(a.operation_id, a.vendor_fiscal_module, a.transaction_id) for a in alerts] == [
+        (102, 2001, 2), (103, 3001, 2), (103, 3002, 2), (999, 9001, 3),
+    ]  # fmt: skip
+
+
+def test_the_calendar_does_not_change_the_rule_state() -> None:
+    """The state a rebuild restores (last receipt per device, copies per key) is the
+    same whatever the calendar: an edited stores table never breaks a restore."""
+    with_stores, without = PartitionState(), PartitionState()
+    feed(_around_closed_hours(), with_stores, WITH_STORES)
+    feed(_around_closed_hours(), without)
+    assert with_stores == without
+
+
+def test_stores_must_be_keyed_by_their_own_id() -> None:
+    with pytest.raises(ValueError, match="keyed by their operation_id"):
+        Rules(Decimal(1), Decimal(1), timedelta(minutes=1), time(7), time(21),
+              stores={101: KATHMANDU})  # fmt: skip
 
 
 def test_bad_input_is_counted_never_alerted() -> None:

@@ -119,12 +119,57 @@ def test_aggregates_count_each_receipt_once_per_store_window(tmp_path: Path) -> 
 
 
 def test_store_time_counts_only_store_hours() -> None:
-    at = lambda d, h, m=0: datetime(2026, 3, d, h, m, tzinfo=UTC)
-    hours = (time(7), time(21))
-    assert ex.store_time(at(2, 6, 50), at(2, 7, 10), *hours) == timedelta(minutes=10)
-    assert ex.store_time(at(2, 20, 0), at(3, 8, 0), *hours) == timedelta(hours=2)
-    assert ex.store_time(at(2, 22, 0), at(3, 6, 0), *hours) == timedelta(0)
-    assert ex.store_time(at(2, 9, 0), at(4, 9, 0), *hours) == timedelta(hours=28)
+    at = lambda d, h, m=0, s=0: datetime(2026, 3, d, h, m, s, tzinfo=UTC)
+    default = ex.AlertRules(Decimal(1), Decimal(1), timedelta(minutes=1), time(7), time(21))
+    hours = default.week_of(101)  # not in the ledger: the default window, UTC
+    assert ex.store_time(at(2, 6, 50), at(2, 7, 10), hours) == timedelta(minutes=10)
+    assert ex.store_time(at(2, 20, 0), at(3, 8, 0), hours) == timedelta(hours=2)
+    assert ex.store_time(at(2, 22, 0), at(3, 6, 0), hours) == timedelta(0)
+    assert ex.store_time(at(2, 9, 0), at(4, 9, 0), hours) == timedelta(hours=28)
+    assert ex.store_time(at(2, 6, 59, 30), at(2, 7, 0, 45), hours) == timedelta(seconds=45)
+
+
+def test_store_time_by_the_stores_own_hours() -> None:
+    kathmandu = ex.store_week("Asia/Kathmandu", dict.fromkeys(ex.WEEKDAY_NAMES, "07:00-21:00"))
+    # 20:45 local (15:00Z) to 07:15 local the next day (01:30Z): 15 + 15 minutes.
+    start, end = datetime(2026, 3, 1, 15, tzinfo=UTC), datetime(2026, 3, 2, 1, 30, tzinfo=UTC)
+    assert ex.store_time(start, end, kathmandu) == timedelta(minutes=30)
+    soho = ex.store_week(
+        "America/New_York",
+        {**dict.fromkeys(ex.WEEKDAY_NAMES[:5], "07:00-22:00"), "sat": "08:00-20:00",
+         "sun": "08:00-20:00"},
+    )  # fmt: skip
+    # Saturday 19:45 EST to Sunday 08:20 EDT (spring forward between): 15 + 20 minutes.
+    start = datetime.fromisoformat("2026-03-07T19:45:00-05:00")
+    end = datetime.fromisoformat("2026-03-08T08:20:00-04:00")
+    assert ex.store_time(start, end, soho) == timedelta(minutes=35)
+    # The fall-back day repeats 01:00-02:00: open 00:00-03:00 is 4 hours of it.
+    night = ex.store_week("America/New_York", {"sun": "00:00-03:00"})
+    sunday = datetime(2026, 11, 1, 4, tzinfo=UTC), datetime(2026, 11, 2, 5, tzinfo=UTC)
+    assert ex.store_time(*sunday, night) == timedelta(hours=4)
+    assert night.week[:6] == (None,) * 6
+
+
+def test_the_ledgers_store_hours_judge_silences(tmp_path: Path) -> None:
+    """Kathmandu's 20:50 -> 07:10 is 20 store minutes by its hours (quiet), 355 by the
+    default UTC window; store 7, not in the ledger's store hours, gets the default."""
+    receipts = [
+        line(102, 1, 1, "2026-03-07T15:05:00+00:00", "2026-03-07T15:05:00+00:00"),
+        line(102, 1, 2, "2026-03-08T01:25:00+00:00", "2026-03-08T01:25:00+00:00"),
+        line(102, 1, 3, "2026-03-08T05:15:00+00:00", "2026-03-08T05:15:00+00:00"),
+        line(7, 2, 1, "2026-03-07T15:05:00+00:00", "2026-03-07T15:05:00+00:00"),
+        line(7, 2, 2, "2026-03-08T01:25:00+00:00", "2026-03-08T01:25:00+00:00"),
+    ]
+    write(tmp_path, receipts, [])
+    summary = {"topic": "t", "store_hours": {"102": {"time_zone": "Asia/Kathmandu",
+               "opening_hours": dict.fromkeys(ex.WEEKDAY_NAMES, "07:00-21:00")}}}  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    ledger = ex.load(tmp_path)
+    rules = ex.AlertRules(Decimal("999"), Decimal("999"), timedelta(minutes=30), time(7),
+                          time(21), ex.ledger_store_weeks(ledger.summary))  # fmt: skip
+    assert set(rules.stores) == {102}
+    got, _ = ex.expected_alerts(ledger, rules)
+    assert got == Counter({("device_silent", 102, 1, 3): 1, ("device_silent", 7, 2, 2): 1})
 
 
 def test_expected_alerts_from_ledger_values(tmp_path: Path) -> None:

@@ -65,6 +65,8 @@ def test_batch_dag_is_hourly_over_data_intervals_and_never_overlaps(dagbag: Any)
     assert recompute.conf == {"spark.driver.extraJavaOptions": "{{ pos_bounded_java_options() }}"}
     rendered = dag.user_defined_macros["pos_bounded_java_options"]()
     assert "-XX:TieredStopAtLevel=1" in rendered.split()
+    # C1 alone reserves 48 MB of code cache, which a long run filled (CI, 2026-11-28).
+    assert "-XX:ReservedCodeCacheSize=240m" in rendered.split()
     assert "-XX:+UseParallelGC" in rendered.split()
     # ...and `quality` only reads what it recorded: a Python task, no spark-submit.
     from airflow.providers.standard.operators.python import PythonOperator

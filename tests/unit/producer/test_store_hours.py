@@ -39,6 +39,13 @@ def test_stores_get_iana_zones_and_hours() -> None:
     assert result.summary["store_zones"] == {
         "101": "Europe/Bratislava", "102": "Asia/Kathmandu", "103": "America/New_York",
     }  # fmt: skip
+    # The hours the silence alerts count, for the auditor (catalog.STORE_CATALOG's).
+    assert result.summary["store_hours"]["103"] == {
+        "time_zone": "America/New_York",
+        "opening_hours": {**dict.fromkeys(WEEKDAYS[:5], "07:00-22:00"),
+                          "sat": "08:00-20:00", "sun": "08:00-20:00"},
+    }  # fmt: skip
+    assert sorted(result.summary["store_hours"]) == ["101", "102", "103"]
 
 
 def test_every_receipt_happens_while_its_store_is_open_by_its_local_clock() -> None:
@@ -136,3 +143,22 @@ def test_cli_store_hours_dry_run_writes_local_days_and_seeds_nothing(tmp_path: P
     # --mean-gap 60 spreads 200 receipts over hours (at the default 2 s: minutes).
     span = max(datetime.fromisoformat(line["happened_at"]) for line in lines) - START
     assert span.total_seconds() > 3 * 3600
+
+
+def test_seeding_keeps_an_operators_edit_and_returns_what_the_table_holds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pos_lambda.producer.cli import seed_stores
+    from pos_lambda.producer.simulation import store_hours_record
+    from pos_lambda.stores.model import parse_week
+    from pos_lambda.stores.registry import InMemoryStores
+
+    simulated = _run(count=10).stores
+    edited = simulated[1].with_changes(week=parse_week(["sun=closed"]))  # Kathmandu, by hand
+    registry = InMemoryStores([edited])
+    registered = seed_stores(registry, simulated)
+    assert registered == [simulated[0], edited, simulated[2]]
+    assert registry.all() == registered
+    assert "store 102 is registered in Asia/Kathmandu with its own hours" in capsys.readouterr().err
+    # What the ledger then records for the auditor: the table's Sunday, closed.
+    assert store_hours_record(registered)["102"]["opening_hours"]["sun"] == "closed"

@@ -67,8 +67,10 @@ def test_a_bounded_run_compiles_with_c1_only_unless_told_otherwise(
     monkeypatch.delenv("POS_SPARK_DRIVER_JAVA_OPTIONS", raising=False)
     monkeypatch.delenv("POS_SPARK_BOUNDED_JAVA_OPTIONS", raising=False)
     shipped = load_settings().bounded()
-    assert shipped.spark.driver_java_options == "-XX:+UseParallelGC -XX:TieredStopAtLevel=1"
+    assert shipped.spark.driver_java_options == (
+        "-XX:+UseParallelGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    )
     tiered = load_settings(spark_bounded_java_options="").bounded()
     assert tiered.spark.driver_java_options == "-XX:+UseParallelGC"
     g1 = load_settings(spark_driver_java_options="").bounded()
-    assert g1.spark.driver_java_options == "-XX:TieredStopAtLevel=1"
+    assert g1.spark.driver_java_options == "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
