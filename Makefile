@@ -156,7 +156,7 @@ screenshots: setup ## log in to the running Airflow UI in headless Chromium, tri
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
 	$(PY) docs/capture_airflow.py --out docs
 
-screenshots-dashboard: up ## seed a day through the real layers (own keyspace), check the dashboard in headless Chromium, keep docs/dashboard.png
+screenshots-dashboard: up ## seed 11 days of 7 stores through the real layers (own keyspace), check the dashboard (local day, heatmap, UTC toggle) in headless Chromium, keep docs/dashboard.png and docs/screenshots/
 	@bash infra/system-deps.sh chromium
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
 	$(PY) docs/capture_dashboard.py --seed --out docs/dashboard.png

@@ -3,12 +3,14 @@
     pos-serve windows --store 101 --start 2026-03-02T00:00Z --end 2026-03-03T00:00Z
     pos-serve days --store 101 --first 2026-03-01 --last 2026-03-02
     pos-serve local-days --store 102 --first 2026-03-08 --last 2026-03-09  # store's zone
+    pos-serve hour-of-week --store 102 --first 2026-02-02 --last 2026-03-01  # local hours
+    pos-serve week-before --store 102 --day 2026-03-09  # vs the same weekday a week before
     pos-serve top --day 2026-03-02 [--limit 10]
     pos-serve receipts --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
     pos-serve issues --store 101 --day 2026-03-02     # conflicts + what the batch fixed
     pos-serve receipt --store 101 --device 7 --transaction 42   # did it arrive? [--json]
     pos-serve health [--runs 5]
-    pos-serve cookbook [--store 101 --day 2026-03-02]  # the CQL for each view
+    pos-serve cookbook [--store 101 --day 2026-03-02 --zone Europe/Bratislava]  # CQL
     pos-serve http [--port 8000]                      # HTTP API + dashboard (make serve)
 
 Every query takes `--format table|json` (or `--json`: JSON as the HTTP API answers it).
@@ -20,10 +22,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from pos_lambda.serving import cookbook
 from pos_lambda.serving.errors import QueryError, Unavailable, UnknownStore
+from pos_lambda.serving.local_week import DayComparison, HourCell, HourOfWeek
 from pos_lambda.serving.output import table, to_json
 from pos_lambda.serving.receipt_status import ReceiptStatus
 from pos_lambda.serving.requests import parse_day, parse_instant
@@ -47,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         )
         return c
 
+    def local_range(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--store", type=int, required=True)
+        c.add_argument("--first", required=True, help="first local day, YYYY-MM-DD")
+        c.add_argument("--last", required=True, help="last local day, YYYY-MM-DD")
+
     c = command("windows", "a store's 15-minute windows of [start, end), merged, with source")
     c.add_argument("--store", type=int, required=True, help="operation_id")
     c.add_argument("--start", required=True, help="e.g. 2026-03-02T00:00Z or 2026-03-02")
@@ -56,9 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--first", required=True, help="first UTC day, YYYY-MM-DD")
     c.add_argument("--last", required=True, help="last UTC day, YYYY-MM-DD")
     c = command("local-days", "a store's totals per local day, in its registered zone")
+    local_range(c)
+    c = command(
+        "hour-of-week",
+        "a store's local days summed per local weekday x hour (the week's heatmap)",
+    )
+    local_range(c)
+    c = command("week-before", "a store's local day against the same weekday a week before")
     c.add_argument("--store", type=int, required=True)
-    c.add_argument("--first", required=True, help="first local day, YYYY-MM-DD")
-    c.add_argument("--last", required=True, help="last local day, YYYY-MM-DD")
+    c.add_argument("--day", required=True, help="local day, YYYY-MM-DD")
     c = command("top", "the day's stores by merged revenue")
     c.add_argument("--day", required=True, help="UTC day, YYYY-MM-DD")
     c.add_argument("--limit", type=int, default=10)
@@ -144,6 +159,14 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
                 f"horizon {local.horizon or 'none'}\n{table(local.days, cols)}"
             ),
         )
+    if c == "hour-of-week":
+        week = lib.hour_of_week(
+            args.store, parse_day(args.first, "first"), parse_day(args.last, "last")
+        )
+        return week, lambda: _hour_of_week_text(week)
+    if c == "week-before":
+        cmp = lib.compare_week_before(args.store, parse_day(args.day))
+        return cmp, lambda: _week_before_text(cmp)
     if c == "top":
         top = lib.top_stores(parse_day(args.day), args.limit)
         return top, lambda: f"{top.day}, horizon {top.horizon or 'none'}\n{table(top.stores)}"
@@ -181,6 +204,49 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
             + f" {h.dead_letters.by_reason}",
         ]
     )  # fmt: skip
+
+
+def _grid(week: HourOfWeek, value: Callable[[HourCell], str]) -> str:
+    """7 rows (mon..sun) x 24 local hours, right-aligned."""
+    rows = [["", *(f"{h:02d}" for h in range(24))]]
+    for day in range(7):
+        cells = week.cells[day * 24 : (day + 1) * 24]
+        rows.append([cells[0].weekday_name, *(value(c) for c in cells)])
+    width = max(len(v) for r in rows for v in r)
+    return "\n".join(" ".join(v.rjust(width) for v in r) for r in rows)
+
+
+def _hour_of_week_text(week: HourOfWeek) -> str:
+    t = week.totals
+    return "\n".join(
+        [
+            f"store {week.operation_id} ({week.name}), {week.time_zone}, local days "
+            f"{week.first}..{week.last}, horizon {week.horizon or 'none'}"
+            + ("" if week.final else " (not final: speed windows included)"),
+            "receipts by local weekday and hour:",
+            _grid(week, lambda c: str(c.receipt_count)),
+            "revenue by local weekday and hour (rounded to whole units; --json: exact):",
+            _grid(week, lambda c: str(c.revenue.quantize(Decimal(1)))),
+            f"total: {t.receipt_count} receipts, {t.item_quantity} items, revenue {t.revenue}",
+        ]
+    )
+
+
+def _percent(change: Decimal | None) -> str:
+    return "n/a (nothing the week before)" if change is None else f"{change:+}%"
+
+
+def _week_before_text(c: DayComparison) -> str:
+    rows = [
+        ("local day", str(c.day.day), str(c.week_before.day), ""),
+        ("receipts", str(c.day.receipt_count), str(c.week_before.receipt_count),
+         _percent(c.receipt_change_percent)),
+        ("revenue", str(c.day.revenue), str(c.week_before.revenue),
+         _percent(c.revenue_change_percent)),
+        ("final", "yes" if c.day.final else "no", "yes" if c.week_before.final else "no", ""),
+    ]  # fmt: skip
+    head = f"store {c.operation_id} ({c.name}), {c.time_zone}, {c.day.day:%A} vs a week before"
+    return head + "\n" + "\n".join(f"{a:<10} {b:>14} {d:>14}  {e}".rstrip() for a, b, d, e in rows)
 
 
 class UnknownReceipt(Exception):
@@ -223,7 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cookbook":
         values = {k: getattr(args, k, v) for k, v in cookbook.EXAMPLE.items()}
         values["keyspace"] = settings.cassandra.keyspace
-        print(cookbook.markdown(values).strip("`").removeprefix("sql\n"))
+        try:
+            parse_day(str(values["day"]))
+            text = cookbook.markdown(values)
+        except (QueryError, ValueError) as exc:  # StoreError, UnalignedDay: --zone or --day refused
+            print(f"pos-serve cookbook: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(text.strip("`").removeprefix("sql\n"))
         return 0
     if args.command == "http":
         from pos_lambda.serving.http import serve

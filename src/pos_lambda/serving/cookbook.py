@@ -2,23 +2,29 @@
 
 docs/serving.md shows `markdown()` (a unit test checks that it does, verbatim) and an
 integration test runs every recipe against the real Cassandra with real data, so the
-documented queries cannot rot. `pos-serve cookbook --store 101 --day 2026-03-02` prints
+documented queries cannot rot (the views' recipes in tests/integration/test_serving.py,
+the store registry's and local day's in tests/integration/test_local_days.py, where the
+stores table is seeded). `pos-serve cookbook --store 101 --day 2026-03-02` prints
 them for your own keyspace, store and day.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date, timedelta
 from typing import Any
 
 from pos_lambda.schemas import cql
+from pos_lambda.stores.local_day import local_day_bounds
+from pos_lambda.stores.model import check_zone
 
 
 @dataclass(frozen=True)
 class Recipe:
     title: str
     # str.format placeholders: keyspace, store, day, version, topic, partition, device,
-    # transaction, bucket (from transaction)
+    # transaction, zone, and from them: bucket (transaction), local_start, local_end,
+    # utc_days (the local day's UTC window range and the UTC day partitions it overlaps)
     cql: str
 
 
@@ -95,6 +101,36 @@ RECIPES = (
     ),
 )
 
+# Stores and local days (docs/serving.md, "Stores and local days"): a store's local day
+# is the UTC window range [local_start, local_end), read from the UTC day partitions it
+# overlaps; the batch answers those days' windows as the two steps above say.
+LOCAL_DAY_RECIPES = (
+    Recipe(
+        "the store registry: every store's time zone and opening hours",
+        "SELECT operation_id, name, time_zone, opening_hours\n"
+        f"  FROM {{keyspace}}.{cql.STORES_TABLE};",
+    ),
+    Recipe(
+        "one store's zone and hours (its local day: local midnight to local midnight)",
+        "SELECT name, time_zone, opening_hours\n"
+        f"  FROM {{keyspace}}.{cql.STORES_TABLE} WHERE operation_id = {{store}};",
+    ),
+    Recipe(
+        "a store's local day ({day} in {zone}) as its UTC windows, speed view",
+        "SELECT day, window_start, receipt_count, item_quantity, revenue, late_count\n"
+        f"  FROM {{keyspace}}.{cql.AGG_SPEED_TABLE} WHERE operation_id = {{store}} "
+        "AND day IN ({utc_days})\n"
+        "   AND window_start >= '{local_start}' AND window_start < '{local_end}';",
+    ),
+    Recipe(
+        "the batch versions of those UTC days (then step 2 above per day, same window range)",
+        "SELECT day, version, covered_until, horizon\n"
+        f"  FROM {{keyspace}}.{cql.BATCH_POINTER_TABLE} WHERE view_name = 'batch' "
+        "AND day IN ({utc_days});",
+    ),
+)
+ALL_RECIPES = RECIPES + LOCAL_DAY_RECIPES
+
 EXAMPLE: dict[str, Any] = {
     "keyspace": "pos",
     "store": 101,
@@ -104,20 +140,41 @@ EXAMPLE: dict[str, Any] = {
     "partition": 0,
     "device": 7,
     "transaction": 42,
+    "zone": "Europe/Bratislava",  # store 101's, as the simulator seeds it
 }
 
 
 def _filled(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` and the receipt_keys partition (key bucket) of its receipt number."""
-    return {**values, "bucket": int(values["transaction"]) // cql.KEY_BUCKET_SIZE}
+    """`values` and what follows from them: the receipt_keys partition (key bucket) of its
+    receipt number, and the UTC window range and day partitions of the local day.
+
+    Raises `UnalignedDay` for a day of a zone that does not align to 15-minute windows
+    and `StoreError` for an unknown zone."""
+    # The views' recipes need no zone: values without one read the local day as UTC's.
+    zone = check_zone(values.get("zone", "UTC"))
+    start, end = local_day_bounds(date.fromisoformat(str(values["day"])), zone)
+    last = (end - timedelta(microseconds=1)).date()
+    days = [start.date() + timedelta(days=n) for n in range((last - start.date()).days + 1)]
+    return {
+        **values,
+        "bucket": int(values["transaction"]) // cql.KEY_BUCKET_SIZE,
+        "local_start": f"{start:%Y-%m-%dT%H:%M:%SZ}",
+        "local_end": f"{end:%Y-%m-%dT%H:%M:%SZ}",
+        "utc_days": ", ".join(f"'{d.isoformat()}'" for d in days),
+    }
 
 
-def statements(values: dict[str, Any]) -> list[str]:
-    return [r.cql.format(**_filled(values)) for r in RECIPES]
+def _text(recipe: Recipe, values: dict[str, Any]) -> str:
+    return recipe.cql.format(**values)
+
+
+def statements(values: dict[str, Any], recipes: tuple[Recipe, ...] = RECIPES) -> list[str]:
+    filled = _filled(values)
+    return [_text(r, filled) for r in recipes]
 
 
 def markdown(values: dict[str, Any] | None = None) -> str:
     """The cookbook as one ```sql block (what docs/serving.md shows, with EXAMPLE values)."""
     values = _filled(values or EXAMPLE)
-    body = "\n".join(f"-- {r.title}\n{r.cql.format(**values)}" for r in RECIPES)
+    body = "\n".join(f"-- {r.title.format(**values)}\n{_text(r, values)}" for r in ALL_RECIPES)
     return f"```sql\n{body}\n```"

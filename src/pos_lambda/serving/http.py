@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -34,6 +34,7 @@ from pos_lambda.serving.errors import (
     UnregisteredStore,
 )
 from pos_lambda.serving.local_days import LocalDays
+from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.metrics import ServingCollector
 from pos_lambda.serving.model import (
     DayTotal,
@@ -85,6 +86,12 @@ TransactionPath = Annotated[
         description="the receipt number on that device (transaction_id)",
         examples=[42],
     ),
+]
+FirstLocalDay = Annotated[
+    str, Query(description=f"first local day of the store, {YEARS}", examples=["2026-03-02"])
+]
+LastLocalDay = Annotated[
+    str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-08"])
 ]
 INSTANT = (
     f"ISO-8601 with an offset, or a date (its UTC midnight), within the contract's years ({YEARS})"
@@ -162,17 +169,40 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     @app.get("/stores/{store}/local-days", tags=["aggregates"], responses=JSON_ERRORS)
     def local_days(
         store: StorePath,
-        first: Annotated[
-            str,
-            Query(description=f"first local day of the store, {YEARS}", examples=["2026-03-08"]),
-        ],
-        last: Annotated[
-            str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-09"])
-        ],
+        first: FirstLocalDay,
+        last: LastLocalDay,
     ) -> LocalDays:
         """A store's totals per local business day, in the zone the store registry gives
         it: each day the exact sum of its UTC windows (96; 92 or 100 on a DST day)."""
         return lib.local_days(store, parse_day(first, "first"), parse_day(last, "last"))
+
+    @app.get("/stores/{store}/hour-of-week", tags=["aggregates"], responses=JSON_ERRORS)
+    def hour_of_week(
+        store: StorePath,
+        first: FirstLocalDay,
+        last: LastLocalDay,
+    ) -> HourOfWeek:
+        """A store's local days first..last summed per local weekday and hour: 7 x 24 cells
+        (Monday 00:00 first) of receipts, items and revenue, each the exact sum of the
+        merged 15-minute windows that start in that local hour."""
+        return lib.hour_of_week(store, parse_day(first, "first"), parse_day(last, "last"))
+
+    @app.get(
+        "/stores/{store}/local-days/{day}/week-before", tags=["aggregates"], responses=JSON_ERRORS
+    )
+    def week_before(
+        store: StorePath,
+        day: Annotated[
+            str,
+            Path(
+                description=f"a local day of the store, YYYY-MM-DD, {YEARS}",
+                examples=["2026-03-09"],
+            ),
+        ],
+    ) -> DayComparison:
+        """A store's local day against the same weekday a week before: both days' totals
+        and the change in percent (null when the week before sold nothing)."""
+        return lib.compare_week_before(store, parse_day(day))
 
     @app.get("/days/{day}/top-stores", tags=["aggregates"], responses=_errors(422, 503))
     def top(day: DayPath, limit: Annotated[int, Query(ge=1, le=1000)] = 10) -> TopStores:
@@ -249,11 +279,19 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     )
     def page(
         store: Annotated[int | None, Query(ge=0, le=STORE_MAX)] = None,
-        day: Annotated[str | None, Query(description=f"a UTC day, YYYY-MM-DD, {YEARS}")] = None,
+        day: Annotated[
+            str | None,
+            Query(description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day"),
+        ] = None,
+        view: Annotated[
+            Literal["local", "utc"],
+            Query(description="days by the store's local day (its registered zone) or by UTC"),
+        ] = "local",
     ) -> HTMLResponse:
-        """A store's day as 96 bars coloured by source, the horizon, totals and health."""
+        """A store's local (or UTC) day as 15-minute bars coloured by source, the horizon,
+        totals, the same weekday a week before, the hour-of-week heatmap and health."""
         try:
-            html = dashboard.page(lib, store, parse_day(day) if day else None)
+            html = dashboard.page(lib, store, parse_day(day) if day else None, view)
         except ServingError as exc:
             code = STATUS.get(type(exc), 500)
             return HTMLResponse(dashboard.error_page(code, str(exc)), status_code=code)

@@ -19,7 +19,6 @@ from pos_lambda.serving.model import Window
 from pos_lambda.stores.local_day import UnalignedDay, local_day_bounds, utc_windows
 from pos_lambda.stores.model import Store
 from pos_lambda.stores.registry import RegistryUnavailable, StoreRegistry
-from pos_lambda.views.windows import WINDOW
 
 
 @dataclass(frozen=True)
@@ -70,10 +69,11 @@ def utc_span(store: Store, first: date, last: date) -> tuple[datetime, datetime]
         raise QueryError(str(exc)) from None
 
 
-def local_day_totals(
+def by_local_day(
     store: Store, days: Sequence[date], windows: Iterable[Window]
-) -> list[LocalDayTotal]:
-    """Each local day's totals from merged windows covering all of them (each once)."""
+) -> list[tuple[date, list[Window]]]:
+    """Each local day with its merged windows in time order (96; 92 or 100 on a DST day),
+    from windows covering all of them; a window outside them is left out."""
     by_start = {w.window_start: w for w in windows if w.operation_id == store.operation_id}
     out = []
     for day in days:
@@ -81,14 +81,24 @@ def local_day_totals(
         missing = [s for s in starts if s not in by_start]
         if missing:  # a caller's bug, not the data's: the merge answers every window
             raise ValueError(f"windows of local day {day} missing: {missing[:3]}...")
-        t = merge.totals(by_start[s] for s in starts)
+        out.append((day, [by_start[s] for s in starts]))
+    return out
+
+
+def local_day_totals(
+    store: Store, days: Sequence[date], windows: Iterable[Window]
+) -> list[LocalDayTotal]:
+    """Each local day's totals from merged windows covering all of them (each once)."""
+    out = []
+    for day, rows in by_local_day(store, days, windows):
+        t = merge.totals(rows)
         out.append(
             LocalDayTotal(
                 operation_id=store.operation_id,
                 day=day,
-                start=starts[0],
-                end=starts[-1] + WINDOW,
-                windows=len(starts),
+                start=rows[0].window_start,
+                end=rows[-1].window_end,
+                windows=len(rows),
                 receipt_count=t.receipt_count,
                 item_quantity=t.item_quantity,
                 revenue=t.revenue,

@@ -9,6 +9,8 @@
         for w in answer.windows:
             print(w.window_start, w.receipt_count, w.revenue, w.source, w.final)
         local = serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))  # by store zone
+        week = serving.hour_of_week(102, date(2026, 2, 2), date(2026, 3, 1))  # 7 x 24 cells
+        serving.compare_week_before(102, date(2026, 3, 2)).revenue_change_percent
 
 Each method validates its input (`QueryError`), reads what it needs through
 `serving.store.Views` and answers with the pure merge of `serving.merge`. A store no
@@ -22,9 +24,10 @@ from collections.abc import Callable
 from datetime import UTC, date, datetime
 
 from pos_lambda.schemas import contract
-from pos_lambda.serving import merge, paging, receipt_status
+from pos_lambda.serving import local_week, merge, paging, receipt_status
 from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.local_days import LocalDays, local_day_totals, registered_store, utc_span
+from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.model import (
     DayTotal,
     DeadLetters,
@@ -33,6 +36,7 @@ from pos_lambda.serving.model import (
     ReceiptPage,
     StoreDay,
     TopStores,
+    Window,
     WindowsAnswer,
 )
 from pos_lambda.serving.receipt_status import ReceiptKey, ReceiptStatus
@@ -51,6 +55,7 @@ from pos_lambda.serving.requests import (
 )
 from pos_lambda.serving.store import Views
 from pos_lambda.settings import Settings
+from pos_lambda.stores.model import Store
 from pos_lambda.stores.registry import CassandraStores, StoreRegistry
 from pos_lambda.views.windows import window_start
 
@@ -128,23 +133,53 @@ class Serving:
         """The store's local business days first..last (both included), in the zone the
         store registry gives it: each day the exact sum of its UTC windows (96; 92 or 100
         on a DST day), merged as `windows` merges them."""
+        registered, days, horizon, rows = self._local_windows(store, first, last)
+        return LocalDays(
+            operation_id=store,
+            name=registered.name,
+            time_zone=registered.time_zone,
+            horizon=horizon,
+            days=local_day_totals(registered, days, rows),
+        )
+
+    def store_entry(self, store: int) -> Store:
+        """The store's registry entry (zone, hours); `UnregisteredStore` when it has none."""
+        check_store(store)
+        return registered_store(self.stores, store)
+
+    def hour_of_week(self, store: int, first: date, last: date) -> HourOfWeek:
+        """The store's local days first..last summed per local weekday and hour (7 x 24
+        cells), from the same merged windows as `local_days`."""
+        registered, days, horizon, rows = self._local_windows(store, first, last)
+        return local_week.hour_of_week(registered, days, rows, horizon)
+
+    def compare_week_before(self, store: int, day: date) -> DayComparison:
+        """The store's local day against the same weekday a week before it."""
+        check_day(day)
+        earlier = local_week.week_before(day)
+        check_day(earlier, "the week before's day")
+        # Two reads of one local day each: the six days between are not needed.
+        registered, _, _, before_rows = self._local_windows(store, earlier, earlier)
+        _, _, horizon, rows = self._local_windows(store, day, day)
+        [now] = local_day_totals(registered, [day], rows)
+        [then] = local_day_totals(registered, [earlier], before_rows)
+        return local_week.compare(registered, now, then, horizon)
+
+    def _local_windows(
+        self, store: int, first: date, last: date
+    ) -> tuple[Store, list[date], datetime | None, list[Window]]:
+        """(registry entry, the local days, horizon, merged windows of all of them)."""
         check_store(store)
         span = day_range(first, last, self.settings.serve.max_range_days)  # days, checked
         registered = registered_store(self.stores, store)
         self.require_store(store)
         start, end = utc_span(registered, first, last)
         # Not TimeRange.checked: N local days may be N x 24 h + 1 h (a fall-back day).
-        days = TimeRange(start, end).days
-        pointer = self.views.pointer(days[0], days[-1])
-        batch, speed = self.views.store_days(store, days, pointer)
+        utc_days = TimeRange(start, end).days
+        pointer = self.views.pointer(utc_days[0], utc_days[-1])
+        batch, speed = self.views.store_days(store, utc_days, pointer)
         rows = merge.merge_windows(store, start, end, pointer, batch, speed)
-        return LocalDays(
-            operation_id=store,
-            name=registered.name,
-            time_zone=registered.time_zone,
-            horizon=pointer.horizon,
-            days=local_day_totals(registered, span.days, rows),
-        )
+        return registered, span.days, pointer.horizon, rows
 
     def top_stores(self, day: date, limit: int = 10) -> TopStores:
         """The day's stores by merged revenue, best first."""

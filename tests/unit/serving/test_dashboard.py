@@ -9,6 +9,9 @@ from typing import Any
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.serving import dashboard
+from pos_lambda.serving.errors import UnregisteredStore
+from pos_lambda.serving.local_days import local_day_totals
+from pos_lambda.serving.local_week import compare, hour_of_week
 from pos_lambda.serving.merge import merge_windows, totals
 from pos_lambda.serving.model import (
     Aggregate,
@@ -21,6 +24,8 @@ from pos_lambda.serving.model import (
     TopStores,
     WindowsAnswer,
 )
+from pos_lambda.settings import Settings
+from pos_lambda.stores.model import Store, parse_week
 
 D = date(2026, 3, 2)
 MIDNIGHT = datetime(2026, 3, 2, tzinfo=UTC)
@@ -58,6 +63,8 @@ def test_chart_labels_a_day_all_batch_or_all_speed() -> None:
 class FakeServing:
     """Literal answers in place of the library (unit tests only)."""
 
+    settings = Settings()
+
     def health(self) -> Health:
         return Health(
             checked_at=HORIZON + timedelta(hours=2),
@@ -90,11 +97,16 @@ class FakeServing:
         assert (store, start, end) == (101, MIDNIGHT, MIDNIGHT + timedelta(days=1))
         return WindowsAnswer(101, start, end, HORIZON, totals(WINDOWS), WINDOWS)
 
+    def store_entry(self, store: int) -> Store:
+        raise UnregisteredStore(store)  # store 101 has no zone here: the page shows UTC
+
 
 def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     fake: Any = FakeServing()
     html = dashboard.page(fake, None, None)
-    assert "Store 101 · 2026-03-02 (UTC)" in html
+    assert 'Store 101 · 2026-03-02 <span class="sub">(UTC)</span>' in html
+    assert "store 101 is not in the store registry, so it has no local day: showing UTC" in html
+    assert 'id="heatmap"' not in html and 'id="week-before"' not in html
     assert len(re.findall(r'<rect [^>]*height="[^"]*" fill="#', html)) == 2 * 96
     assert 'stroke-dasharray="6 4"' in html and "batch horizon 2026-03-02 14:00 UTC" in html
     # The hooks docs/capture_dashboard.py checks in the browser: bars by source, the seam.
@@ -105,3 +117,135 @@ def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     assert "pos-speed-views" in html and "committed" in html
     # Nothing to run or fetch: no scripts, no external stylesheets, fonts or images.
     assert "<script" not in html and not re.search(r'(src|href)="https?:', html)
+
+
+# New York springs forward on Sunday 8 March 2026: its local day is
+# [8 March 05:00, 9 March 04:00) UTC, 92 windows; the batch horizon is 12:00 UTC.
+NEW_YORK = Store.create(103, "SoHo", "America/New_York", parse_week(["daily=07:00-22:00"]))
+NY_DAY = date(2026, 3, 8)
+NY_START, NY_END = datetime(2026, 3, 8, 5, tzinfo=UTC), datetime(2026, 3, 9, 4, tzinfo=UTC)
+NY_HORIZON = datetime(2026, 3, 8, 12, tzinfo=UTC)
+NY_POINTER = Pointer(NY_HORIZON, {NY_DAY: DayVersion(NY_DAY, "v3", NY_HORIZON)})
+NY_BATCH = [Aggregate(103, datetime(2026, 3, 8, 11, tzinfo=UTC), 6, 6, Decimal("60.00"), 0, "v3")]
+NY_SPEED = [
+    Aggregate(103, datetime(2026, 3, 8, 15, tzinfo=UTC), 3, 3, Decimal("30.00"), 0),
+    Aggregate(103, datetime(2026, 3, 1, 16, tzinfo=UTC), 6, 6, Decimal("40.00"), 0),
+]
+
+
+def _ny_windows(start: datetime, end: datetime) -> WindowsAnswer:
+    rows = merge_windows(103, start, end, NY_POINTER, NY_BATCH, NY_SPEED)
+    return WindowsAnswer(103, start, end, NY_HORIZON, totals(rows), rows)
+
+
+class FakeLocalServing(FakeServing):
+    """Store 103 registered in New York (unit tests only)."""
+
+    def top_stores(self, day: date, limit: int) -> TopStores:
+        return TopStores(day, NY_HORIZON, [])
+
+    def windows(self, store: int, start: datetime, end: datetime) -> WindowsAnswer:
+        return _ny_windows(start, end)
+
+    def store_entry(self, store: int) -> Store:
+        assert store == 103
+        return NEW_YORK
+
+    def hour_of_week(self, store: int, first: date, last: date) -> object:
+        assert (first, last) == (date(2026, 2, 9), NY_DAY)  # 28 local days
+        rows = _ny_windows(datetime(2026, 2, 9, 5, tzinfo=UTC), NY_END).windows
+        days = [first + timedelta(days=n) for n in range(28)]
+        return hour_of_week(NEW_YORK, days, rows, NY_HORIZON)
+
+    def compare_week_before(self, store: int, day: date) -> object:
+        before = day - timedelta(days=7)
+        rows = _ny_windows(datetime(2026, 3, 1, 5, tzinfo=UTC), NY_END).windows
+        now, then = local_day_totals(NEW_YORK, [day, before], rows)
+        return compare(NEW_YORK, now, then, NY_HORIZON)
+
+
+def test_chart_of_a_spring_forward_day_has_92_bars_on_the_local_clock() -> None:
+    rows = _ny_windows(NY_START, NY_END).windows
+    c = dashboard.chart(rows, NY_HORIZON, NEW_YORK.zone)
+    slot = dashboard.WIDTH / 92
+    assert len(c.bars) == 92
+    assert c.bars[0].label.startswith("00:00-00:15 EST: 0 receipts")
+    # 01:45 EST is followed by 03:00 EDT (window 8): 02:00 never happened.
+    assert c.bars[7].label.startswith("01:45-03:00 EST: 0 receipts")
+    assert c.bars[8].label.startswith("03:00-03:15 EDT")
+    assert [label for _, label in c.ticks] == [
+        "00:00", "03:00", "06:00", "09:00", "12:00", "15:00", "18:00", "21:00", "24:00"
+    ]  # fmt: skip
+    assert c.ticks[1][0] == round(8 * slot, 2) and c.ticks[-1][0] == dashboard.WIDTH
+    # 12:00 UTC is 08:00 EDT: windows 00:00..07:45 local (8 + 4 x 7 - 4 = 28) from batch.
+    assert c.seam_x == round(28 * slot, 2)
+    assert c.seam_label == "batch horizon 2026-03-08 08:00 EDT"
+    assert c.bars[24].label == "07:00-07:15 EDT: 6 receipts, revenue 60.00 (batch, version v3)"
+
+
+def test_heatmap_shades_by_revenue_with_weekday_rows_and_hour_columns() -> None:
+    fake: Any = FakeLocalServing()
+    h = dashboard.heatmap(fake.hour_of_week(103, date(2026, 2, 9), NY_DAY))
+    assert len(h.cells) == 7 * 24 and h.max_revenue == Decimal("70.00")
+    sunday_11 = h.cells[6 * 24 + 11]  # 11:00 EST on 1 March, EDT on 8 March: 40 + 30
+    assert (sunday_11.x, sunday_11.y) == (11 * dashboard.CELL_W, 6 * dashboard.CELL_H)
+    assert (sunday_11.fill, sunday_11.text, sunday_11.dark) == ("#1f4e8c", "70", True)
+    assert sunday_11.label == (
+        "sun 11:00-12:00 (America/New_York), 4 days: 9 receipts, 9 items, revenue 70.00"
+    )
+    sunday_07 = h.cells[6 * 24 + 7]  # 07:00 EDT on 8 March: 60.00
+    assert (sunday_07.text, sunday_07.dark) == ("60", True)
+    assert h.cells[0].fill == dashboard.EMPTY and h.cells[0].text == ""
+    assert h.rows[6] == (6 * dashboard.CELL_H, "sun", "130.00 · 15")
+
+
+def test_page_shows_the_local_day_by_default_with_the_utc_toggle() -> None:
+    fake: Any = FakeLocalServing()
+    html = dashboard.page(fake, 103, NY_DAY)
+    assert (
+        'Store 103 (SoHo) · 2026-03-08 <span class="sub">(local day, America/New_York: 92 windows'
+        in html
+    )
+    assert len(re.findall(r'<rect class="bar"', html)) == 92
+    assert 'href="/dashboard?store=103&day=2026-03-08&view=utc"' in html
+    assert "<strong>local day (America/New_York)</strong>" in html
+    assert "batch horizon 2026-03-08 08:00 EDT" in html
+    # This Sunday (6 receipts at 07:00, 3 at 11:00 EDT) against 1 March (6 at 11:00 EST).
+    table = html[
+        html.index('<table id="week-before"') : html.index("</table>", html.index("week-before"))
+    ]
+    assert " ".join(re.sub(r"<[^>]+>", " ", table).split()) == (
+        "local day Sun 2026-03-08 Sun 2026-03-01 change "
+        "receipts 9 6 +50.0% revenue 90.00 40.00 +125.0% final not yet not yet"
+    )
+    assert len(re.findall(r'<rect class="cell"', html)) == 7 * 24
+    assert "<script" not in html
+
+
+def test_page_by_utc_day_links_back_to_the_local_day() -> None:
+    class UtcDay(FakeLocalServing):
+        def windows(self, store: int, start: datetime, end: datetime) -> WindowsAnswer:
+            assert (start, end) == (
+                datetime(2026, 3, 8, tzinfo=UTC),
+                datetime(2026, 3, 9, tzinfo=UTC),
+            )
+            return _ny_windows(start, end)
+
+    fake: Any = UtcDay()
+    html = dashboard.page(fake, 103, NY_DAY, "utc")
+    assert 'Store 103 (SoHo) · 2026-03-08 <span class="sub">(UTC)</span>' in html
+    assert len(re.findall(r'<rect class="bar"', html)) == 96
+    assert 'id="view-local" href="/dashboard?store=103&day=2026-03-08&view=local"' in html
+    assert 'id="week-before"' not in html and 'id="heatmap"' in html  # local hours still
+
+
+def test_the_heatmap_asks_no_more_days_than_a_request_may_span() -> None:
+    class Short(FakeLocalServing):
+        settings = Settings().with_overrides(serve_max_range_days=10)
+
+        def hour_of_week(self, store: int, first: date, last: date) -> object:
+            assert (first, last) == (date(2026, 2, 27), NY_DAY)  # 10 local days
+            return super().hour_of_week(store, date(2026, 2, 9), last)
+
+    fake: Any = Short()
+    assert 'id="heatmap"' in dashboard.page(fake, 103, NY_DAY)
