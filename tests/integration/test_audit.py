@@ -5,10 +5,10 @@ doubled alert) is caught, in the view it was done to.
 One ledgered stream per module (`pos-producer simulate` into this module's own topic,
 faults on: resends, bursts, late receipts, some days beyond the speed bound, malformed
 messages), through the real speed layer (`pos-speed run --available-now`), a batch run
-over its first half hour, the alerts processor and the alert sink. Each test damages
-the tables with CQL (or the alerts topic with a producer) and puts them back. The
-numbers a test expects come from the ledger's files or are literal, never from the
-auditor's expectations.
+over its first half hour, the alerts processor and the alert sink, and `pos-receipts
+run` (the deduplicated topic). Each test damages the tables with CQL (or the alerts
+topic with a producer) and puts them back. The numbers a test expects come from the
+ledger's files or are literal, never from the auditor's expectations.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,9 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
             "cassandra_keyspace": f"pos_audit_{tag}",
             "topic_transactions": f"audit-in-{tag}.pos",
             "topic_alerts": f"audit-alerts-{tag}.pos",
+            "topic_receipts": f"audit-receipts-{tag}.pos",
+            "receipts_group_id": f"pos-audit-test-receipts-{tag}",
+            "receipts_instance_id": f"audit-{tag}",
             "data_dir": tmp / "data",
             "alerts_group_id": f"pos-audit-test-{tag}",
             "alerts_sink_group_id": f"pos-audit-test-sink-{tag}",
@@ -89,7 +93,9 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
         }
     )
     schema_apply.apply_cql(s)
-    schema_apply.create_topics(s, {s.topics.transactions: 4, s.topics.alerts: 4})
+    schema_apply.create_topics(
+        s, {s.topics.transactions: 4, s.topics.alerts: 4, s.topics.receipts: 4}
+    )
     ledger = tmp / "ledger"
     simulate(s, ledger, *FAULTS)
     _run([str(VENV_BIN / "pos-speed"), "run", "--available-now"], s)
@@ -98,13 +104,19 @@ def seeded(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
          "--end", "2026-03-02T08:30Z", "--lookback-hours", "0"],
         s,
     )  # fmt: skip
-    log = tmp / "alerts.log"
-    proc = start_processor(s, log)
-    try:
-        assert wait_for(lambda: caught_up(s), timeout=180, interval=0.5), log.read_text()
-        assert sigterm(proc) == 0, log.read_text()
-    finally:
-        cleanup(proc)
+    # The two transactional processors, each until its group has committed everything.
+    for command, group in (
+        ("pos-alerts", s.alerts.group_id),
+        ("pos-receipts", s.receipts.group_id),
+    ):
+        log = tmp / f"{command}.log"
+        proc = start_processor(s, log, command)
+        try:
+            done = partial(caught_up, s, group)
+            assert wait_for(done, timeout=180, interval=0.5), log.read_text()
+            assert sigterm(proc) == 0, log.read_text()
+        finally:
+            cleanup(proc)
     assert run_sink(s, threading.Event(), until_caught_up=True).written > 0
     cluster = Cluster(s.cassandra_contact_points, port=s.cassandra.port)
     session = cluster.connect(s.cassandra.keyspace)
@@ -138,7 +150,7 @@ def test_the_pipeline_audits_clean_and_speed_gaps_beyond_the_bound_are_reported(
     assert set(views) == {
         "receipts_by_store_day", "receipt_keys", "agg_15m_speed", "receipts_batch",
         "agg_15m_batch", "serving_windows", "serving_receipts", "conflicts", "dead_letters",
-        "alerts_topic", "alerts_table",
+        "alerts_topic", "alerts_table", "receipts_topic",
     }  # fmt: skip
     for name, v in views.items():
         assert (v["status"], v["exact"], v["lost"], v["duplicated"], v["wrong"]) == (
