@@ -3,11 +3,12 @@ compose.yaml's services up with host networking against the project's own Kafka 
 Cassandra, the demo's stream through them, a `restart speed` mid-stream, and the
 auditor's verdict against the producer's ledger.
 
-What runs in containers: the speed layer, the alerts processor and its sink, the serving
-API, the two init steps, the batch job (a one-off container of the same image and
-volume). What does not: Kafka, Cassandra and Airflow's PostgreSQL come from Docker Hub in
-compose.yaml, which this machine cannot reach (docs/deploy.md, "What the deploy test
-proves"). Figures go to stdout and to .state/deploy/report.json.
+What runs in containers: the speed layer, the alerts processor and its sink, the
+deduplicated topic's processor, the serving API, the two init steps, the batch job (a
+one-off container of the same image and volume). What does not: Kafka, Cassandra and
+Airflow's PostgreSQL come from Docker Hub in compose.yaml, which this machine cannot
+reach (docs/deploy.md, "What the deploy test proves"). Figures go to stdout and to
+.state/deploy/report.json.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ SEED = 7
 STORES = 20
 # The pipeline services a user starts with `docker compose up -d`, and what each must
 # reach: a health check where compose.yaml has one, running where it has none.
-PIPELINE = {"speed": "healthy", "serve": "healthy", "alerts": "running", "alerts-sink": "running"}
+PIPELINE = {
+    "speed": "healthy", "serve": "healthy",
+    "alerts": "running", "alerts-sink": "running", "receipts": "running",
+}  # fmt: skip
 ONE_SHOTS = ("kafka-init", "cassandra-init")
 STAND_INS = ("kafka", "cassandra")
 STEP_TIMEOUT = 600.0
@@ -119,6 +123,7 @@ def stack(
         "POS_CASSANDRA_KEYSPACE": f"deploy_{run_id}",
         "POS_TOPIC_TRANSACTIONS": f"deploy.{run_id}.transactions",
         "POS_TOPIC_ALERTS": f"deploy.{run_id}.alerts",
+        "POS_TOPIC_RECEIPTS": f"deploy.{run_id}.receipts",
         "POS_TOPIC_DEAD_LETTERS": f"deploy.{run_id}.dead_letters",
     }
     env_file = tmp_path / "deploy.env"
@@ -140,6 +145,7 @@ def stack(
         cassandra_keyspace=ns["POS_CASSANDRA_KEYSPACE"],
         topic_transactions=ns["POS_TOPIC_TRANSACTIONS"],
         topic_alerts=ns["POS_TOPIC_ALERTS"],
+        topic_receipts=ns["POS_TOPIC_RECEIPTS"],
         topic_dead_letters=ns["POS_TOPIC_DEAD_LETTERS"],
     )
     report.figures["project"] = compose.project
@@ -204,7 +210,7 @@ def test_compose_stack_runs_the_demo_stream_exact_through_a_speed_restart(
     for service in ONE_SHOTS:
         await_state(compose, service, "exited 0", STEP_TIMEOUT)
         health[service] = round(time.monotonic() - t_up, 1)
-    for service in ("serve", "alerts", "alerts-sink"):
+    for service in ("serve", "alerts", "alerts-sink", "receipts"):
         await_state(compose, service, PIPELINE[service], STEP_TIMEOUT)
         health[service] = round(time.monotonic() - t_up, 1)
     say(f"up: {', '.join(f'{k} {v:.0f} s' for k, v in health.items())} after `up`")
@@ -275,6 +281,10 @@ def test_compose_stack_runs_the_demo_stream_exact_through_a_speed_restart(
         lambda: steps.group_caught_up(host, host.alerts.sink_group_id, host.topics.alerts),
         STEP_TIMEOUT, "the alerts sink to catch up",
     )  # fmt: skip
+    steps.await_or_fail(
+        lambda: steps.group_caught_up(host, host.receipts.group_id, host.topics.transactions),
+        STEP_TIMEOUT, "the deduplicated topic's processor to catch up",
+    )  # fmt: skip
     after_restart = await_state(compose, "speed", "healthy", STEP_TIMEOUT)
     report.figures["restart"] = {
         "restart_s": round(restart_s, 1),
@@ -324,6 +334,7 @@ def test_compose_stack_runs_the_demo_stream_exact_through_a_speed_restart(
         "POS_CASSANDRA_KEYSPACE": host.cassandra.keyspace,
         "POS_TOPIC_TRANSACTIONS": host.topics.transactions,
         "POS_TOPIC_ALERTS": host.topics.alerts,
+        "POS_TOPIC_RECEIPTS": host.topics.receipts,
         "POS_TOPIC_DEAD_LETTERS": host.topics.dead_letters,
         "POS_DATA_DIR": str(data_dir),
     })  # fmt: skip

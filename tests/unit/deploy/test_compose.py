@@ -34,6 +34,7 @@ CORE = {
     "speed",
     "alerts",
     "alerts-sink",
+    "receipts",
     "serve",
 }
 FULL_ONLY = {
@@ -163,7 +164,7 @@ def test_depends_on_waits_for_conditions(services: dict[str, Any]) -> None:
             assert cond["condition"] in ("service_healthy", "service_completed_successfully")
             if dep.endswith("-init"):
                 assert cond["condition"] == "service_completed_successfully", (name, dep)
-    for job in ("speed", "alerts", "alerts-sink", "serve"):
+    for job in ("speed", "alerts", "alerts-sink", "receipts", "serve"):
         assert any(d.endswith("-init") for d in services[job]["depends_on"]), job
 
 
@@ -241,7 +242,9 @@ def test_pipeline_clients_are_secured_and_serving_may_bind_the_network(
 ) -> None:
     from pos_lambda.settings import Settings
 
-    for name in ("speed", "alerts", "alerts-sink", "serve", "kafka-init", "airflow-scheduler"):
+    for name in (
+        "speed", "alerts", "alerts-sink", "receipts", "serve", "kafka-init", "airflow-scheduler",
+    ):  # fmt: skip
         env = services[name]["environment"]
         assert env["POS_KAFKA_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT", name
         assert env["POS_CASSANDRA_USERNAME"], name
@@ -343,7 +346,7 @@ def on_host_network() -> dict[str, Any]:
 HOST_ENDPOINTS = {
     "POS_KAFKA_BOOTSTRAP_SERVERS", "POS_KAFKA_SECURITY_PROTOCOL", "POS_CASSANDRA_HOSTS",
     "POS_CASSANDRA_PORT", "POS_CASSANDRA_KEYSPACE", "POS_TOPIC_TRANSACTIONS",
-    "POS_TOPIC_ALERTS", "POS_TOPIC_DEAD_LETTERS", "POS_BIND_HOST",
+    "POS_TOPIC_ALERTS", "POS_TOPIC_RECEIPTS", "POS_TOPIC_DEAD_LETTERS", "POS_BIND_HOST",
     "POS_CASSANDRA_USERNAME", "POS_CASSANDRA_PASSWORD",
 }  # fmt: skip
 

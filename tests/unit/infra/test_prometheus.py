@@ -27,7 +27,7 @@ def test_the_shipped_configs_and_rules_are_valid() -> None:
         assert "SUCCESS: 1 rule files found" in checked.stdout
     rules = _promtool("check", "rules", str(prometheus_service.RULES))
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 7 rules found" in rules.stdout
+    assert "SUCCESS: 8 rules found" in rules.stdout
 
 
 def test_the_alert_rules_fire_on_their_conditions_only() -> None:
@@ -61,10 +61,12 @@ def test_the_compose_config_scrapes_the_same_jobs_by_service_name() -> None:
     } == {
         "pos-speed": ["speed:9410"],
         "pos-alerts": ["alerts:9411"],
+        "pos-receipts": ["receipts:9412"],
         "pos-serving": ["serve:8000"],
     }
     assert [j["job_name"] for j in local["scrape_configs"]] == [
         "pos-speed",
         "pos-alerts",
+        "pos-receipts",
         "pos-serving",
     ]
