@@ -289,7 +289,9 @@ def test_the_cookbook_reads_a_local_day_as_its_utc_window_range(run: Run) -> Non
     day = date(2026, 3, 9)  # all speed in Kathmandu: the batch horizon is 8 March 12:00 UTC
     values = {**cookbook.EXAMPLE, "keyspace": run.settings.cassandra.keyspace,
               "store": KATHMANDU, "zone": ZONES[KATHMANDU], "day": day.isoformat()}  # fmt: skip
-    registry, one, speed, pointer = cookbook.statements(values, cookbook.LOCAL_DAY_RECIPES)
+    registry, one, speed, receipts, pointer = cookbook.statements(
+        values, cookbook.LOCAL_DAY_RECIPES
+    )
     cluster = cassandra_client.cluster(run.settings)
     try:
         session = cluster.connect()
@@ -302,6 +304,10 @@ def test_the_cookbook_reads_a_local_day_as_its_utc_window_range(run: Run) -> Non
         assert sum(w.receipt_count for w in windows) == (
             ledger_files.expected_local_days(run.ledger)[(KATHMANDU, day)].receipt_count
         )
+        listed = session.execute(receipts).all()
+        assert sorted(
+            (r.vendor_fiscal_module, r.transaction_id, str(r.revenue)) for r in listed
+        ) == (sorted(_ledger_local_receipts(run, KATHMANDU, day)))
         # The batch answers none of this local day: whatever pointer rows those UTC days
         # have, a window must end by both covered_until and the horizon (8 March 12:00).
         rows = session.execute(pointer).all()
@@ -325,3 +331,84 @@ def test_the_dashboard_shows_the_local_dst_day_and_the_utc_toggle(run: Run) -> N
         )
         assert utc.status_code == 200 and utc.text.count('<rect class="bar"') == 96
         assert client.get("/dashboard", params={"view": "mars"}).status_code == 422
+
+
+def _ledger_local_receipts(run: Run, store: int, day: date) -> list[tuple[int, int, str]]:
+    """(device, receipt number, revenue) of the store's unique receipts on its local day,
+    in time order, from the ledger (the producer's `local_day`)."""
+    rows = [
+        r for r in ledger_files.load_receipts(run.ledger).values()
+        if r["operation_id"] == store and r["local_day"] == day.isoformat()
+    ]  # fmt: skip
+    rows.sort(key=lambda r: (r["happened_at"], r["vendor_fiscal_module"], r["transaction_id"]))
+    return [(r["vendor_fiscal_module"], r["transaction_id"], r["revenue"]) for r in rows]
+
+
+def _keys(receipts: list[Any]) -> list[tuple[int, int, str]]:
+    rows = [r if isinstance(r, dict) else r.__dict__ for r in receipts]
+    return [(r["vendor_fiscal_module"], r["transaction_id"], str(r["revenue"])) for r in rows]
+
+
+def test_a_local_days_receipts_page_through_both_utc_days_and_the_seam(run: Run) -> None:
+    # Kathmandu's 8 March is [7 March 18:15, 8 March 18:15) UTC: the batch answers it up
+    # to 12:00 UTC (the rest from speed); New York's 8 March is its 23-hour DST day.
+    with Serving(run.settings) as serving:
+        for store, day in ((KATHMANDU, date(2026, 3, 8)), (NEW_YORK, date(2026, 3, 8))):
+            want = _ledger_local_receipts(run, store, day)
+            assert len(want) > 20  # not vacuous
+            got: list[Any] = []
+            sources: set[str] = set()
+            page = serving.local_receipts(store, day, page_size=7)
+            while True:
+                assert page.time_zone == ZONES[store] and len(page.receipts) <= 7
+                got += page.receipts
+                sources |= {r.source for r in page.receipts}
+                if page.next_page is None:
+                    break
+                page = serving.local_receipts(store, day, page_size=7, page=page.next_page)
+            times = [r.happened_at for r in got]
+            assert times == sorted(times)
+            assert sorted(_keys(got)) == sorted(want)  # each receipt once, none from elsewhere
+            if store == KATHMANDU:
+                assert (page.start, page.end) == (
+                    datetime(2026, 3, 7, 18, 15, tzinfo=UTC),
+                    datetime(2026, 3, 8, 18, 15, tzinfo=UTC),
+                )
+                assert sources == {"batch", "speed"}
+                assert all(r.final == (r.happened_at < HORIZON) for r in got)
+            else:
+                assert page.end - page.start == timedelta(hours=23)
+
+
+def test_a_local_days_receipts_and_issues_over_http_and_the_cli(run: Run) -> None:
+    day = date(2026, 3, 9)
+    want = _ledger_local_receipts(run, KATHMANDU, day)
+    # The simulator made no conflicting copies here: a local day's issues hold none.
+    assert not [f for f in ledger_files.load_faults(run.ledger) if "conflict" in f["kind"]]
+    with TestClient(create_app(run.settings)) as client:
+        url = f"/stores/{KATHMANDU}/local-days/{day}/receipts"
+        got: list[Any] = []
+        body = client.get(url, params={"page_size": 50}).json()
+        while True:
+            got += body["receipts"]
+            if body["next_page"] is None:
+                break
+            body = client.get(url, params={"page_size": 50, "page": body["next_page"]}).json()
+        assert body["time_zone"] == "Asia/Kathmandu"
+        assert (body["start"], body["end"]) == ("2026-03-08T18:15:00Z", "2026-03-09T18:15:00Z")
+        assert sorted(_keys(got)) == sorted(want)
+        # A UTC day's token does not page a local day.
+        utc = client.get(f"/stores/{KATHMANDU}/days/{day}/receipts", params={"page_size": 1})
+        wrong = client.get(url, params={"page": utc.json()["next_page"]})
+        assert wrong.status_code == 422 and "not store 102 on local day" in wrong.json()["detail"]
+        issues = client.get(f"/stores/{KATHMANDU}/local-days/{day}/issues")
+        assert issues.status_code == 200, issues.text
+        assert (issues.json()["time_zone"], issues.json()["conflicts"]) == ("Asia/Kathmandu", [])
+        assert client.get("/stores/999/local-days/2026-03-09/receipts").status_code == 404
+    out = subprocess.run(
+        [str(VENV_BIN / "pos-serve"), "receipts", "--store", str(KATHMANDU), "--day",
+         day.isoformat(), "--local", "--page-size", "1000", "--json"],
+        env=env_for(run.settings), capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    page = json.loads(out.stdout)
+    assert page["next_page"] is None and sorted(_keys(page["receipts"])) == sorted(want)

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from pos_lambda.serving.http import create_app
+from pos_lambda.serving.model import Segment
 from pos_lambda.serving.requests import PageToken, encode_page
 from pos_lambda.settings import Settings
 
@@ -84,7 +85,8 @@ def test_hostile_requests_get_422_never_a_5xx(store_102: Settings) -> None:
     # Cassandra itself refuses: the defence behind the signature.
     key = hashlib.sha256(b"integration-test-key").digest()
     stale = encode_page(
-        PageToken("speed", b"\xde\xad\xbe\xef", datetime(2026, 3, 2, tzinfo=UTC), None, 102,
+        PageToken((Segment("speed", date(2026, 3, 2), datetime(2026, 3, 2, tzinfo=UTC),
+                           datetime(2026, 3, 3, tzinfo=UTC)),), 0, b"\xde\xad\xbe\xef", 102,
                   date(2026, 3, 2)),
         key,
     )  # fmt: skip

@@ -37,7 +37,7 @@ from pos_lambda.schemas import cql
 from pos_lambda.serving import Serving
 from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.merge import day_bounds
-from pos_lambda.serving.model import Pointer, Receipt, Window
+from pos_lambda.serving.model import Pointer, Receipt, Segment, Window
 from pos_lambda.serving.store import utc
 from pos_lambda.settings import Settings
 from pos_lambda.views.windows import window_start
@@ -91,11 +91,10 @@ class Sources:
     def pointer(self, first: date, last: date) -> Pointer:
         return self.views.pointer(first, last)
 
-    def _all_receipts(self, phase: str, store: int, day: date, split: datetime,
-                      version: str | None) -> Iterator[Receipt]:  # fmt: skip
+    def _all_receipts(self, store: int, segment: Segment) -> Iterator[Receipt]:
         state: bytes | None = None
         while True:
-            rows, state = self.views.receipts(phase, store, day, split, version, PAGE, state)
+            rows, state = self.views.receipts(store, segment, PAGE, state)
             yield from rows
             if state is None:
                 return
@@ -105,7 +104,7 @@ class Sources:
         return [
             ((store, r.vendor_fiscal_module, r.transaction_id), _raw(r))
             for store, day in store_days
-            for r in self._all_receipts("speed", store, day, day_bounds(day)[0], None)
+            for r in self._all_receipts(store, Segment("speed", day, *day_bounds(day)))
         ]
 
     def batch_receipts(
@@ -117,8 +116,8 @@ class Sources:
             version = pointer.days.get(day)
             if version is None:
                 continue
-            ref = version.receipts_ref
-            for r in self._all_receipts("batch", store, day, day_bounds(day)[1], ref):
+            whole_day = Segment("batch", day, *day_bounds(day), version.receipts_ref)
+            for r in self._all_receipts(store, whole_day):
                 if pointer.covering(window_start(r.happened_at)) is not None:
                     out.append(((store, r.vendor_fiscal_module, r.transaction_id), _raw(r)))
         return out

@@ -8,6 +8,7 @@
     pos-serve top --day 2026-03-02 [--limit 10]
     pos-serve receipts --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
     pos-serve issues --store 101 --day 2026-03-02     # conflicts + what the batch fixed
+    pos-serve receipts --store 102 --day 2026-03-09 --local   # the store's local day
     pos-serve receipt --store 101 --device 7 --transaction 42   # did it arrive? [--json]
     pos-serve health [--runs 5]
     pos-serve cookbook [--store 101 --day 2026-03-02 --zone Europe/Bratislava]  # CQL
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -77,14 +79,22 @@ def _parser() -> argparse.ArgumentParser:
     c = command("top", "the day's stores by merged revenue")
     c.add_argument("--day", required=True, help="UTC day, YYYY-MM-DD")
     c.add_argument("--limit", type=int, default=10)
+
+    def store_day(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--store", type=int, required=True)
+        c.add_argument("--day", required=True, help="UTC day (local day with --local)")
+        c.add_argument(
+            "--local",
+            action="store_true",
+            help="the store's local day, in the zone the store registry gives it",
+        )
+
     c = command("receipts", "a page of a store-day's raw receipts, in time order")
-    c.add_argument("--store", type=int, required=True)
-    c.add_argument("--day", required=True)
+    store_day(c)
     c.add_argument("--page-size", type=int, default=None, help="default POS_SERVE_PAGE_SIZE")
     c.add_argument("--page", default=None, help="next_page token of the previous page")
     c = command("issues", "conflicting copies of a store-day's receipts and the batch's fixes")
-    c.add_argument("--store", type=int, required=True)
-    c.add_argument("--day", required=True)
+    store_day(c)
     c = command(
         "receipt",
         "did the pipeline get a receipt? accepted, resend_absorbed, conflict, dead_letter "
@@ -171,18 +181,24 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
         top = lib.top_stores(parse_day(args.day), args.limit)
         return top, lambda: f"{top.day}, horizon {top.horizon or 'none'}\n{table(top.stores)}"
     if c == "receipts":
-        page = lib.receipts(args.store, parse_day(args.day), args.page_size, args.page)
+        listing = lib.local_receipts if args.local else lib.receipts
+        page = listing(args.store, parse_day(args.day), args.page_size, args.page)
         cols = ["happened_at", "vendor_fiscal_module", "transaction_id", "item_quantity",
                 "revenue", "late", "source"]  # fmt: skip
         return (
             page,
             lambda: (
-                table(page.receipts, cols) + f"\nnext page: {page.next_page or '(none: the last)'}"
+                f"store {page.operation_id}, {_day_text(page.day, page.time_zone)}: "
+                f"[{page.start.isoformat()}, {page.end.isoformat()})\n"
+                + table(page.receipts, cols)
+                + f"\nnext page: {page.next_page or '(none: the last)'}"
             ),
         )
     if c == "issues":
-        sd = lib.store_day(args.store, parse_day(args.day))
+        issues = lib.local_store_day if args.local else lib.store_day
+        sd = issues(args.store, parse_day(args.day))
         return sd, lambda: (
+            f"store {sd.operation_id}, {_day_text(sd.day, sd.time_zone)}\n"
             f"conflicts\n{table(sd.conflicts)}\n\nbatch fixes\n"
             + table(sd.fixes, ["window_start", "speed_receipts", "batch_receipts",
                                "receipts_fixed", "revenue_fixed", "duplicates", "conflicts"])
@@ -234,6 +250,10 @@ def _hour_of_week_text(week: HourOfWeek) -> str:
 
 def _percent(change: Decimal | None) -> str:
     return "n/a (nothing the week before)" if change is None else f"{change:+}%"
+
+
+def _day_text(day: date, zone: str) -> str:
+    return f"local day {day} ({zone})" if zone != "UTC" else f"UTC day {day}"
 
 
 def _week_before_text(c: DayComparison) -> str:

@@ -123,6 +123,13 @@ LOCAL_DAY_RECIPES = (
         "   AND window_start >= '{local_start}' AND window_start < '{local_end}';",
     ),
     Recipe(
+        "that local day's raw receipts, speed view (by happened_at, same UTC range)",
+        "SELECT happened_at, vendor_fiscal_module, transaction_id, item_quantity, revenue\n"
+        f"  FROM {{keyspace}}.{cql.RAW_TABLE} WHERE operation_id = {{store}} "
+        "AND day IN ({utc_days})\n"
+        "   AND happened_at >= '{local_start}' AND happened_at < '{local_end}';",
+    ),
+    Recipe(
         "the batch versions of those UTC days (then step 2 above per day, same window range)",
         "SELECT day, version, covered_until, horizon\n"
         f"  FROM {{keyspace}}.{cql.BATCH_POINTER_TABLE} WHERE view_name = 'batch' "

@@ -93,6 +93,18 @@ FirstLocalDay = Annotated[
 LastLocalDay = Annotated[
     str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-08"])
 ]
+LocalDayPath = Annotated[
+    str,
+    Path(description=f"a local day of the store, YYYY-MM-DD, {YEARS}", examples=["2026-03-09"]),
+]
+PageSize = Annotated[int | None, Query(ge=1, le=1000)]
+PageParam = Annotated[
+    str | None,
+    Query(
+        description="next_page of the previous answer for this store and day (a signed "
+        "token: anything else is refused with 422)"
+    ),
+]
 INSTANT = (
     f"ISO-8601 with an offset, or a date (its UTC midnight), within the contract's years ({YEARS})"
 )
@@ -192,13 +204,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     )
     def week_before(
         store: StorePath,
-        day: Annotated[
-            str,
-            Path(
-                description=f"a local day of the store, YYYY-MM-DD, {YEARS}",
-                examples=["2026-03-09"],
-            ),
-        ],
+        day: LocalDayPath,
     ) -> DayComparison:
         """A store's local day against the same weekday a week before: both days' totals
         and the change in percent (null when the week before sold nothing)."""
@@ -211,24 +217,31 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
 
     @app.get("/stores/{store}/days/{day}/receipts", tags=["receipts"], responses=JSON_ERRORS)
     def receipts(
-        store: StorePath,
-        day: DayPath,
-        page_size: Annotated[int | None, Query(ge=1, le=1000)] = None,
-        page: Annotated[
-            str | None,
-            Query(
-                description="next_page of the previous answer for this store-day (a signed "
-                "token: anything else is refused with 422)"
-            ),
-        ] = None,
+        store: StorePath, day: DayPath, page_size: PageSize = None, page: PageParam = None
     ) -> ReceiptPage:
-        """A store-day's receipts in time order, a page at a time (Cassandra paging)."""
+        """A store's receipts of a UTC day in time order, a page at a time (Cassandra
+        paging)."""
         return lib.receipts(store, parse_day(day), page_size, page)
+
+    @app.get("/stores/{store}/local-days/{day}/receipts", tags=["receipts"], responses=JSON_ERRORS)
+    def local_receipts(
+        store: StorePath, day: LocalDayPath, page_size: PageSize = None, page: PageParam = None
+    ) -> ReceiptPage:
+        """A store's receipts of its local day (in the zone the store registry gives it:
+        the UTC range [start, end) in the answer) in time order, a page at a time."""
+        return lib.local_receipts(store, parse_day(day), page_size, page)
 
     @app.get("/stores/{store}/days/{day}/issues", tags=["receipts"], responses=JSON_ERRORS)
     def store_day(store: StorePath, day: DayPath) -> StoreDay:
-        """Conflicting copies of the store-day's receipts and what the batch fixed."""
+        """Conflicting copies of the store's receipts of a UTC day and what the batch
+        fixed."""
         return lib.store_day(store, parse_day(day))
+
+    @app.get("/stores/{store}/local-days/{day}/issues", tags=["receipts"], responses=JSON_ERRORS)
+    def local_store_day(store: StorePath, day: LocalDayPath) -> StoreDay:
+        """The same for the store's local day: conflicts whose winner happened in it,
+        fixes of the windows that start in it."""
+        return lib.local_store_day(store, parse_day(day))
 
     @app.get(
         "/stores/{store}/devices/{device}/receipts/{transaction}",

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from pos_lambda.serving.model import Aggregate, DayTotal, Pointer, Totals, Window
+from pos_lambda.serving.model import Aggregate, DayTotal, Pointer, Segment, Totals, Window
 from pos_lambda.views.windows import WINDOW, window_start
 
 
@@ -153,3 +153,25 @@ def batch_split(pointer: Pointer, day: date) -> datetime:
     while at < last and pointer.covering(at) is not None:
         at += WINDOW
     return at
+
+
+def receipt_segments(pointer: Pointer, start: datetime, end: datetime) -> list[Segment]:
+    """The receipts of [start, end) as segments in time order, each read from one side.
+
+    Per UTC day the range touches (a local day touches two, or three when it is 25 h):
+    the part before the day's `batch_split` from the committed version, the rest from
+    the speed view, so a receipt is listed by the side whose window answers it, as the
+    aggregates are merged.
+    """
+    out: list[Segment] = []
+    day = start.date()
+    while datetime.combine(day, time(0), tzinfo=UTC) < end:
+        first, last = day_bounds(day)
+        lo, hi = max(start, first), min(end, last)
+        split = min(max(batch_split(pointer, day), lo), hi)
+        if lo < split:  # a covered prefix: the day has a committed version
+            out.append(Segment("batch", day, lo, split, pointer.days[day].receipts_ref))
+        if split < hi:
+            out.append(Segment("speed", day, split, hi))
+        day += timedelta(days=1)
+    return out

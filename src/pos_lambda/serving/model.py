@@ -174,10 +174,29 @@ class Receipt:
 
 @dataclass(frozen=True)
 class ReceiptPage:
+    """A page of a day's receipts: a UTC day (time_zone "UTC") or a store-local day (the
+    store's registered zone), which is the UTC range [start, end)."""
+
     operation_id: int
     day: date
     receipts: list[Receipt]
     next_page: str | None  # pass back as `page` for the next rows; None: no more
+    time_zone: str
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One piece of a receipt listing, read from exactly one side: the rows of UTC day
+    `day`'s partition with happened_at in [start, end), from the batch version `ref`
+    (a `DayVersion.receipts_ref`) or from the speed view."""
+
+    source: Source
+    day: date
+    start: datetime
+    end: datetime
+    ref: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,12 +238,16 @@ class Fix:
 
 @dataclass(frozen=True)
 class StoreDay:
-    """Conflicts and batch fixes of a store-day."""
+    """Conflicts (by their winner's time) and batch fixes (by window) of a store's UTC
+    day or local day: the UTC range [start, end)."""
 
     operation_id: int
     day: date
     conflicts: list[Conflict]
     fixes: list[Fix]
+    time_zone: str
+    start: datetime
+    end: datetime
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,12 @@ import binascii
 import json
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 from pos_lambda.schemas.contract import LIMITS
 from pos_lambda.serving import paging
 from pos_lambda.serving.errors import QueryError
+from pos_lambda.serving.model import Segment
 
 STORE_MAX = 2**31 - 1  # operation_id is a CQL int (src/pos_lambda/schemas/contract.py)
 DEVICE_MAX = 2**31 - 1  # vendor_fiscal_module: a CQL int
@@ -150,63 +152,92 @@ def check_limit(value: int, name: str, maximum: int) -> int:
     return value
 
 
-# A page token is opaque to users. It carries which table the next rows come from,
-# Cassandra's paging state in it, and the split instant and batch version of the first
-# page: a batch commit between two pages must not move the seam under a paging state.
-# It is signed (pos_lambda.serving.paging) and names its store-day: only what this API issued, for
-# the query it was issued for, ever reaches Cassandra as a paging state.
+# A page token is opaque to users. It carries the listing's segments as the first page
+# cut them (which table and time range each reads, and the batch version), the segment
+# being read and Cassandra's paging state in it: a batch commit between two pages must
+# not move the seam under a paging state. It is signed (pos_lambda.serving.paging) and
+# names its store, day and kind of day: only what this API issued, for the query it was
+# issued for, ever reaches Cassandra as a paging state.
 PHASES = ("batch", "speed")
 NOT_OURS = "page is not a token this API returned: pass next_page of the previous answer"
 
 
 @dataclass(frozen=True)
 class PageToken:
-    phase: str
+    """Where the next page starts: the listing's segments (pinned at its first page, so
+    that a batch commit between pages neither repeats nor skips a receipt), the one being
+    read, and Cassandra's paging state in it. `zone` is None for a UTC day, else the
+    store's zone of a local day."""
+
+    segments: tuple[Segment, ...]
+    index: int
     paging_state: bytes | None
-    split: datetime
-    version: str | None
     store: int
     day: date
+    zone: str | None = None
 
 
 def encode_page(token: PageToken, key: bytes) -> str:
     raw = json.dumps(
         {
-            "p": token.phase,
+            "g": [
+                [g.source, g.day.isoformat(), g.start.isoformat(), g.end.isoformat(), g.ref]
+                for g in token.segments
+            ],
+            "i": token.index,
             "s": token.paging_state.hex() if token.paging_state else None,
-            "t": token.split.isoformat(),
-            "v": token.version,
             "o": token.store,
             "d": token.day.isoformat(),
+            "z": token.zone,
         },
         separators=(",", ":"),
     )
     return paging.sign(raw.encode(), key)
 
 
-def decode_page(text: str, key: bytes, store: int, day: date) -> PageToken:
-    """The token `text` if this API signed it for (store, day); QueryError otherwise."""
+def _segment(raw: list[Any]) -> Segment:
+    source, day, start, end, ref = raw
+    segment = Segment(
+        source,
+        date.fromisoformat(day),
+        datetime.fromisoformat(start),
+        datetime.fromisoformat(end),
+        None if ref is None else str(ref),
+    )
+    if source not in PHASES or segment.start.tzinfo is None or segment.end.tzinfo is None:
+        raise ValueError("not a segment")
+    return segment
+
+
+def _scope(store: int, day: date, local: bool) -> str:
+    return f"store {store} on {'local' if local else 'UTC'} day {day.isoformat()}"
+
+
+def decode_page(text: str, key: bytes, store: int, day: date, local: bool = False) -> PageToken:
+    """The token `text` if this API signed it for (store, day, UTC or local day);
+    QueryError otherwise."""
     payload = paging.verify(text, key)
     if payload is None:
         raise QueryError(NOT_OURS)
     try:  # signed by us, so well-formed: checked all the same, it costs nothing
         raw = json.loads(payload)
-        phase, state, version = raw["p"], raw["s"], raw["v"]
+        state, zone = raw["s"], raw["z"]
         token = PageToken(
-            phase,
+            tuple(_segment(g) for g in raw["g"]),
+            int(raw["i"]),
             bytes.fromhex(state) if state else None,
-            datetime.fromisoformat(raw["t"]),
-            version,
             int(raw["o"]),
             date.fromisoformat(raw["d"]),
+            None if zone is None else str(zone),
         )
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
         raise QueryError(NOT_OURS) from None
-    if phase not in PHASES or token.split.tzinfo is None:
+    if not 0 <= token.index < len(token.segments):
         raise QueryError(NOT_OURS)
-    if (token.store, token.day) != (store, day):
+    issued = _scope(token.store, token.day, token.zone is not None)
+    if issued != _scope(store, day, local):
         raise QueryError(
-            f"page was issued for store {token.store} on {token.day.isoformat()}, not store "
-            f"{store} on {day.isoformat()}: pass next_page of the previous answer for this one"
+            f"page was issued for {issued}, not {_scope(store, day, local)}: pass "
+            "next_page of the previous answer for this one"
         )
     return token

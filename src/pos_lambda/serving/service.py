@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, date, datetime
 
 from pos_lambda.schemas import contract
@@ -41,7 +42,6 @@ from pos_lambda.serving.model import (
 )
 from pos_lambda.serving.receipt_status import ReceiptKey, ReceiptStatus
 from pos_lambda.serving.requests import (
-    PHASES,
     PageToken,
     TimeRange,
     check_day,
@@ -192,48 +192,78 @@ class Serving:
     def receipts(
         self, store: int, day: date, page_size: int | None = None, page: str | None = None
     ) -> ReceiptPage:
-        """A page of the store-day's receipts in time order; pass `next_page` back for more.
+        """A page of the store's receipts of UTC day `day` in time order; pass
+        `next_page` back for more."""
+        return self._receipt_page(store, day, False, page_size, page)
 
-        Receipts of windows the batch answers come from the committed version's
-        `receipts_batch`, the rest from the speed view's `receipts_by_store_day`,
-        split at the same window boundary as the aggregates.
-        """
+    def local_receipts(
+        self, store: int, day: date, page_size: int | None = None, page: str | None = None
+    ) -> ReceiptPage:
+        """A page of the store's receipts of its local day `day` (in the zone the store
+        registry gives it) in time order; pass `next_page` back for more."""
+        return self._receipt_page(store, day, True, page_size, page)
+
+    def _receipt_page(
+        self, store: int, day: date, local: bool, page_size: int | None, page: str | None
+    ) -> ReceiptPage:
+        """Receipts of windows the batch answers come from the committed version's
+        `receipts_batch`, the rest from the speed view's `receipts_by_store_day`, split
+        at the same window boundary as the aggregates (`merge.receipt_segments`)."""
         size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
         check_day(day)
         check_store(store)
-        token = decode_page(page, self.page_key(), store, day) if page else None
+        zone, start, end = self._day_span(store, day, local)
+        token = decode_page(page, self.page_key(), store, day, local) if page else None
         self.require_store(store)
         if token is None:
-            pointer = self.views.pointer(day, day)
-            split = merge.batch_split(pointer, day)
-            version = pointer.days[day].receipts_ref if day in pointer.days else None
-            batch_first = version is not None and split > merge.day_bounds(day)[0]
-            phase0 = PHASES[0] if batch_first else "speed"
-            token = PageToken(phase0, None, split, version, store, day)
+            utc_days = TimeRange(start, end).days
+            pointer = self.views.pointer(utc_days[0], utc_days[-1])
+            segments = tuple(merge.receipt_segments(pointer, start, end))
+            token = PageToken(segments, 0, None, store, day, zone if local else None)
         out: list[Receipt] = []
-        phase: str | None = token.phase
-        state = token.paging_state
-        while phase is not None and len(out) < size:
-            rows, state = self.views.receipts(
-                phase, store, day, token.split, token.version, size - len(out), state
-            )
+        index, state = token.index, token.paging_state
+        while index < len(token.segments) and len(out) < size:
+            rows, state = self.views.receipts(store, token.segments[index], size - len(out), state)
             out += rows
-            if state is None:  # this side is done: go on with the next one
-                phase = "speed" if phase == "batch" else None
+            if state is None:  # this segment is done: go on with the next one
+                index += 1
         following = (
-            encode_page(
-                PageToken(phase, state, token.split, token.version, store, day), self.page_key()
-            )
-            if phase is not None
+            encode_page(replace(token, index=index, paging_state=state), self.page_key())
+            if index < len(token.segments)
             else None
         )
-        return ReceiptPage(store, day, out, following)
+        return ReceiptPage(store, day, out, following, zone, start, end)
 
     def store_day(self, store: int, day: date) -> StoreDay:
-        """Conflicting copies of the store-day's receipts and what the batch fixed."""
+        """Conflicting copies of the store's receipts of UTC day `day` and what the
+        batch fixed in its windows."""
+        return self._store_day(store, day, False)
+
+    def local_store_day(self, store: int, day: date) -> StoreDay:
+        """The same for the store's local day `day`: conflicts whose winner happened in
+        it, fixes of the windows that start in it."""
+        return self._store_day(store, day, True)
+
+    def _store_day(self, store: int, day: date, local: bool) -> StoreDay:
         check_day(day)
+        check_store(store)
+        zone, start, end = self._day_span(store, day, local)
         self.require_store(store)
-        return StoreDay(store, day, self.views.conflicts(store, day), self.views.fixes(store, day))
+        conflicts, fixes = [], []
+        for utc_day in TimeRange(start, end).days:
+            conflicts += self.views.conflicts(store, utc_day)
+            fixes += self.views.fixes(store, utc_day)
+        if local:  # the UTC days' partitions hold the day and its neighbours' ends
+            conflicts = [c for c in conflicts if start <= c.winner_happened_at < end]
+            fixes = [f for f in fixes if start <= f.window_start < end]
+        return StoreDay(store, day, conflicts, fixes, zone, start, end)
+
+    def _day_span(self, store: int, day: date, local: bool) -> tuple[str, datetime, datetime]:
+        """(zone, start, end) of the store's UTC day or local day `day`."""
+        if not local:
+            return "UTC", *merge.day_bounds(day)
+        registered = registered_store(self.stores, store)
+        return registered.time_zone, *utc_span(registered, day, day)
 
     def receipt_status(self, store: int, device: int, transaction: int) -> ReceiptStatus:
         """Did the pipeline get this receipt? accepted, resend absorbed, conflict, dead

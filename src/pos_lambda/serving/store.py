@@ -30,6 +30,7 @@ from pos_lambda.serving.model import (
     LineItem,
     Pointer,
     Receipt,
+    Segment,
     Source,
     SpeedQuery,
     receipts_partition,
@@ -68,15 +69,16 @@ STATEMENTS = {
     "WHERE day = ? AND version = ?",
     "speed_has_store": f"SELECT day FROM {cql.AGG_SPEED_TABLE} WHERE operation_id = ? LIMIT 1",
     "batch_has_store": f"SELECT day FROM {cql.AGG_BATCH_TABLE} WHERE operation_id = ? LIMIT 1",
+    # Each a slice [start, end) of one store-day partition (pos_lambda.serving.model.Segment).
     "receipts_batch": f"SELECT {_RECEIPT} FROM {cql.RECEIPTS_BATCH_TABLE} "
-    "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at < ?",
+    "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at >= ? AND happened_at < ?",
     # A generation's rows of one store-day, those the committed table version counts:
     # a filter within the one partition read (rows of a run not committed yet skipped).
     "receipts_generation": f"SELECT {_RECEIPT} FROM {cql.RECEIPTS_BATCH_TABLE} "
-    "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at < ? "
-    "AND master_version <= ? ALLOW FILTERING",
+    "WHERE operation_id = ? AND day = ? AND version = ? AND happened_at >= ? "
+    "AND happened_at < ? AND master_version <= ? ALLOW FILTERING",
     "receipts_speed": f"SELECT {_RECEIPT} FROM {cql.RAW_TABLE} "
-    "WHERE operation_id = ? AND day = ? AND happened_at >= ?",
+    "WHERE operation_id = ? AND day = ? AND happened_at >= ? AND happened_at < ?",
     "conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? AND winner_day = ?",
     "fixes": f"SELECT * FROM {cql.BATCH_FIXES_TABLE} WHERE operation_id = ? AND day = ?",
     "batch_runs": f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = ? LIMIT ?",
@@ -311,39 +313,24 @@ class Views:
     # --- raw receipts (paged) ---------------------------------------------------------
 
     def receipts(
-        self,
-        phase: str,
-        store: int,
-        day: date,
-        split: datetime,
-        version: str | None,
-        fetch_size: int,
-        paging_state: bytes | None,
+        self, store: int, segment: Segment, fetch_size: int, paging_state: bytes | None
     ) -> tuple[list[Receipt], bytes | None]:
-        """One Cassandra page of a store-day's receipts from one side of `split`."""
-        if phase == "batch":
-            assert version is not None
-            partition, served_upto = receipts_partition(version)
-            if served_upto is None:
-                session, bound = self._run(
-                    "receipts_batch", store, day, partition, split, fetch_size=fetch_size
-                )
-            else:
-                session, bound = self._run(
-                    "receipts_generation",
-                    store,
-                    day,
-                    partition,
-                    split,
-                    served_upto,
-                    fetch_size=fetch_size,
-                )
+        """One Cassandra page of a store's receipts in one segment of a listing."""
+        g = segment
+        args: tuple[Any, ...]
+        if g.source == "batch":
+            assert g.ref is not None
+            partition, served_upto = receipts_partition(g.ref)
+            statement, args = "receipts_batch", (store, g.day, partition, g.start, g.end)
+            if served_upto is not None:
+                statement, args = "receipts_generation", (*args, served_upto)
         else:
-            session, bound = self._run("receipts_speed", store, day, split, fetch_size=fetch_size)
+            statement, args = "receipts_speed", (store, g.day, g.start, g.end)
+        session, bound = self._run(statement, *args, fetch_size=fetch_size)
         with self._errors(), self._paging_refused(paging_state):
             result = session.execute(bound, paging_state=paging_state)
             rows = list(result.current_rows)
-        source: Source = "batch" if phase == "batch" else "speed"
+        source: Source = g.source
         return [
             Receipt(
                 happened_at=_utc(r.happened_at),

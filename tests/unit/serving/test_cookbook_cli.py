@@ -66,13 +66,20 @@ def test_cookbook_command_prints_queries_for_the_configured_keyspace(
 
 def test_the_local_day_recipes_read_its_utc_window_range_over_two_utc_days() -> None:
     values = {**cookbook.EXAMPLE, "store": 102, "zone": "Asia/Kathmandu", "day": "2026-03-02"}
-    registry, one, speed, pointer = cookbook.statements(values, cookbook.LOCAL_DAY_RECIPES)
+    registry, one, speed, receipts, pointer = cookbook.statements(
+        values, cookbook.LOCAL_DAY_RECIPES
+    )
     assert registry == "SELECT operation_id, name, time_zone, opening_hours\n  FROM pos.stores;"
     assert one.endswith("FROM pos.stores WHERE operation_id = 102;")
     assert speed.endswith(
         "FROM pos.agg_15m_speed WHERE operation_id = 102 AND day IN ('2026-03-01', "
         "'2026-03-02')\n   AND window_start >= '2026-03-01T18:15:00Z' "
         "AND window_start < '2026-03-02T18:15:00Z';"
+    )
+    assert receipts.endswith(
+        "FROM pos.receipts_by_store_day WHERE operation_id = 102 AND day IN ('2026-03-01', "
+        "'2026-03-02')\n   AND happened_at >= '2026-03-01T18:15:00Z' "
+        "AND happened_at < '2026-03-02T18:15:00Z';"
     )
     assert pointer.endswith("AND day IN ('2026-03-01', '2026-03-02');")
     # Values without a zone (a caller of the views' recipes only): the UTC day.

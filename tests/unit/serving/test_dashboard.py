@@ -219,6 +219,8 @@ def test_page_shows_the_local_day_by_default_with_the_utc_toggle() -> None:
         "receipts 9 6 +50.0% revenue 90.00 40.00 +125.0% final not yet not yet"
     )
     assert len(re.findall(r'<rect class="cell"', html)) == 7 * 24
+    assert '<a href="/stores/103/local-days/2026-03-08/receipts">receipts</a>' in html
+    assert '<a href="/stores/103/local-days/2026-03-08/issues">' in html
     assert "<script" not in html
 
 
@@ -237,6 +239,7 @@ def test_page_by_utc_day_links_back_to_the_local_day() -> None:
     assert len(re.findall(r'<rect class="bar"', html)) == 96
     assert 'id="view-local" href="/dashboard?store=103&day=2026-03-08&view=local"' in html
     assert 'id="week-before"' not in html and 'id="heatmap"' in html  # local hours still
+    assert '<a href="/stores/103/days/2026-03-08/receipts">receipts</a>' in html
 
 
 def test_the_heatmap_asks_no_more_days_than_a_request_may_span() -> None:

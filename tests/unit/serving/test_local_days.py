@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
@@ -12,7 +13,15 @@ import pytest
 from pos_lambda.serving.errors import QueryError, UnregisteredStore
 from pos_lambda.serving.local_days import local_day_totals
 from pos_lambda.serving.merge import merge_windows
-from pos_lambda.serving.model import Aggregate, DayVersion, Pointer
+from pos_lambda.serving.model import (
+    Aggregate,
+    Conflict,
+    DayVersion,
+    Fix,
+    Pointer,
+    Receipt,
+    Segment,
+)
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
 from pos_lambda.stores.model import Store, parse_week
@@ -127,3 +136,101 @@ def test_the_service_refuses_unregistered_stores_and_long_ranges() -> None:
     assert [d.windows for d in long.days].count(100) == 1 and len(long.days) == 31
     with pytest.raises(QueryError, match="range too large"):
         serving.local_days(103, date(2026, 10, 15), date(2026, 11, 15))
+
+
+def receipt(ts: datetime, txn: int) -> Receipt:
+    return Receipt(ts, 7, txn, 1, Decimal("1.00"), False, [], 0, txn, "speed", False)
+
+
+class FakeReceiptViews(FakeViews):
+    """Receipts by UTC day partition, paged by an offset carried as the paging state."""
+
+    def __init__(self, receipts: Sequence[Receipt], pointer: Pointer) -> None:
+        super().__init__([agg(102, at(1, 18, 15), 1, "1.00")])
+        self.rows, self._pointer = sorted(receipts, key=lambda r: r.happened_at), pointer
+        self.reads: list[tuple[str, date]] = []
+
+    def pointer(self, first: date, last: date) -> Pointer:
+        return self._pointer
+
+    def receipts(
+        self, store: int, segment: Segment, fetch_size: int, paging_state: bytes | None
+    ) -> tuple[list[Receipt], bytes | None]:
+        self.reads.append((segment.source, segment.day))
+        rows = [
+            replace(r, source=segment.source)
+            for r in self.rows
+            if r.happened_at.date() == segment.day and segment.start <= r.happened_at < segment.end
+        ]
+        first = int(paging_state or b"0")
+        end = first + fetch_size
+        return rows[first:end], (str(end).encode() if end < len(rows) else None)
+
+
+def test_a_local_days_receipts_page_across_two_utc_days_and_the_batch_seam() -> None:
+    # Kathmandu's 2 March: [1 March 18:15, 2 March 18:15) UTC; the batch answers up to
+    # 1 March 20:00 UTC. One receipt on either side of each bound.
+    times = [at(1, 18, 14), at(1, 18, 15), at(1, 19, 59), at(1, 20), at(1, 23, 59),
+             at(2, 0), at(2, 18, 14), at(2, 18, 15)]  # fmt: skip
+    rows = [receipt(t, n) for n, t in enumerate(times)]
+    serving = Serving(Settings(), stores=InMemoryStores([KATHMANDU, NEW_YORK]))
+    views = FakeReceiptViews(rows, POINTER)
+    serving.views = views  # type: ignore[assignment]
+    serving._page_key = bytes(32)
+    seen: list[Receipt] = []
+    page = serving.local_receipts(102, date(2026, 3, 2), page_size=2)
+    pages = 1
+    while True:
+        assert (page.time_zone, page.start, page.end) == (
+            "Asia/Kathmandu",
+            at(1, 18, 15),
+            at(2, 18, 15),
+        )
+        seen += page.receipts
+        if page.next_page is None:
+            break
+        page = serving.local_receipts(102, date(2026, 3, 2), page_size=2, page=page.next_page)
+        pages += 1
+    assert [r.transaction_id for r in seen] == [1, 2, 3, 4, 5, 6]  # each once, in time order
+    assert [r.source for r in seen] == ["batch", "batch", "speed", "speed", "speed", "speed"]
+    assert pages == 3
+    with pytest.raises(QueryError, match="issued for store 102 on local day 2026-03-02, not "
+                                         "store 102 on UTC day"):  # fmt: skip
+        serving.receipts(102, date(2026, 3, 2), page=serving.local_receipts(
+            102, date(2026, 3, 2), page_size=1).next_page)  # fmt: skip
+    utc = serving.receipts(102, date(2026, 3, 1), page_size=100)
+    assert [r.transaction_id for r in utc.receipts] == [0, 1, 2, 3, 4]
+    assert (utc.time_zone, utc.next_page) == ("UTC", None)
+
+
+def test_a_local_days_issues_are_those_of_its_utc_range() -> None:
+    def conflict(winner: datetime) -> Conflict:
+        return Conflict(7, 1, ["revenue"], winner, winner, Decimal("2.00"), Decimal("1.00"),
+                        0, 2, 0, 1)  # fmt: skip
+
+    def fix(ws: datetime) -> Fix:
+        return Fix(ws, "v1", 1, 2, 1, Decimal("1.00"), Decimal("2.00"), Decimal("1.00"), 1, 0,
+                   0, None)  # fmt: skip
+
+    class IssueViews(FakeViews):
+        def conflicts(self, store: int, day: date) -> list[Conflict]:
+            return [conflict(t) for t in (at(1, 18), at(1, 18, 15), at(2, 18, 15))
+                    if t.date() == day]  # fmt: skip
+
+        def fixes(self, store: int, day: date) -> list[Fix]:
+            return [fix(t) for t in (at(1, 18), at(2, 18)) if t.date() == day]
+
+    serving = Serving(Settings(), stores=InMemoryStores([KATHMANDU, NEW_YORK]))
+    serving.views = IssueViews([agg(102, at(1, 18, 15), 1, "1.00")])  # type: ignore[assignment]
+    local = serving.local_store_day(102, date(2026, 3, 2))
+    assert [c.winner_happened_at for c in local.conflicts] == [at(1, 18, 15)]
+    assert [f.window_start for f in local.fixes] == [at(2, 18)]
+    assert (local.time_zone, local.start, local.end) == (
+        "Asia/Kathmandu",
+        at(1, 18, 15),
+        at(2, 18, 15),
+    )
+    utc = serving.store_day(102, date(2026, 3, 1))
+    assert ([c.winner_happened_at for c in utc.conflicts], utc.time_zone) == (
+        [at(1, 18), at(1, 18, 15)], "UTC"
+    )  # fmt: skip

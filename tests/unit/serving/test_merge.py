@@ -6,8 +6,15 @@ from collections import Counter
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
-from pos_lambda.serving.merge import batch_split, daily_totals, merge_windows, top_stores, totals
-from pos_lambda.serving.model import Aggregate, DayVersion, Pointer
+from pos_lambda.serving.merge import (
+    batch_split,
+    daily_totals,
+    merge_windows,
+    receipt_segments,
+    top_stores,
+    totals,
+)
+from pos_lambda.serving.model import Aggregate, DayVersion, Pointer, Segment
 
 D = date(2026, 3, 2)
 
@@ -149,3 +156,43 @@ def test_batch_split_is_where_the_covered_prefix_of_the_day_ends() -> None:
     assert batch_split(POINTER, D) == at(10)
     assert batch_split(Pointer(None, {}), D) == at(0)
     assert batch_split(Pointer(at(0, d=4), {D: DayVersion(D, "v", at(0, d=3))}), D) == at(0, d=3)
+
+
+def test_a_utc_day_of_receipts_is_the_batch_prefix_then_the_speed_rest() -> None:
+    assert receipt_segments(POINTER, at(0), at(0, d=3)) == [
+        Segment("batch", D, at(0), at(10), "v2"),
+        Segment("speed", D, at(10), at(0, d=3)),
+    ]
+    assert receipt_segments(Pointer(None, {}), at(0), at(0, d=3)) == [
+        Segment("speed", D, at(0), at(0, d=3))
+    ]
+    whole = Pointer(at(0, d=4), {D: DayVersion(D, "v", at(0, d=3), "g5", 12)})
+    assert receipt_segments(whole, at(0), at(0, d=3)) == [
+        Segment("batch", D, at(0), at(0, d=3), "g5@12")
+    ]
+
+
+def test_a_local_day_reads_the_slices_of_two_utc_days_each_split_at_its_own_seam() -> None:
+    # Kathmandu's 2 March is [1 March 18:15, 2 March 18:15) UTC; the batch committed 1
+    # March whole and 2 March up to 10:00: three segments, in time order, none overlapping.
+    d1 = date(2026, 3, 1)
+    pointer = Pointer(at(10), {d1: DayVersion(d1, "v1", at(0)), D: DayVersion(D, "v2", at(10))})
+    assert receipt_segments(pointer, at(18, 15, d=1), at(18, 15)) == [
+        Segment("batch", d1, at(18, 15, d=1), at(0), "v1"),
+        Segment("batch", D, at(0), at(10), "v2"),
+        Segment("speed", D, at(10), at(18, 15)),
+    ]
+    # A local day that ends before the seam has no speed segment; one that starts after
+    # it, no batch segment.
+    assert receipt_segments(pointer, at(2), at(9)) == [Segment("batch", D, at(2), at(9), "v2")]
+    assert receipt_segments(pointer, at(11), at(13)) == [Segment("speed", D, at(11), at(13))]
+
+
+def test_a_25_hour_local_day_may_touch_three_utc_days() -> None:
+    # [1 March 23:30, 3 March 00:30): a fall-back day of a zone at a half-hour offset.
+    segments = receipt_segments(Pointer(None, {}), at(23, 30, d=1), at(0, 30, d=3))
+    assert [(g.day.day, g.start, g.end) for g in segments] == [
+        (1, at(23, 30, d=1), at(0)),
+        (2, at(0), at(0, d=3)),
+        (3, at(0, d=3), at(0, 30, d=3)),
+    ]

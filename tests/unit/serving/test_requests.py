@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 import pytest
 
 from pos_lambda.serving.errors import QueryError
+from pos_lambda.serving.model import Segment
 from pos_lambda.serving.requests import (
     PageToken,
     TimeRange,
@@ -76,23 +77,29 @@ KEY = bytes(range(32))
 DAY = date(2026, 3, 2)
 
 
+T0, T10 = datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 2, 10, tzinfo=UTC)
+BATCH = Segment("batch", DAY, T0, T10, "g7@12")
+SPEED = Segment("speed", DAY, T10, T0 + timedelta(days=1))
+
+
 def test_page_tokens_round_trip_and_garbage_is_refused() -> None:
-    token = PageToken(
-        "batch", b"\x00\x01state", datetime(2026, 3, 2, 10, tzinfo=UTC), "v2", 101, DAY
-    )
+    token = PageToken((BATCH, SPEED), 0, b"\x00\x01state", 101, DAY)
     assert decode_page(encode_page(token, KEY), KEY, 101, DAY) == token
-    speed = PageToken("speed", None, datetime(2026, 3, 2, tzinfo=UTC), None, 101, DAY)
+    speed = PageToken((SPEED,), 0, None, 101, DAY)
     assert decode_page(encode_page(speed, KEY), KEY, 101, DAY) == speed
+    local = PageToken((BATCH, SPEED), 1, b"s", 102, DAY, "Asia/Kathmandu")
+    assert decode_page(encode_page(local, KEY), KEY, 102, DAY, local=True) == local
     for garbage in ("abc", "", encode_page(token, KEY)[:-3] + "!!!", "é.é", "a.b.c"):
         with pytest.raises(QueryError, match="pass next_page of the previous answer"):
             decode_page(garbage, KEY, 101, DAY)
 
 
 def test_a_token_is_signed_payload_dot_mac() -> None:
-    token = PageToken("speed", None, datetime(2026, 3, 2, tzinfo=UTC), None, 101, DAY)
+    token = PageToken((SPEED,), 0, None, 101, DAY)
     payload, mac = encode_page(token, KEY).split(".")
     assert base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)) == (
-        b'{"p":"speed","s":null,"t":"2026-03-02T00:00:00+00:00","v":null,"o":101,"d":"2026-03-02"}'
+        b'{"g":[["speed","2026-03-02","2026-03-02T10:00:00+00:00","2026-03-03T00:00:00+00:00",'
+        b'null]],"i":0,"s":null,"o":101,"d":"2026-03-02","z":null}'
     )
     assert len(base64.urlsafe_b64decode(mac + "==")) == 16
 
@@ -118,19 +125,34 @@ def test_forged_tokens_are_refused_before_parsing(forged: str) -> None:
 
 
 def test_a_token_of_another_key_or_store_day_is_refused() -> None:
-    token = PageToken("speed", b"state", datetime(2026, 3, 2, tzinfo=UTC), None, 101, DAY)
+    token = PageToken((SPEED,), 0, b"state", 101, DAY)
     with pytest.raises(QueryError, match=r"^page is not a token this API returned"):
         decode_page(encode_page(token, KEY), bytes(32), 101, DAY)
     mac = encode_page(token, KEY).split(".")[1]
     tampered = _unsigned(
-        b'{"p":"speed","s":"00","t":"2026-03-02T00:00:00+00:00","v":null,"o":101,"d":"2026-03-02"}'
+        b'{"g":[["speed","2026-03-02","2026-03-02T10:00:00+00:00","2026-03-03T00:00:00+00:00",'
+        b'null]],"i":0,"s":"00","o":101,"d":"2026-03-02","z":null}'
     )
     with pytest.raises(QueryError, match=r"^page is not a token this API returned"):
         decode_page(f"{tampered}.{mac}", KEY, 101, DAY)
-    with pytest.raises(QueryError, match="issued for store 101 on 2026-03-02, not store 102"):
+    with pytest.raises(
+        QueryError, match="issued for store 101 on UTC day 2026-03-02, not store 102 on UTC day"
+    ):
         decode_page(encode_page(token, KEY), KEY, 102, DAY)
-    with pytest.raises(QueryError, match="not store 101 on 2026-03-03"):
+    with pytest.raises(QueryError, match="not store 101 on UTC day 2026-03-03"):
         decode_page(encode_page(token, KEY), KEY, 101, date(2026, 3, 3))
+    # A UTC day's token does not page a local day, nor the other way round.
+    with pytest.raises(QueryError, match="not store 101 on local day 2026-03-02"):
+        decode_page(encode_page(token, KEY), KEY, 101, DAY, local=True)
+
+
+def test_a_signed_token_pointing_past_its_segments_is_refused() -> None:
+    past = PageToken((SPEED,), 1, None, 101, DAY)
+    with pytest.raises(QueryError, match=r"^page is not a token this API returned"):
+        decode_page(encode_page(past, KEY), KEY, 101, DAY)
+    naive = PageToken((Segment("speed", DAY, T10.replace(tzinfo=None), T10),), 0, None, 101, DAY)
+    with pytest.raises(QueryError, match=r"^page is not a token this API returned"):
+        decode_page(encode_page(naive, KEY), KEY, 101, DAY)
 
 
 @pytest.mark.parametrize(
