@@ -9,7 +9,8 @@ per 15-minute window of the local day (92 on New York's spring-forward day), som
 from the batch and some from the speed view, the dashed horizon line with its label, the
 week-before table and the 7 x 24 hour-of-week heatmap with shaded cells; it saves
 `docs/dashboard.png`, then the heatmap alone (`docs/screenshots/dashboard-heatmap.png`),
-follows the page's "UTC day" toggle, checks 96 bars and saves
+follows the local day's "receipts" link (JSON of that local day: its zone, its UTC range,
+every receipt inside it; `docs/screenshots/dashboard-local-receipts.png`), then the "UTC day" toggle, checks 96 bars and saves
 `docs/screenshots/dashboard-utc-day.png`. Exits 1 if the page lacks any of them.
 
 `--seed` first writes eleven days of data through the real layers into their own
@@ -34,6 +35,7 @@ Needs Kafka and Cassandra (`make up`); `--seed` runs two Spark jobs (a few minut
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -201,6 +203,35 @@ def _check_local_extras(page: Any, problems: list[str]) -> None:
         problems.append(f"heatmap not drawn at full width: {box}")
 
 
+def _check_receipts_link(page: Any, zone: str | None, shots: Path, problems: list[str]) -> None:
+    """Follow the local day's "receipts" link: a JSON page of that local day (its zone,
+    its UTC range, receipts inside it), kept as a screenshot; then back to the page."""
+    link = page.locator("#day-links a", has_text="receipts")
+    if link.count() != 1:
+        problems.append("no link to the day's receipts under the totals")
+        return
+    link.click()
+    page.wait_for_load_state()
+    try:
+        body = json.loads(page.locator("body").inner_text())
+    except ValueError:
+        problems.append(f"the receipts link did not answer JSON: {page.url}")
+        page.go_back()
+        return
+    start, end = (datetime.fromisoformat(body[k].replace("Z", "+00:00")) for k in ("start", "end"))
+    times = [
+        datetime.fromisoformat(r["happened_at"].replace("Z", "+00:00")) for r in body["receipts"]
+    ]
+    print(f"receipts link: {page.url}: {len(times)} receipts, {body['time_zone']} [{start}, {end})")
+    if zone and body["time_zone"] != zone:
+        problems.append(f"the receipts link answered zone {body['time_zone']}, not {zone}")
+    if not times or not all(start <= t < end for t in times):
+        problems.append(f"the receipts link's receipts are not of its local day: {page.url}")
+    page.screenshot(path=str(shots / "dashboard-local-receipts.png"))
+    page.go_back()
+    page.wait_for_load_state()
+
+
 def local_day_windows(day: str, zone: str) -> int:
     """How many 15-minute windows the local day has, by zoneinfo (the page's answer is
     checked against this, not against itself)."""
@@ -234,6 +265,7 @@ def capture(
         shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out), full_page=True)
         page.locator("svg#heatmap").screenshot(path=str(shots / "dashboard-heatmap.png"))
+        _check_receipts_link(page, zone, shots, problems)
         toggle = page.locator("a#view-utc")
         if toggle.count() != 1:
             problems.append("no 'UTC day' toggle on the local-day page")
