@@ -212,14 +212,18 @@ class Serving:
         size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
         check_day(day)
         check_store(store)
-        zone, start, end = self._day_span(store, day, local)
         token = decode_page(page, self.page_key(), store, day, local) if page else None
-        self.require_store(store)
         if token is None:
+            zone, start, end = self._day_span(store, day, local)  # a local day: registered?
+            self.require_store(store)
             utc_days = TimeRange(start, end).days
             pointer = self.views.pointer(utc_days[0], utc_days[-1])
             segments = tuple(merge.receipt_segments(pointer, start, end))
             token = PageToken(segments, 0, None, store, day, zone if local else None)
+        else:
+            self.require_store(store)
+        # The day as the first page cut it, even if the store's zone was edited since.
+        zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
         out: list[Receipt] = []
         index, state = token.index, token.paging_state
         while index < len(token.segments) and len(out) < size:
