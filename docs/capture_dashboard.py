@@ -11,7 +11,8 @@ week-before table and the 7 x 24 hour-of-week heatmap with shaded cells; it save
 `docs/dashboard.png`, then the heatmap alone (`docs/screenshots/dashboard-heatmap.png`),
 follows the local day's "receipts" link (JSON of that local day: its zone, its UTC range,
 every receipt inside it; `docs/screenshots/dashboard-local-receipts.png`), then the
-"UTC day" toggle, checks 96 bars and saves `docs/screenshots/dashboard-utc-day.png`. Exits 1 if the page lacks any of them.
+"UTC day" toggle, checks 96 bars and saves `docs/screenshots/dashboard-utc-day.png`.
+Exits 1 if the page lacks any of them.
 
 `--seed` first writes eleven days of data through the real layers into their own
 keyspace (`pos_dashboard`), topic (`pos.dashboard.<timestamp>`) and data dir
