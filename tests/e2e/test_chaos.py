@@ -2,9 +2,10 @@
 
 `pos_lambda.demo.chaos.run` resets its own namespace (keyspace `pos_chaos`, topics
 `chaos.*`, `.state/chaos/`), produces the stream at a steady rate while it kills and
-restarts the speed-layer driver, the Kafka broker, Cassandra, the batch job and the
-alerts processor at seeded points, lets everything catch up, runs the batch layer
-(through its Airflow DAG by default) and the auditor over every view, and writes the
+restarts the speed-layer driver, the Kafka broker, Cassandra, the batch job, the
+alerts processor and the deduplicated topic's processor (`pos-receipts run`) at seeded
+points, lets everything catch up, runs the batch layer (through its Airflow DAG by
+default) and the auditor over every view (`receipts_topic` too), and writes the
 figures to docs/chaos.md and docs/chaos.json. This test gives the verdict.
 
 It needs the local services and restarts Kafka and Cassandra: run it alone, holding the
@@ -18,6 +19,7 @@ from collections import Counter
 
 import pytest
 
+from pos_lambda.audit import run as audit_run
 from pos_lambda.demo import chaos, figures
 
 pytestmark = pytest.mark.e2e
@@ -35,12 +37,16 @@ def test_chaos_every_fault_made_nothing_lost_duplicated_or_wrong(
 
 def assert_survived(args: argparse.Namespace, facts: figures.ChaosFacts) -> None:
     """The verdict: every planned fault made (the plan drawn again from the seed, not
-    taken from the run), nothing lost, duplicated or wrong, every view exact, clean."""
+    taken from the run), nothing lost, duplicated or wrong, every view of the auditor
+    audited (none skipped: `receipts_topic` too) and exact, clean."""
     plan = figures.plan(args.seed, window=args.fault_window)
     planned = Counter(f.kind for f in plan.faults)
     made = Counter(o.kind for o in facts.outcomes)
     assert made == planned, f"faults made {dict(made)}, planned {dict(planned)}: {facts.notes}"
     assert figures.exact_totals(facts.audit) == (0, 0, 0)  # lost, duplicated, wrong
+    audited = {v.name for v in facts.audit.views}
+    skipped = [v for v in audit_run.VIEWS if v not in audited]
+    assert skipped == [], f"views the audit skipped (their processor never ran): {skipped}"
     not_exact = [v.name for v in facts.audit.views if not v.exact]
     assert not_exact == [], f"views the audit could not hold exact: {facts.audit.report}"
     assert facts.audit.clean, f"audit discrepancies: {facts.audit.report}"

@@ -12,34 +12,36 @@ machinery it drives (`run`) and the narration it prints.
 While a seeded stream (resends, bursts, conflicting copies, late, out-of-order and
 malformed messages) is produced at a steady rate into its own topic, the run strikes at
 seeded random points of the stream: kill -9 of the speed-layer driver three times (in a
-micro-batch: its checkpoint has an offsets entry without a commit), a hard restart of the
-Kafka broker, a restart of Cassandra (kill -9, start), Cassandra down for longer than
-the speed layer's restarts ride out (--outage-seconds), kill -9 of the batch job
-mid-write (its crash point after the receipts, before the aggregates and the pointer;
-it first waits for the master dataset if the archiver has not made it yet), oversized
-malformed messages (up to 900 kB, in the ledger as dead letters to be), a foreign
-record on the alerts topic, the alerts processor killed mid-transaction twice (started
-again armed with its crash point: alerts on the broker, commit not made; a conflicting
-copy held back from the stream makes sure a transaction with alerts comes), kill -9 of
-the Airflow scheduler while a DAG run's recompute runs, and a manual `pos-batch run`
-beside a DAG run of the same hours (Airflow is started for these if it is not
-running). Whatever exits is started again, as a process manager would. --fault-window
-puts the faults elsewhere in the stream (0,0.15: all at its start). Then everything
-catches up (the speed layer's checkpoints reach the topic's end offsets, the alerts
-group commits them), the batch layer runs through its Airflow DAG (`--batch direct`:
-`pos-batch run` + `quality` without Airflow), the auditor compares every view with
-the ledger, and the figures table is printed and written to `docs/chaos.md` and
-`docs/chaos.json` (`--out`).
+micro-batch: its checkpoint has an offsets entry without a commit), a hard restart of
+the Kafka broker, a restart of Cassandra (kill -9, start), Cassandra down for longer
+than the speed layer's restarts ride out (--outage-seconds), kill -9 of the batch job
+mid-write (its crash point after the receipts, before the aggregates and the pointer; it
+first waits for the master dataset if the archiver has not made it yet), oversized
+malformed messages (up to 900 kB, in the ledger as dead letters to be), a foreign record
+on the alerts topic, the alerts processor killed mid-transaction twice (started again
+armed with its crash point: alerts on the broker, commit not made; a conflicting copy
+held back from the stream makes sure a transaction with alerts comes), kill -9 of the
+deduplicated topic's processor `pos-receipts run` from outside (recovered when its
+restarted successor commits past where it was), kill -9 of the Airflow scheduler while a
+DAG run's recompute runs, and a manual `pos-batch run` beside a DAG run of the same
+hours (Airflow is started for these if it is not running). Whatever exits is started
+again, as a process manager would. --fault-window puts the faults elsewhere in the
+stream (0,0.15: all at its start). Then everything catches up (the speed layer's
+checkpoints reach the topic's end offsets, the alerts and receipts groups commit them),
+the batch layer runs through its Airflow DAG (`--batch direct`: `pos-batch run` +
+`quality` without Airflow), the auditor compares every view with the ledger, and the
+figures table is printed and written to `docs/chaos.md` and `docs/chaos.json` (`--out`).
 
-Its own namespace: keyspace `pos_chaos`, topics `chaos.transactions`/`chaos.alerts`,
-data dir `.state/chaos/data`, ledger `.state/chaos/ledger` (all reset at the start);
-logs under `.state/chaos/logs/`. The Kafka and Cassandra restarts act on the local
-services every other job uses: run it holding the machine's heavy-work lock. Every wait
-is bounded (`--timeout` for the whole run); a finally block stops every process it
-started (Airflow too, unless `--keep-airflow`) and starts Kafka and Cassandra again if a
-fault left them down. Exit codes (pytest's): 0 the test passed, 1 it failed
-(discrepancies, a fault not made, a failed step), 2 bad arguments or no tests/ directory
-(an installed package carries no tests: run it from a checkout), 4 a pytest usage error.
+Its own namespace: keyspace `pos_chaos`, topics `chaos.transactions`/`chaos.alerts`/
+`chaos.receipts` (groups `chaos-alerts`, `chaos-alerts-sink`, `chaos-receipts`), data
+dir `.state/chaos/data`, ledger `.state/chaos/ledger` (all reset at the start); logs
+under `.state/chaos/logs/`. The Kafka and Cassandra restarts act on the local services
+every other job uses: run it holding the machine's heavy-work lock. Every wait is
+bounded (`--timeout` for the whole run); a finally block stops every process it started
+(Airflow too, unless `--keep-airflow`) and starts Kafka and Cassandra again if a fault
+left them down. Exit codes (pytest's): 0 the test passed, 1 it failed (discrepancies, a
+fault not made, a failed step), 2 bad arguments or no tests/ directory (an installed
+package carries no tests: run it from a checkout), 4 a pytest usage error.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ NAMESPACE = {
     "POS_ALERTS_GROUP_ID": "chaos-alerts",
     "POS_ALERTS_SINK_GROUP_ID": "chaos-alerts-sink",
     "POS_ALERTS_INSTANCE_ID": "chaos-1",
+    "POS_TOPIC_RECEIPTS": "chaos.receipts",
+    "POS_RECEIPTS_GROUP_ID": "chaos-receipts",
+    "POS_RECEIPTS_INSTANCE_ID": "chaos-1",
     "POS_DATA_DIR": str(STATE / "data"),
 }
 
@@ -220,6 +225,7 @@ class Chaos:
     plan: figures.Plan
     speed: subprocess.Popen[bytes] | None = None
     alerts: subprocess.Popen[bytes] | None = None
+    receipts: subprocess.Popen[bytes] | None = None  # `pos-receipts run`
     # The alerts kill still to be made: the processor is (re)started with its crash
     # point until it strikes.
     alerts_armed: bool = False
@@ -274,10 +280,22 @@ class Chaos:
         self.alerts = start_logged([str(VENV_BIN / "pos-alerts"), "run"], env, self.log("alerts"))
         self.procs.append(self.alerts)
 
+    def start_receipts(self) -> None:
+        self.receipts = start_logged(
+            [str(VENV_BIN / "pos-receipts"), "run"], self.env, self.log("receipts")
+        )
+        self.procs.append(self.receipts)
+
     def _alerts_committed(self) -> dict[int, int] | None:
         s = self.settings
         with contextlib.suppress(Exception):  # a coordinator moving, the broker restarting
             return steps.committed(s, s.alerts.group_id, s.topics.transactions)
+        return None
+
+    def _receipts_committed(self) -> dict[int, int] | None:
+        s = self.settings
+        with contextlib.suppress(Exception):  # a coordinator moving, the broker restarting
+            return steps.committed(s, s.receipts.group_id, s.topics.transactions)
         return None
 
     def watch(self) -> None:
@@ -302,6 +320,11 @@ class Chaos:
                     self.say(f"watch: pos-alerts exited {code}; starting it again")
                 self.restarts += 1
                 self.start_alerts()
+            if self.receipts is not None and self.receipts.poll() is not None:
+                code = self.receipts.returncode
+                self.say(f"watch: pos-receipts exited {code}; starting it again")
+                self.restarts += 1
+                self.start_receipts()
 
     # --- faults ---------------------------------------------------------------------
 
@@ -565,6 +588,63 @@ class Chaos:
             round(time.monotonic() - t_kill, 1),
         )
 
+    def receipts_kill(self) -> tuple[str, float]:
+        """kill -9 of the deduplicated topic's processor (`pos-receipts run`) from outside
+        while the stream flows, once it has committed: whatever transaction it had open
+        stays on the broker uncommitted (its successor, with the same transactional.id,
+        aborts it). The watch starts it again, as a process manager would. Recovered when
+        the successor runs and the group's committed offsets are past those at the kill
+        (or, nothing left to read, the group is at the topic's end)."""
+        before: list[dict[int, int]] = []
+
+        def running_and_committed() -> bool:
+            now = self._receipts_committed()
+            proc = self.receipts
+            if proc is None or proc.poll() is not None or not now or not any(now.values()):
+                return False
+            before[:] = [now]
+            return True
+
+        await_or_fail(running_and_committed, self.args.step_timeout,
+                      "the receipts processor to run and commit", 0.5)  # fmt: skip
+        with self.lock:  # the watch starts its successor only after this snapshot
+            old = self.receipts
+            assert old is not None
+            os.kill(old.pid, signal.SIGKILL)
+            t_kill = time.monotonic()
+            old.wait(timeout=30)
+            # Where the dead one was: nothing moves the group's offsets until its
+            # successor commits (a read failing while the broker restarts: the last seen).
+            at_kill = next((c for _ in range(3) if (c := self._receipts_committed())), before[0])
+        how: list[str] = []
+
+        def committed_again() -> bool:
+            self.watch()
+            proc = self.receipts
+            if proc is None or proc is old or proc.poll() is not None:
+                return False
+            now = self._receipts_committed()
+            if now is not None and committed_past(at_kill, now):
+                how[:] = ["its successor committed past the kill's offsets"]
+                return True
+            s = self.settings
+            stream_over = self.sent() >= len(self.stream.messages if self.stream else [])
+            if (
+                stream_over
+                and now == at_kill
+                and steps.group_caught_up(s, s.receipts.group_id, s.topics.transactions)
+            ):
+                how[:] = ["its successor runs, the group at the topic's end"]
+                return True
+            return False
+
+        await_or_fail(committed_again, self.args.step_timeout,
+                      "the restarted receipts processor to commit")  # fmt: skip
+        return (
+            f"pid {old.pid} killed at {sum(at_kill.values()):,} committed input offsets; {how[0]}",
+            round(time.monotonic() - t_kill, 1),
+        )
+
     def _send(self, message: OutgoingMessage) -> None:
         """One message of the stream, sent apart from it (idempotent producer)."""
         from confluent_kafka import Producer
@@ -697,14 +777,15 @@ def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
         if svc.process(chaos.base).pid() is None:
             raise StepFailed(f"{name} answers but is not managed here: cannot restart it")
     chaos.say(
-        f"reset: topics {s.topics.transactions}, {s.topics.alerts}; keyspace "
-        f"{s.cassandra.keyspace}; {s.data_dir}; ledger {args.ledger}"
+        f"reset: topics {s.topics.transactions}, {s.topics.alerts}, {s.topics.receipts}; "
+        f"keyspace {s.cassandra.keyspace}; {s.data_dir}; ledger {args.ledger}"
     )
     steps.reset_topics(
         s,
-        {s.topics.transactions: s.topics.partitions, s.topics.alerts: s.topics.partitions},
-        [s.alerts.group_id, s.alerts.sink_group_id],
-    )
+        {t: s.topics.partitions for t in (s.topics.transactions, s.topics.alerts,
+                                           s.topics.receipts)},
+        [s.alerts.group_id, s.alerts.sink_group_id, s.receipts.group_id],
+    )  # fmt: skip
     steps.reset_keyspace(s)
     reset_dir(s.data_dir)
     reset_dir(Path(args.ledger))
@@ -872,9 +953,19 @@ def storm(chaos: Chaos, producer: threading.Thread, total: int) -> None:
     chaos.say(f"stream: all {chaos.sent():,} messages sent and acknowledged")
 
 
+def committed_past(before: dict[int, int], now: dict[int, int]) -> bool:
+    """A group's committed offsets `now` are past `before`: none behind, one ahead."""
+    return all(now.get(p, 0) >= o for p, o in before.items()) and any(
+        o > before.get(p, 0) for p, o in now.items()
+    )
+
+
 def catch_up(chaos: Chaos) -> None:
     s = chaos.settings
-    chaos.say("catch-up: awaiting the speed layer and the alerts processor at the topic's end")
+    chaos.say(
+        "catch-up: awaiting the speed layer and the alerts and receipts processors at the "
+        "topic's end"
+    )
     last = time.monotonic()
 
     def done() -> bool:
@@ -883,14 +974,17 @@ def catch_up(chaos: Chaos) -> None:
         chaos.watch()
         speed = steps.speed_caught_up(s)
         alerts = steps.group_caught_up(s, s.alerts.group_id, s.topics.transactions)
+        receipts = steps.group_caught_up(s, s.receipts.group_id, s.topics.transactions)
         if time.monotonic() - last >= 15:
             last = time.monotonic()
             chaos.say(f"catch-up: speed {'done' if speed else 'working'}, alerts "
-                      f"{'done' if alerts else 'working'}")  # fmt: skip
-        return speed and alerts
+                      f"{'done' if alerts else 'working'}, receipts "
+                      f"{'done' if receipts else 'working'}")  # fmt: skip
+        return speed and alerts and receipts
 
-    await_or_fail(done, chaos.args.step_timeout * 2, "the speed layer and alerts to catch up")
-    for name in ("speed", "alerts"):
+    await_or_fail(done, chaos.args.step_timeout * 2,
+                  "the speed layer, alerts and receipts to catch up")  # fmt: skip
+    for name in ("speed", "alerts", "receipts"):
         proc = getattr(chaos, name)
         setattr(chaos, name, None)  # the watch must not start it again
         if proc is not None:
@@ -1021,6 +1115,9 @@ def run(args: argparse.Namespace) -> figures.ChaosFacts:
         alerts_group_id=NAMESPACE["POS_ALERTS_GROUP_ID"],
         alerts_sink_group_id=NAMESPACE["POS_ALERTS_SINK_GROUP_ID"],
         alerts_instance_id=NAMESPACE["POS_ALERTS_INSTANCE_ID"],
+        topic_receipts=NAMESPACE["POS_TOPIC_RECEIPTS"],
+        receipts_group_id=NAMESPACE["POS_RECEIPTS_GROUP_ID"],
+        receipts_instance_id=NAMESPACE["POS_RECEIPTS_INSTANCE_ID"],
         data_dir=Path(NAMESPACE["POS_DATA_DIR"]),
     )
     fault_plan = figures.plan(args.seed, window=args.fault_window)
@@ -1033,7 +1130,9 @@ def run(args: argparse.Namespace) -> figures.ChaosFacts:
         messages, summary = prepare(chaos)
         chaos.start_speed()
         chaos.start_alerts()
-        say(f"speed and alerts started (logs {chaos.log('speed')}, {chaos.log('alerts')})")
+        chaos.start_receipts()
+        say(f"speed, alerts and receipts started (logs {chaos.log('speed')}, "
+            f"{chaos.log('alerts')}, {chaos.log('receipts')})")  # fmt: skip
         producer = produce_in_background(chaos, messages)
         storm(chaos, producer, len(messages))
         send_held(chaos)

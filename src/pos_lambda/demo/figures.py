@@ -14,11 +14,12 @@ from typing import Any
 
 from pos_lambda.demo.story import Audited, n
 
-# What strikes while the stream is produced, besides the alerts processor's own kills.
+# What strikes while the stream is produced (the alerts kills are the processor's own
+# crash point, armed; the receipts kill is a kill -9 from outside).
 STREAM_FAULTS = ("speed_kill", "speed_kill", "speed_kill", "kafka_restart",
                  "cassandra_restart", "batch_kill", "cassandra_outage", "oversized_malformed",
-                 "foreign_alert", "alerts_kill", "alerts_kill", "airflow_scheduler_kill",
-                 "batch_beside_dag")  # fmt: skip
+                 "foreign_alert", "alerts_kill", "alerts_kill", "receipts_kill",
+                 "airflow_scheduler_kill", "batch_beside_dag")  # fmt: skip
 LABELS = {
     "speed_kill": "kill -9 of the speed-layer driver (mid micro-batch)",
     "kafka_restart": "Kafka broker hard restart (kill -9, start)",
@@ -27,6 +28,7 @@ LABELS = {
     "oversized_malformed": "oversized malformed messages (over the contract's 64 KiB)",
     "foreign_alert": "a foreign record on the alerts topic",
     "alerts_kill": "kill -9 of the alerts processor mid-transaction",
+    "receipts_kill": "kill -9 of the receipts processor (the deduplicated topic)",
     "batch_kill": "kill -9 of the batch job mid-write",
     "airflow_scheduler_kill": "kill -9 of the Airflow scheduler during a DAG run",
     "batch_beside_dag": "a manual batch run beside the DAG's run of the same hours",

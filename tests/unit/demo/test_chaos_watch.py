@@ -107,3 +107,48 @@ def test_an_airflow_fault_runs_the_dag_over_the_hours_the_stream_has_passed(
     assert run.passed_hours() == (run.interval[0], datetime(2026, 11, 18, 2, tzinfo=UTC))
     run.stream.sent = 12  # the stream is over
     assert run.passed_hours() == run.interval
+
+
+def test_the_receipts_processor_is_started_again_whenever_it_exits(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started: list[tuple[Exited, list[str], dict[str, str]]] = []
+
+    def start_logged(argv: list[str], env: dict[str, str], log: Path) -> Exited:
+        started.append((Exited(), argv, env))
+        return started[-1][0]
+
+    monkeypatch.setattr(chaos, "start_logged", start_logged)
+    said: list[str] = []
+    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), said.append,
+                           figures.Plan([]))  # fmt: skip
+    run.start_receipts()
+    first, argv, env = started[-1]
+    assert argv == [str(chaos.VENV_BIN / "pos-receipts"), "run"]
+    # Its own namespace, like the alerts'.
+    assert env["POS_TOPIC_RECEIPTS"] == "chaos.receipts"
+    assert env["POS_RECEIPTS_GROUP_ID"] == "chaos-receipts"
+    assert env["POS_RECEIPTS_INSTANCE_ID"] == "chaos-1"
+    run.watch()
+    assert len(started) == 1 and run.restarts == 0  # running: left alone
+    first.returncode = -signal.SIGKILL  # killed from outside
+    run.watch()
+    assert len(started) == 2 and run.receipts is started[-1][0] and run.restarts == 1
+    assert said == ["watch: pos-receipts exited -9; starting it again"]
+    assert run.procs == [first, started[-1][0]]  # both stopped at cleanup
+
+
+@pytest.mark.parametrize(
+    ("now", "past"),
+    [
+        ({0: 10, 1: 20}, False),  # where it was: not past
+        ({0: 11, 1: 20}, True),  # one partition ahead, none behind
+        ({0: 11, 1: 19}, False),  # one behind (a group reset): not past
+        ({0: 10, 1: 20, 2: 1}, True),  # a partition it had not committed on
+        ({}, False),
+    ],
+)
+def test_a_group_is_past_the_offsets_at_a_kill_when_none_is_behind_and_one_ahead(
+    now: dict[int, int], past: bool
+) -> None:
+    assert chaos.committed_past({0: 10, 1: 20}, now) is past

@@ -18,11 +18,20 @@ def test_the_plan_is_seeded_spread_out_and_inside_the_stream() -> None:
     ats = [f.at for f in a.faults]
     assert ats == sorted(ats)
     assert all(0.05 < x < 0.85 for x in ats)
-    # one fault per slot of (0.85 - 0.05) / 13: at least 0.2 slot widths apart
-    assert len(ats) == 13
-    assert all(b - a_ > 0.2 * 0.8 / 13 for a_, b in itertools.pairwise(ats))
+    # one fault per slot of (0.85 - 0.05) / 14: at least 0.2 slot widths apart
+    assert len(ats) == 14
+    assert all(b - a_ > 0.2 * 0.8 / 14 for a_, b in itertools.pairwise(ats))
     kinds = [f.kind for f in a.faults]
     assert kinds.count("speed_kill") == 3 and kinds.count("alerts_kill") == 2
+    assert kinds.count("receipts_kill") == 1
+
+
+def test_every_fault_kind_has_a_label_and_a_method_that_makes_it() -> None:
+    from pos_lambda.demo import chaos
+
+    for kind in set(figures.STREAM_FAULTS):
+        assert kind in figures.LABELS
+        assert callable(getattr(chaos.Chaos, kind))
 
 
 def test_a_plan_can_put_every_fault_at_the_streams_start() -> None:
@@ -108,3 +117,16 @@ def test_a_smaller_run_with_discrepancies_says_so() -> None:
     doc = figures.as_json(_facts(False, count=5_000))
     assert doc["totals"] == {"lost": 3, "duplicated": 0, "wrong": 0}
     assert doc["full"] is False
+
+
+def test_the_receipts_kill_is_in_the_table_with_its_recovery_time() -> None:
+    facts = _facts(True)
+    kill = figures.Outcome("receipts_kill", 50_000, 18.6, "pid 9 killed; its successor committed")
+    text = figures.render(
+        figures.ChaosFacts(**{**facts.__dict__, "outcomes": [*facts.outcomes, kill]})
+    )
+    assert "; kill -9 of the receipts processor (the deduplicated topic) x1 |\n" in text
+    assert (
+        "| 4 | kill -9 of the receipts processor (the deduplicated topic) | 50,000 | 19 s "
+        "| pid 9 killed; its successor committed |\n"
+    ) in text
