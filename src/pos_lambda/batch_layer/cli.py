@@ -18,7 +18,8 @@ JSON line with the run's bookkeeping and where its time went ("seconds"); with
 the exit code stays the run's; result or error is recorded on the run's batch_runs
 row). Exit codes: 0 done, 2 bad arguments (a future interval among them), 1 the run
 failed (recorded as `failed` in batch_runs), 3 another run committed the pointer while
-this one computed (recorded as `conflict`; rerun), 4 nothing to do yet (no master
+this one computed, and again on each of its `--conflict-retries` immediate recomputes
+(each lost try recorded as `conflict`; rerun), 4 nothing to do yet (no master
 dataset: the speed layer's archiver has not committed its first micro-batch; `run` and
 `rebuild` say so in one line on stderr, before any Spark session starts).
 """
@@ -31,14 +32,16 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pos_lambda.batch_layer.interval import Interval, IntervalError, parse_instant
 from pos_lambda.batch_layer.store import CommitConflict, NothingToDo
 from pos_lambda.settings import Settings, load_settings
 
 log = logging.getLogger("pos.batch")
+T = TypeVar("T")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,6 +81,15 @@ def _parser() -> argparse.ArgumentParser:
                 help="after the commit, run the data-quality check (as `pos-batch quality`) "
                 "in the same Spark session and record it on the run's batch_runs row (the "
                 "DAG's recompute: one Spark application per DAG run)",
+            )
+            c.add_argument(
+                "--conflict-retries",
+                type=int,
+                default=CONFLICT_RETRIES,
+                help="when another run commits the pointer first, recompute on what it "
+                f"committed at once, in the same Spark session, up to this many times "
+                f"(default {CONFLICT_RETRIES}; 0: exit 3 on the first conflict; a run pinned "
+                "with --delta-version never retries)",
             )
             c.add_argument(
                 "--take-over",
@@ -144,6 +156,7 @@ def _emit(value: Any) -> None:
 
 
 EXIT_CONFLICT = 3
+CONFLICT_RETRIES = 2  # a lost commit is recomputed at once (see until_committed)
 EXIT_NOTHING_TO_DO = 4
 
 
@@ -207,7 +220,11 @@ def main(argv: list[str] | None = None) -> int:
 
             assert interval is not None
             lap = time.monotonic()
-            result = job.run(spark, settings, interval, args.delta_version, args.take_over)
+            retries = 0 if args.delta_version is not None else max(args.conflict_retries, 0)
+            result = until_committed(
+                lambda: job.run(spark, settings, interval, args.delta_version, args.take_over),
+                retries,
+            )
             done = dataclasses.asdict(result)
             seconds["run"] = time.monotonic() - lap
             if args.quality:
@@ -239,6 +256,26 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def until_committed(run_once: Callable[[], T], retries: int) -> T:
+    """`run_once()`, run again at once, up to `retries` times, while it loses the
+    pointer's compare-and-set to another run (`CommitConflict`): optimistic concurrency's
+    retry. Each try reads the pointer afresh, so it builds on what the winner committed,
+    as a scheduler's retry would, without its delay and a new JVM."""
+    for attempt in range(retries + 1):
+        try:
+            return run_once()
+        except CommitConflict as exc:
+            if attempt == retries:
+                raise
+            log.warning(
+                "pos-batch run: %s; recomputing on what it committed (retry %d of %d)",
+                exc,
+                attempt + 1,
+                retries,
+            )
+    raise AssertionError("unreachable")
 
 
 def _nothing_to_do(command: str, reason: str) -> int:
