@@ -13,7 +13,7 @@ import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -412,3 +412,37 @@ def test_a_local_days_receipts_and_issues_over_http_and_the_cli(run: Run) -> Non
     )  # fmt: skip
     page = json.loads(out.stdout)
     assert page["next_page"] is None and sorted(_keys(page["receipts"])) == sorted(want)
+
+
+def test_a_day_in_progress_compares_the_same_local_hours_a_week_before(run: Run) -> None:
+    # Kathmandu, Monday 16 March against 9 March, both up to 13:30 local: the ledger's
+    # receipts whose own local wall-clock time (zoneinfo) is before 13:30 on each day.
+    zone = ZoneInfo(ZONES[KATHMANDU])
+
+    def morning(day: date) -> tuple[int, Decimal]:
+        rows = [
+            r for r in ledger_files.load_receipts(run.ledger).values()
+            if r["operation_id"] == KATHMANDU
+            and (local := datetime.fromisoformat(r["happened_at"]).astimezone(zone)).date() == day
+            and local.time() < time(13, 30)
+        ]  # fmt: skip
+        return len(rows), sum((Decimal(r["revenue"]) for r in rows), Decimal("0.00"))
+
+    now, then = morning(date(2026, 3, 16)), morning(date(2026, 3, 9))
+    whole = ledger_files.expected_local_days(run.ledger)[(KATHMANDU, date(2026, 3, 16))]
+    assert 0 < now[0] < whole.receipt_count and then[0] > 0  # a real cut, not vacuous
+    with TestClient(create_app(run.settings)) as client:
+        r = client.get(
+            f"/stores/{KATHMANDU}/local-days/2026-03-16/week-before", params={"until": "13:30"}
+        )
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["until"] == "13:30"
+        assert (body["day"]["receipt_count"], Decimal(body["day"]["revenue"])) == now
+        got_then = (body["week_before"]["receipt_count"], Decimal(body["week_before"]["revenue"]))
+        assert got_then == then
+        assert body["receipt_change_percent"] == str(_percent(now[0], then[0]))
+        bad = client.get(
+            f"/stores/{KATHMANDU}/local-days/2026-03-16/week-before", params={"until": "13:20"}
+        )
+        assert bad.status_code == 422 and "15-minute boundary" in bad.json()["detail"]

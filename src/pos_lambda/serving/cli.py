@@ -4,7 +4,7 @@
     pos-serve days --store 101 --first 2026-03-01 --last 2026-03-02
     pos-serve local-days --store 102 --first 2026-03-08 --last 2026-03-09  # store's zone
     pos-serve hour-of-week --store 102 --first 2026-02-02 --last 2026-03-01  # local hours
-    pos-serve week-before --store 102 --day 2026-03-09  # vs the same weekday a week before
+    pos-serve week-before --store 102 --day 2026-03-09 [--until 14:30]  # vs a week before
     pos-serve top --day 2026-03-02 [--limit 10]
     pos-serve receipts --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
     pos-serve issues --store 101 --day 2026-03-02     # conflicts + what the batch fixed
@@ -29,6 +29,7 @@ from typing import Any
 
 from pos_lambda.serving import cookbook
 from pos_lambda.serving.errors import QueryError, Unavailable, UnknownStore
+from pos_lambda.serving.local_days import parse_until
 from pos_lambda.serving.local_week import DayComparison, HourCell, HourOfWeek
 from pos_lambda.serving.output import table, to_json
 from pos_lambda.serving.receipt_status import ReceiptStatus
@@ -76,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     c = command("week-before", "a store's local day against the same weekday a week before")
     c.add_argument("--store", type=int, required=True)
     c.add_argument("--day", required=True, help="local day, YYYY-MM-DD")
+    c.add_argument(
+        "--until",
+        default=None,
+        help="both days only up to this local time, HH:MM on a 15-minute boundary (a day "
+        "in progress against the same hours a week before); default: whole days",
+    )
     c = command("top", "the day's stores by merged revenue")
     c.add_argument("--day", required=True, help="UTC day, YYYY-MM-DD")
     c.add_argument("--limit", type=int, default=10)
@@ -175,7 +182,8 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
         )
         return week, lambda: _hour_of_week_text(week)
     if c == "week-before":
-        cmp = lib.compare_week_before(args.store, parse_day(args.day))
+        cut = parse_until(args.until) if args.until is not None else None
+        cmp = lib.compare_week_before(args.store, parse_day(args.day), cut)
         return cmp, lambda: _week_before_text(cmp)
     if c == "top":
         top = lib.top_stores(parse_day(args.day), args.limit)
@@ -266,6 +274,8 @@ def _week_before_text(c: DayComparison) -> str:
         ("final", "yes" if c.day.final else "no", "yes" if c.week_before.final else "no", ""),
     ]  # fmt: skip
     head = f"store {c.operation_id} ({c.name}), {c.time_zone}, {c.day.day:%A} vs a week before"
+    if c.until is not None:
+        head += f", both up to {c.until} local time"
     return head + "\n" + "\n".join(f"{a:<10} {b:>14} {d:>14}  {e}".rstrip() for a, b, d, e in rows)
 
 

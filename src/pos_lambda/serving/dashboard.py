@@ -14,7 +14,7 @@ through the library.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -193,6 +193,16 @@ def _registered(serving: Serving, store: int) -> Store | None:
         return None
 
 
+def in_progress_until(day: date, zone: tzinfo, now: datetime) -> time | None:
+    """Where to cut a like-for-like comparison of `day`: the start of the current
+    15-minute window on the store's wall clock when `day` is its today (a day in
+    progress against the same hours a week before), else None (whole days)."""
+    local = now.astimezone(zone)
+    if local.date() != day:
+        return None
+    return time(local.hour, local.minute - local.minute % 15)
+
+
 def _default_day(horizon: datetime | None, zone: tzinfo) -> date:
     """The day (in `zone`) of the last instant before the horizon, or of now."""
     ref = horizon or datetime.now(UTC)
@@ -239,7 +249,8 @@ def page(serving: Serving, store: int | None, day: date | None, view: View = "lo
                 first = max(day - timedelta(days=days - 1), FIRST_DAY)
                 week = serving.hour_of_week(store, first, day)
             if shown.view == "local" and day - timedelta(days=7) >= FIRST_DAY:
-                comparison = serving.compare_week_before(store, day)
+                until = in_progress_until(day, shown.zone, health.checked_at)
+                comparison = serving.compare_week_before(store, day, until)
         except UnknownStore as exc:
             missing = str(exc)
     return _ENV.get_template("dashboard.html").render(

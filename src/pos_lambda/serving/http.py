@@ -33,7 +33,7 @@ from pos_lambda.serving.errors import (
     UnknownStore,
     UnregisteredStore,
 )
-from pos_lambda.serving.local_days import LocalDays
+from pos_lambda.serving.local_days import LocalDays, parse_until
 from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.metrics import ServingCollector
 from pos_lambda.serving.model import (
@@ -205,10 +205,20 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     def week_before(
         store: StorePath,
         day: LocalDayPath,
+        until: Annotated[
+            str | None,
+            Query(
+                description="compare both days only up to this local time, HH:MM on a "
+                "15-minute boundary (a day in progress against the same hours a week "
+                "before); default: whole days",
+                examples=["14:30"],
+            ),
+        ] = None,
     ) -> DayComparison:
         """A store's local day against the same weekday a week before: both days' totals
         and the change in percent (null when the week before sold nothing)."""
-        return lib.compare_week_before(store, parse_day(day))
+        cut = parse_until(until) if until is not None else None
+        return lib.compare_week_before(store, parse_day(day), cut)
 
     @app.get("/days/{day}/top-stores", tags=["aggregates"], responses=_errors(422, 503))
     def top(day: DayPath, limit: Annotated[int, Query(ge=1, le=1000)] = 10) -> TopStores:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime, time, tzinfo
 from decimal import Decimal
 
 from pos_lambda.serving import merge
@@ -85,19 +85,50 @@ def by_local_day(
     return out
 
 
+def parse_until(text: str) -> time | None:
+    """A local wall-clock time "HH:MM" on a 15-minute boundary, 00:15..24:00, to cut a
+    local day at; "24:00" is the whole day (None). QueryError for anything else."""
+    hours, sep, minutes = text.partition(":")
+    if not (sep and hours.isdigit() and minutes.isdigit() and len(minutes) == 2):
+        raise QueryError(f"until {text!r} is not a local time HH:MM")
+    h, m = int(hours), int(minutes)
+    if (h, m) == (24, 0):
+        return None
+    if not (0 <= h < 24 and m in (0, 15, 30, 45)) or (h, m) == (0, 0):
+        raise QueryError(
+            f"until {text!r}: a local time on a 15-minute boundary from 00:15 to 24:00 "
+            "(the windows' grid), e.g. 14:30"
+        )
+    return time(h, m)
+
+
+def until_instant(day: date, until: time, zone: tzinfo) -> datetime:
+    """The UTC instant the store's wall clock first shows `until` on local day `day`
+    (zoneinfo's fold=0: a time a spring-forward skips resolves with the offset before
+    the change, so it lands that many minutes after the skip)."""
+    return datetime.combine(day, until, tzinfo=zone).astimezone(UTC)
+
+
 def local_day_totals(
-    store: Store, days: Sequence[date], windows: Iterable[Window]
+    store: Store, days: Sequence[date], windows: Iterable[Window], until: time | None = None
 ) -> list[LocalDayTotal]:
-    """Each local day's totals from merged windows covering all of them (each once)."""
+    """Each local day's totals from merged windows covering all of them (each once);
+    with `until`, only the windows that start before that local time on each day (a
+    like-for-like cut of a day still in progress)."""
     out = []
-    for day, rows in by_local_day(store, days, windows):
+    for day, whole in by_local_day(store, days, windows):
+        rows = whole
+        if until is not None:
+            cut = until_instant(day, until, store.zone)
+            rows = [w for w in whole if w.window_start < cut]
         t = merge.totals(rows)
         out.append(
             LocalDayTotal(
                 operation_id=store.operation_id,
                 day=day,
-                start=rows[0].window_start,
-                end=rows[-1].window_end,
+                start=whole[0].window_start,
+                # With `until` in a first hour a spring-forward skips: no window yet.
+                end=rows[-1].window_end if rows else whole[0].window_start,
                 windows=len(rows),
                 receipt_count=t.receipt_count,
                 item_quantity=t.item_quantity,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
 from pos_lambda.serving import merge
@@ -119,6 +119,8 @@ class DayComparison:
     week_before: LocalDayTotal
     receipt_change_percent: Decimal | None
     revenue_change_percent: Decimal | None
+    # Both days up to this local time ("HH:MM"), like for like; None: whole days.
+    until: str | None = None
 
 
 def week_before(day: date) -> date:
@@ -134,7 +136,11 @@ def change_percent(now: Decimal | int, before: Decimal | int) -> Decimal | None:
 
 
 def compare(
-    store: Store, day: LocalDayTotal, earlier: LocalDayTotal, horizon: datetime | None
+    store: Store,
+    day: LocalDayTotal,
+    earlier: LocalDayTotal,
+    horizon: datetime | None,
+    until: time | None = None,
 ) -> DayComparison:
     if earlier.day != week_before(day.day):  # a caller's bug: the answer would mislead
         raise ValueError(f"{earlier.day} is not the week before {day.day}")
@@ -147,4 +153,5 @@ def compare(
         week_before=earlier,
         receipt_change_percent=change_percent(day.receipt_count, earlier.receipt_count),
         revenue_change_percent=change_percent(day.revenue, earlier.revenue),
+        until=until.strftime("%H:%M") if until is not None else None,
     )

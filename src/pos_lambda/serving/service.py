@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 
 from pos_lambda.schemas import contract
 from pos_lambda.serving import local_week, merge, paging, receipt_status
@@ -153,17 +153,20 @@ class Serving:
         registered, days, horizon, rows = self._local_windows(store, first, last)
         return local_week.hour_of_week(registered, days, rows, horizon)
 
-    def compare_week_before(self, store: int, day: date) -> DayComparison:
-        """The store's local day against the same weekday a week before it."""
+    def compare_week_before(
+        self, store: int, day: date, until: time | None = None
+    ) -> DayComparison:
+        """The store's local day against the same weekday a week before it; with
+        `until` (a local time, `local_days.parse_until`), both days up to that time."""
         check_day(day)
         earlier = local_week.week_before(day)
         check_day(earlier, "the week before's day")
         # Two reads of one local day each: the six days between are not needed.
         registered, _, _, before_rows = self._local_windows(store, earlier, earlier)
         _, _, horizon, rows = self._local_windows(store, day, day)
-        [now] = local_day_totals(registered, [day], rows)
-        [then] = local_day_totals(registered, [earlier], before_rows)
-        return local_week.compare(registered, now, then, horizon)
+        [now] = local_day_totals(registered, [day], rows, until)
+        [then] = local_day_totals(registered, [earlier], before_rows, until)
+        return local_week.compare(registered, now, then, horizon, until)
 
     def _local_windows(
         self, store: int, first: date, last: date

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, date, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -157,11 +158,11 @@ class FakeLocalServing(FakeServing):
         days = [first + timedelta(days=n) for n in range(28)]
         return hour_of_week(NEW_YORK, days, rows, NY_HORIZON)
 
-    def compare_week_before(self, store: int, day: date) -> object:
+    def compare_week_before(self, store: int, day: date, until: time | None = None) -> object:
         before = day - timedelta(days=7)
         rows = _ny_windows(datetime(2026, 3, 1, 5, tzinfo=UTC), NY_END).windows
-        now, then = local_day_totals(NEW_YORK, [day, before], rows)
-        return compare(NEW_YORK, now, then, NY_HORIZON)
+        now, then = local_day_totals(NEW_YORK, [day, before], rows, until)
+        return compare(NEW_YORK, now, then, NY_HORIZON, until)
 
 
 def test_chart_of_a_spring_forward_day_has_92_bars_on_the_local_clock() -> None:
@@ -252,3 +253,33 @@ def test_the_heatmap_asks_no_more_days_than_a_request_may_span() -> None:
 
     fake: Any = Short()
     assert 'id="heatmap"' in dashboard.page(fake, 103, NY_DAY)
+
+
+def test_a_day_in_progress_is_compared_up_to_the_same_local_time() -> None:
+    class Live(FakeLocalServing):
+        def health(self) -> Health:  # the wall clock: 8 March 14:40 UTC, 10:40 EDT
+            return replace(super().health(), checked_at=datetime(2026, 3, 8, 14, 40, tzinfo=UTC))
+
+    fake: Any = Live()
+    html = dashboard.page(fake, 103, NY_DAY)
+    assert "(both up to 10:30 local time: this day is in progress)" in html
+    table = html[
+        html.index('<table id="week-before"') : html.index("</table>", html.index("week-before"))
+    ]
+    # Up to 10:30: this Sunday's 6 receipts at 07:00 EDT; 1 March's came at 11:00 EST.
+    assert " ".join(re.sub(r"<[^>]+>", " ", table).split()) == (
+        "local day Sun 2026-03-08 Sun 2026-03-01 change "
+        "receipts 6 0 n/a revenue 60.00 0.00 n/a final not yet not yet"
+    )
+
+
+def test_in_progress_until_is_the_current_windows_start_on_the_stores_clock() -> None:
+    ny = NEW_YORK.zone
+    assert dashboard.in_progress_until(NY_DAY, ny, datetime(2026, 3, 8, 14, 40, tzinfo=UTC)) == (
+        time(10, 30)
+    )
+    # 9 March 03:50 UTC is still 8 March (23:50 EDT) in New York; 04:00 UTC is not.
+    assert dashboard.in_progress_until(NY_DAY, ny, datetime(2026, 3, 9, 3, 50, tzinfo=UTC)) == (
+        time(23, 45)
+    )
+    assert dashboard.in_progress_until(NY_DAY, ny, datetime(2026, 3, 9, 4, tzinfo=UTC)) is None

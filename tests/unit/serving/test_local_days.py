@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from pos_lambda.serving.errors import QueryError, UnregisteredStore
-from pos_lambda.serving.local_days import local_day_totals
+from pos_lambda.serving.local_days import local_day_totals, parse_until, until_instant
 from pos_lambda.serving.merge import merge_windows
 from pos_lambda.serving.model import (
     Aggregate,
@@ -234,3 +234,28 @@ def test_a_local_days_issues_are_those_of_its_utc_range() -> None:
     assert ([c.winner_happened_at for c in utc.conflicts], utc.time_zone) == (
         [at(1, 18), at(1, 18, 15)], "UTC"
     )  # fmt: skip
+
+
+def test_until_is_a_local_time_on_the_window_grid() -> None:
+    assert parse_until("14:30") == time(14, 30)
+    assert parse_until("00:15") == time(0, 15)
+    assert parse_until("24:00") is None  # the whole day
+    for bad in ("14:20", "00:00", "24:15", "25:00", "2pm", "14:3", "-1:00", ""):
+        with pytest.raises(QueryError, match="until"):
+            parse_until(bad)
+
+
+def test_a_day_cut_at_until_counts_the_windows_that_start_before_it() -> None:
+    # Kathmandu 2 March, until 12:00 local = 06:15 UTC: the 06:00 UTC window (4 receipts,
+    # 11:45 local) counts, the 18:00 UTC one (23:45 local) does not.
+    rows = merge_windows(102, at(1, 18, 15), at(2, 18, 15), POINTER, BATCH, SPEED)
+    [day] = local_day_totals(KATHMANDU, [date(2026, 3, 2)], rows, time(12, 0))
+    assert (day.start, day.end, day.windows) == (at(1, 18, 15), at(2, 6, 15), 48)
+    assert (day.receipt_count, day.revenue) == (7, Decimal("15.70"))
+    # New York's spring-forward day: 03:00 EDT is 07:00 UTC, 8 windows after midnight
+    # EST (the skipped hour has none); 02:30, skipped, resolves as EST: also 07:30 UTC.
+    assert until_instant(date(2026, 3, 8), time(3, 0), NEW_YORK.zone) == at(8, 7)
+    assert until_instant(date(2026, 3, 8), time(2, 30), NEW_YORK.zone) == at(8, 7, 30)
+    ny = merge_windows(103, at(8, 5), at(9, 4), Pointer(None), [], [])
+    [spring] = local_day_totals(NEW_YORK, [date(2026, 3, 8)], ny, time(3, 0))
+    assert spring.windows == 8
