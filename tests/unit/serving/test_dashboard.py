@@ -200,6 +200,14 @@ def test_heatmap_shades_by_revenue_with_weekday_rows_and_hour_columns() -> None:
     assert h.rows[6] == (6 * dashboard.CELL_H, "sun", "130.00 · 15")
 
 
+def _week_before_text(html: str) -> str:
+    """The week-before table's text, cells separated by single spaces."""
+    table = html[
+        html.index('<table id="week-before"') : html.index("</table>", html.index("week-before"))
+    ]
+    return " ".join(re.sub(r"<[^>]+>", " ", table).split())
+
+
 def test_page_shows_the_local_day_by_default_with_the_utc_toggle() -> None:
     fake: Any = FakeLocalServing()
     html = dashboard.page(fake, 103, NY_DAY)
@@ -212,10 +220,7 @@ def test_page_shows_the_local_day_by_default_with_the_utc_toggle() -> None:
     assert "<strong>local day (America/New_York)</strong>" in html
     assert "batch horizon 2026-03-08 08:00 EDT" in html
     # This Sunday (6 receipts at 07:00, 3 at 11:00 EDT) against 1 March (6 at 11:00 EST).
-    table = html[
-        html.index('<table id="week-before"') : html.index("</table>", html.index("week-before"))
-    ]
-    assert " ".join(re.sub(r"<[^>]+>", " ", table).split()) == (
+    assert _week_before_text(html) == (
         "local day Sun 2026-03-08 Sun 2026-03-01 change "
         "receipts 9 6 +50.0% revenue 90.00 40.00 +125.0% final not yet not yet"
     )
