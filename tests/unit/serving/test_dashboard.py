@@ -268,11 +268,8 @@ def test_a_day_in_progress_is_compared_up_to_the_same_local_time() -> None:
     fake: Any = Live()
     html = dashboard.page(fake, 103, NY_DAY)
     assert "(both up to 10:30 local time: this day is in progress)" in html
-    table = html[
-        html.index('<table id="week-before"') : html.index("</table>", html.index("week-before"))
-    ]
     # Up to 10:30: this Sunday's 6 receipts at 07:00 EDT; 1 March's came at 11:00 EST.
-    assert " ".join(re.sub(r"<[^>]+>", " ", table).split()) == (
+    assert _week_before_text(html) == (
         "local day Sun 2026-03-08 Sun 2026-03-01 change "
         "receipts 6 0 n/a revenue 60.00 0.00 n/a final not yet not yet"
     )
