@@ -127,7 +127,7 @@ def local_day_totals(
                 operation_id=store.operation_id,
                 day=day,
                 start=whole[0].window_start,
-                # With `until` in a first hour a spring-forward skips: no window yet.
+                # No window before `until` (e.g. the dashboard just after local midnight).
                 end=rows[-1].window_end if rows else whole[0].window_start,
                 windows=len(rows),
                 receipt_count=t.receipt_count,
