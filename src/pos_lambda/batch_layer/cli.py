@@ -36,6 +36,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from pos_lambda import cli_args
 from pos_lambda.batch_layer.interval import Interval, IntervalError, parse_instant
 from pos_lambda.batch_layer.store import CommitConflict, NothingToDo
 from pos_lambda.settings import Settings, load_settings
@@ -84,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
             )
             c.add_argument(
                 "--conflict-retries",
-                type=int,
+                type=cli_args.non_negative_int,
                 default=CONFLICT_RETRIES,
                 help="when another run commits the pointer first, recompute on what it "
                 f"committed at once, in the same Spark session, up to this many times "
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
             assert interval is not None
             lap = time.monotonic()
-            retries = 0 if args.delta_version is not None else max(args.conflict_retries, 0)
+            retries = 0 if args.delta_version is not None else args.conflict_retries
             result = until_committed(
                 lambda: job.run(spark, settings, interval, args.delta_version, args.take_over),
                 retries,

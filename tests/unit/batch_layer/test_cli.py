@@ -87,3 +87,10 @@ def test_run_help_names_the_conflict_retries(capsys: pytest.CaptureFixture[str])
     out = " ".join(capsys.readouterr().out.split())
     assert "--conflict-retries CONFLICT_RETRIES" in out
     assert "(default 2; 0: exit 3 on the first conflict;" in out
+
+
+def test_negative_conflict_retries_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", *INTERVAL, "--conflict-retries", "-1"])
+    assert exit_.value.code == 2
+    assert "must be a whole number >= 0, got -1" in capsys.readouterr().err
