@@ -216,15 +216,16 @@ class Serving:
         check_day(day)
         check_store(store)
         token = decode_page(page, self.page_key(), store, day, local) if page else None
-        if token is None:
-            zone, start, end = self._day_span(store, day, local)  # a local day: registered?
-            self.require_store(store)
+        # A first page checks the registry (a local day) before the views.
+        span = self._day_span(store, day, local) if token is None else None
+        self.require_store(store)
+        if span is not None:
+            zone, start, end = span
             utc_days = TimeRange(start, end).days
             pointer = self.views.pointer(utc_days[0], utc_days[-1])
             segments = tuple(merge.receipt_segments(pointer, start, end))
             token = PageToken(segments, 0, None, store, day, zone if local else None)
-        else:
-            self.require_store(store)
+        assert token is not None
         # The day as the first page cut it, even if the store's zone was edited since.
         zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
         out: list[Receipt] = []
