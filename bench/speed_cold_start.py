@@ -30,6 +30,8 @@ starts but the services (Kafka, Cassandra):
    in it; also the messages over the whole process's time, JVM start included) against
    the plain Python consumer (bench/plain_consumer.py) on the same topic, `--rounds`
    rounds alternated. Goal >= 2. Each run's views checked against the producer's ledger.
+   Beside it, each side's CPU over its measured span (bench/cpu_meter.py: all cores,
+   Cassandra's share too) against the most the goal allows on this machine's cores.
 
 Needs `make up`; drops its keyspaces and topics at the end.
 """
@@ -54,6 +56,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from bench import harness, results
+from bench.cpu_meter import CpuMeter
 from bench.harness import QUERY_OF_JOB, ProgressReader, SpeedLayer, drop, progress_rows
 from bench.speed_latency import (
     Planned,
@@ -66,7 +69,7 @@ from bench.speed_latency import (
     percentile,
     summarise_batches,
 )
-from bench.speed_vs_plain import run_plain, run_speed
+from bench.speed_vs_plain import cpu_figures, cpu_per_1k, cpu_summary, run_plain, run_speed
 from pos_lambda.adapters import schema_apply
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer import ledger as ledger_files
@@ -283,13 +286,18 @@ def one_shot(base: Settings, args: argparse.Namespace) -> dict[str, Any]:
         "views": partial(run_speed, jobs="views"),
     }
     try:
-        for rnd, (name, run) in harness.alternate(args.rounds, contenders.items(), True):
-            ks = f"bench_oneshot_{name}_{uuid.uuid4().hex[:6]}"
-            keyspaces.append(ks)
-            out = run(settings, ks, ledger)
-            runs[name].append(out)
-            print(f"  one-shot round {rnd}: {name} {float(out['events_per_second']):,.0f} events/s"
-                  f" ({'exact' if out['exact'] else 'NOT EXACT'})", flush=True)  # fmt: skip
+        # The machine's CPU and the local services' own over each contender's measured
+        # span: what the goal allows on these cores against what each side spends.
+        with CpuMeter(harness.service_pids(settings)) as meter:
+            for rnd, (name, run) in harness.alternate(args.rounds, contenders.items(), True):
+                ks = f"bench_oneshot_{name}_{uuid.uuid4().hex[:6]}"
+                keyspaces.append(ks)
+                out = run(settings, ks, ledger)
+                out["cpu_core_ms_per_1k"] = cpu_per_1k(meter, out)
+                runs[name].append(out)
+                print(f"  one-shot round {rnd}: {name} {float(out['events_per_second']):,.0f} "
+                      f"events/s ({'exact' if out['exact'] else 'NOT EXACT'}); "
+                      f"{cpu_summary(out['cpu_core_ms_per_1k'])}", flush=True)  # fmt: skip
     finally:
         drop(base, keyspaces, [settings.topics.transactions])
         shutil.rmtree(ledger, ignore_errors=True)
@@ -350,6 +358,10 @@ def figures(out: dict[str, Any], trigger_s: float) -> list[results.Figure]:
             results.vs_peer(f"one-shot views, {n}, from the process's start (JVM start too)",
                             process, "events/s", "plain consumer", med["plain"]),
         ]  # fmt: skip
+        if all("cpu_core_ms_per_1k" in r for rs in shot["runs"].values() for r in rs):
+            figs += cpu_figures(shot["runs"], med["plain"], {"views": ONE_SHOT_GOAL},
+                                {"views": f"one-shot views, {n} (cold JVM)"},
+                                "issue 49: one-shot >= 2x plain")  # fmt: skip
     return figs
 
 

@@ -109,7 +109,7 @@ def cpu_per_1k(meter: CpuMeter, out: dict[str, Any]) -> dict[str, float]:
     return meter.between(start, end).per_1k(int(out["messages"]))
 
 
-def _cpu_line(cpu: dict[str, float]) -> str:
+def cpu_summary(cpu: dict[str, float]) -> str:
     parts = ", ".join(f"{name} {cpu[name]:,.0f}" for name in cpu if name not in ("busy", "idle"))
     return f"core-ms per 1k events: busy {cpu['busy']:,.0f} ({parts}), idle {cpu['idle']:,.0f}"
 
@@ -327,7 +327,7 @@ def compare(args: argparse.Namespace, baseline: tuple[str, Path] | None) -> None
                 runs[name].append(out)
                 verdict = "exact" if out["exact"] else f"NOT EXACT {out['problems']}"
                 print(f"round {rnd}: {name}: {float(out['events_per_second']):,.0f} "
-                      f"events/s ({verdict}); {_cpu_line(out['cpu_core_ms_per_1k'])}",
+                      f"events/s ({verdict}); {cpu_summary(out['cpu_core_ms_per_1k'])}",
                       flush=True)  # fmt: skip
     finally:
         drop(settings, keyspaces, topics)
