@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import shlex
 import signal
@@ -58,7 +59,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -201,17 +202,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 class Counting:
     """Wraps the messages so the orchestrator knows how many the producer has taken;
-    `stop` ends the stream early (the producer then flushes what it holds)."""
+    `stop` ends the stream early (the producer then flushes what it holds).
 
-    def __init__(self, messages: list[OutgoingMessage]) -> None:
+    With `holds` (counts of messages sent), the stream waits at each one until
+    `release` opens it: a fault's point is not passed before the fault strikes, so
+    every fault strikes while the stream flows, however long the faults before it
+    took to recover (struck in turn, they outlast a stream sent at a fixed rate). The
+    stream keeps its own pace (`rate` messages per second, 0: unlimited) and starts it
+    again after a hold, so that a hold is not followed by a burst to catch up."""
+
+    def __init__(
+        self,
+        messages: list[OutgoingMessage],
+        rate: float = 0.0,
+        holds: tuple[int, ...] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.messages = messages
         self.sent = 0
         self.stop = threading.Event()
+        self.rate = rate
+        self.held_s = 0.0  # time spent waiting at holds
+        self._holds = set(holds)
+        self._open = threading.Condition()
+        self._clock = clock
+
+    def release(self, hold: int) -> None:
+        """Let the stream past `hold` (a count given in `holds`; any other is a no-op)."""
+        with self._open:
+            self._holds.discard(hold)
+            self._open.notify_all()
+
+    def _wait_at(self, sent: int) -> bool:
+        """Wait while `sent` is held; False when the stream was stopped meanwhile."""
+        with self._open:
+            if sent not in self._holds:
+                return True
+            t0 = self._clock()
+            while sent in self._holds and not self.stop.is_set():
+                self._open.wait(0.5)  # re-checks `stop`, which sets no condition
+            self.held_s += self._clock() - t0
+            return not self.stop.is_set()
 
     def __iter__(self) -> Iterator[OutgoingMessage]:
+        paced_from, paced = self._clock(), 0
         for m in self.messages:
             if self.stop.is_set():
                 return
+            if self.sent in self._holds:
+                if not self._wait_at(self.sent):
+                    return
+                paced_from, paced = self._clock(), 0  # the pace again, from now
+            if self.rate > 0:
+                # Pacing to the stream's rate (not synchronisation): this message's slot.
+                ahead = paced_from + paced / self.rate - self._clock()
+                if ahead > 0:
+                    time.sleep(ahead)
+                paced += 1
             self.sent += 1
             yield m
 
@@ -883,7 +930,9 @@ def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> thre
 
     from pos_lambda.producer.kafka_sink import produce, producer_config
 
-    chaos.stream = Counting(messages)
+    # Held at each planned fault's point until the fault strikes (see `storm`).
+    holds = tuple(sorted({fault_point(f, len(messages)) for f in chaos.plan.faults}))
+    chaos.stream = Counting(messages, chaos.args.rate, holds)
     errors: list[BaseException] = []
     s = chaos.settings
     # librdkafka's own lines (connection refused while the broker restarts) go to the
@@ -899,7 +948,7 @@ def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> thre
                 chaos.stream or [],
                 s.bootstrap_servers,
                 s.topics.transactions,
-                rate=chaos.args.rate,
+                rate=0.0,  # the stream paces itself (Counting), holds and all
                 quiet=True,
                 # Delivery retries (idempotent: exactly once) outlast a broker restart.
                 flush_timeout_s=600,
@@ -914,6 +963,11 @@ def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> thre
     return thread
 
 
+def fault_point(fault: figures.Planned, total: int) -> int:
+    """The count of messages sent at which `fault` strikes."""
+    return min(math.ceil(fault.at * total), total)
+
+
 def storm(chaos: Chaos, producer: threading.Thread, total: int) -> None:
     """Strike the planned faults as the stream passes their points; keep processes up."""
     pending = list(chaos.plan.faults)
@@ -923,8 +977,13 @@ def storm(chaos: Chaos, producer: threading.Thread, total: int) -> None:
     def striker() -> None:
         try:
             for fault in pending:
-                while chaos.sent() < fault.at * total and producer.is_alive():
+                point = fault_point(fault, total)
+                while chaos.sent() < point and producer.is_alive():
                     time.sleep(0.2)  # pacing against the producer's count, not sync
+                # The stream waits at the point (Counting's hold) until the fault
+                # starts, and flows on while it strikes and recovers.
+                if chaos.stream is not None:
+                    chaos.stream.release(point)
                 chaos.strike(fault)
         except BaseException as exc:
             failure.append(exc)
@@ -950,7 +1009,9 @@ def storm(chaos: Chaos, producer: threading.Thread, total: int) -> None:
     errors = producer.errors  # type: ignore[attr-defined]
     if errors:
         raise StepFailed(f"the producer failed: {errors[0]}")
-    chaos.say(f"stream: all {chaos.sent():,} messages sent and acknowledged")
+    held = chaos.stream.held_s if chaos.stream else 0.0
+    chaos.say(f"stream: all {chaos.sent():,} messages sent and acknowledged (held "
+              f"{held:,.0f} s at the faults' points while earlier faults recovered)")  # fmt: skip
 
 
 def committed_past(before: dict[int, int], now: dict[int, int]) -> bool:

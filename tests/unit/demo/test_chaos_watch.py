@@ -152,3 +152,91 @@ def test_a_group_is_past_the_offsets_at_a_kill_when_none_is_behind_and_one_ahead
     now: dict[int, int], past: bool
 ) -> None:
     assert chaos.committed_past({0: 10, 1: 20}, now) is past
+
+
+def _messages(n: int) -> list[OutgoingMessage]:
+    return [OutgoingMessage(b"k", str(i).encode(), 0, "receipt") for i in range(n)]
+
+
+def test_the_stream_waits_at_a_fault_point_until_the_fault_is_released() -> None:
+    import threading
+
+    stream = chaos.Counting(_messages(10), holds=(4, 7))
+    taken: list[bytes] = []
+    at_hold = threading.Event()
+
+    def producer() -> None:
+        for m in stream:
+            taken.append(m.value)
+            if len(taken) == 4:
+                at_hold.set()
+
+    thread = threading.Thread(target=producer, daemon=True)
+    thread.start()
+    assert at_hold.wait(5)
+    thread.join(0.3)  # held at 4: no fifth message
+    assert thread.is_alive() and stream.sent == 4 and len(taken) == 4
+    stream.release(4)
+    stream.release(7)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert taken == [str(i).encode() for i in range(10)]
+    assert stream.held_s > 0
+
+
+def test_a_stopped_stream_ends_at_its_hold() -> None:
+    stream = chaos.Counting(_messages(5), holds=(2,))
+    stream.stop.set()
+    assert list(stream) == []
+    stream = chaos.Counting(_messages(5), holds=(2,))
+    it = iter(stream)
+    assert [next(it).value, next(it).value] == [b"0", b"1"]
+    stream.stop.set()
+    assert list(it) == []
+    assert stream.sent == 2
+
+
+def test_the_stream_paces_itself_from_each_hold_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(round(s, 6))
+        now[0] += s
+
+    monkeypatch.setattr(chaos.time, "sleep", sleep)
+    stream = chaos.Counting(_messages(6), rate=2.0, holds=(3,), clock=lambda: now[0])
+    stream.release(3)  # opened before the producer gets there: no wait
+    assert len(list(stream)) == 6
+    # 2 messages/s: slots at 0, 0.5, 1.0 s and so on, no catching up.
+    assert slept == [0.5, 0.5, 0.5, 0.5, 0.5]
+
+
+def test_a_hold_starts_the_pace_again_instead_of_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(round(s, 6))
+        now[0] += s
+
+    monkeypatch.setattr(chaos.time, "sleep", sleep)
+    stream = chaos.Counting(_messages(4), rate=1.0, holds=(2,), clock=lambda: now[0])
+
+    def wait_a_minute(_timeout: float | None = None) -> bool:
+        now[0] += 60.0
+        stream._holds.discard(2)  # what release does, from the waiting thread's view
+        return True
+
+    monkeypatch.setattr(stream._open, "wait", wait_a_minute)
+    assert len(list(stream)) == 4
+    # The third message goes at once after the minute's hold, the fourth a second later:
+    # no burst of the 60 messages the old schedule owed.
+    assert slept == [1.0, 1.0]
+    assert stream.held_s == 60.0
+
+
+def test_a_fault_point_is_a_count_of_messages_within_the_stream() -> None:
+    assert chaos.fault_point(figures.Planned("speed_kill", 0.1234), 1000) == 124
+    assert chaos.fault_point(figures.Planned("speed_kill", 0.5), 1000) == 500
+    assert chaos.fault_point(figures.Planned("speed_kill", 1.0), 7) == 7
