@@ -196,35 +196,38 @@ def test_a_stopped_stream_ends_at_its_hold() -> None:
     assert stream.sent == 2
 
 
+class _Clock:
+    """A monotonic clock that `time.sleep` moves (and records)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+        self.now += seconds
+
+
 def test_the_stream_paces_itself_from_each_hold_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [100.0]
-    slept: list[float] = []
-
-    def sleep(s: float) -> None:
-        slept.append(round(s, 6))
-        now[0] += s
-
-    monkeypatch.setattr(chaos.time, "sleep", sleep)
-    stream = chaos.Counting(_messages(6), rate=2.0, holds=(3,), clock=lambda: now[0])
+    clock = _Clock(100.0)
+    monkeypatch.setattr(chaos.time, "sleep", clock.sleep)
+    stream = chaos.Counting(_messages(6), rate=2.0, holds=(3,), clock=clock)
     stream.release(3)  # opened before the producer gets there: no wait
     assert len(list(stream)) == 6
     # 2 messages/s: slots at 0, 0.5, 1.0 s and so on, no catching up.
-    assert slept == [0.5, 0.5, 0.5, 0.5, 0.5]
+    assert clock.slept == [0.5, 0.5, 0.5, 0.5, 0.5]
 
 
 def test_a_hold_starts_the_pace_again_instead_of_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [0.0]
-    slept: list[float] = []
-
-    def sleep(s: float) -> None:
-        slept.append(round(s, 6))
-        now[0] += s
-
-    monkeypatch.setattr(chaos.time, "sleep", sleep)
-    stream = chaos.Counting(_messages(4), rate=1.0, holds=(2,), clock=lambda: now[0])
+    clock = _Clock(0.0)
+    monkeypatch.setattr(chaos.time, "sleep", clock.sleep)
+    stream = chaos.Counting(_messages(4), rate=1.0, holds=(2,), clock=clock)
 
     def wait_a_minute(_timeout: float | None = None) -> bool:
-        now[0] += 60.0
+        clock.now += 60.0
         stream._holds.discard(2)  # what release does, from the waiting thread's view
         return True
 
@@ -232,7 +235,7 @@ def test_a_hold_starts_the_pace_again_instead_of_a_burst(monkeypatch: pytest.Mon
     assert len(list(stream)) == 4
     # The third message goes at once after the minute's hold, the fourth a second later:
     # no burst of the 60 messages the old schedule owed.
-    assert slept == [1.0, 1.0]
+    assert clock.slept == [1.0, 1.0]
     assert stream.held_s == 60.0
 
 
