@@ -147,7 +147,7 @@ bench: up ## every benchmark (side-by-side ratios), then the report in docs/benc
 	$(PY) -m bench.serving_latency
 	$(PY) -m bench.report  # docs/bench/README.md + PNG charts from docs/bench/*.json
 
-docs: $(INSTALLED) ## regenerate the README's settings table and docs/bench/README.md (+ charts) from their sources
+docs: $(INSTALLED) ## regenerate docs/configuration.md's settings table and docs/bench/README.md (+ charts) from their sources
 	$(PY) docs/settings_table.py
 	$(PY) -m bench.report
 

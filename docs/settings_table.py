@@ -1,10 +1,10 @@
-"""Write the settings table into the README, between its two markers.
+"""Write the settings table into docs/configuration.md, between its two markers.
 
     python docs/settings_table.py
 
 `make docs` runs it. The table is the output of `python -m pos_lambda.settings
 --markdown` (section, environment variable, default, description, from the settings'
-own descriptions); tests/unit/test_readme.py fails when the README's copy differs.
+own descriptions); tests/unit/test_readme.py fails when that copy differs.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "configuration.md"
 BEGIN = "<!-- settings:begin -->"
 END = "<!-- settings:end -->"
 

@@ -553,6 +553,21 @@ class ProcessorSettings(_Section):
         "(librdkafka#5456) at most this many times in a row without a committed "
         "transaction in between; then it exits 6 for a supervisor to act (0: never).",
     )
+    coordinator_wait_s: int = Field(
+        default=300,
+        ge=1,
+        description="How long init_transactions and abort_transaction are retried, with "
+        "backoff, while the transaction coordinator answers with retriable errors (moving, "
+        "loading, a previous transaction still completing, a timed-out call to resume); "
+        "then the instance exits 3 for its supervisor.",
+    )
+    restore_stall_s: int = Field(
+        default=120,
+        ge=1,
+        description="Rebuilding a partition's state on assignment fails when it has read "
+        "nothing for this long; a slow rebuild that still advances goes on (and logs its "
+        "progress) however long the partition.",
+    )
     metrics_port: int = Field(default=0, ge=0, le=65535, description=_METRICS_PORT)
 
 

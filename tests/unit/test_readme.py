@@ -15,6 +15,7 @@ import pytest
 from pos_lambda.settings import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
+CONFIGURATION = PROJECT_ROOT / "docs" / "configuration.md"
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
 MAX_README_LINES = 340
 
@@ -64,9 +65,9 @@ def anchors(path: Path) -> set[str]:
     return found
 
 
-def test_readme_settings_table_is_the_settings_own() -> None:
-    text = README.read_text()
-    assert text.count(BEGIN) == 1 and text.count(END) == 1, f"README needs one {BEGIN}/{END}"
+def test_the_configuration_page_is_the_settings_own() -> None:
+    text = CONFIGURATION.read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1, f"{CONFIGURATION} needs {BEGIN}/{END}"
     block = text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip("\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("POS_")}
     done = subprocess.run(
@@ -76,7 +77,7 @@ def test_readme_settings_table_is_the_settings_own() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip("\n"), "python -m pos_lambda.settings --markdown printed nothing"
     assert block == done.stdout.strip("\n"), (
-        "README's settings table differs from `python -m pos_lambda.settings --markdown`: "
+        "docs/configuration.md's settings table differs from `python -m pos_lambda.settings --markdown`: "
         "run `make docs`"
     )
 

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
+from pos_lambda.adapters.kafka_clients import KafkaClients
 from pos_lambda.alerts.rules import AlertStep, PartitionState, Rules
 from pos_lambda.settings import Settings
 from pos_lambda.stores.model import Store
@@ -109,6 +110,7 @@ class Processor(shell.Processor[PartitionState]):
         rules: Rules,
         restart: Callable[[str], None] | None = None,
         lease: Lease | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
-        super().__init__(settings, job(settings), AlertStep(rules), restart, lease)
+        super().__init__(settings, job(settings), AlertStep(rules), restart, lease, clients)
         self.rules = rules

@@ -9,6 +9,7 @@ state rebuilt on assignment by re-reading each partition up to its committed off
 
 from __future__ import annotations
 
+from pos_lambda.adapters.kafka_clients import KafkaClients
 from pos_lambda.dedup.step import DedupState, DedupStep
 from pos_lambda.settings import Settings
 from pos_lambda.transactional.lease import Lease
@@ -25,5 +26,7 @@ def job(settings: Settings) -> Job:
     )
 
 
-def processor(settings: Settings, lease: Lease | None = None) -> Processor[DedupState]:
-    return Processor(settings, job(settings), DedupStep(), lease=lease)
+def processor(
+    settings: Settings, lease: Lease | None = None, clients: KafkaClients | None = None
+) -> Processor[DedupState]:
+    return Processor(settings, job(settings), DedupStep(), lease=lease, clients=clients)

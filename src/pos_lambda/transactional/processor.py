@@ -60,15 +60,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Producer,
-    TopicPartition,
-)
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.settings import ProcessorSettings, Settings
 from pos_lambda.transactional import restore, watchdog
@@ -161,6 +155,7 @@ class Processor(Generic[S]):
         step: Step[S],
         restart: Callable[[str], None] | None = None,
         lease: Lease | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
         self.settings, self.job, self.step = settings, job, step
         self.section = job.section
@@ -180,6 +175,8 @@ class Processor(Generic[S]):
         self.states: dict[int, S] = {}
         # The committed offset each partition's state corresponds to (-1: none yet).
         self.synced: dict[int, int] = {}
+        # The partitions whose states the open batch has changed (ahead of `synced`).
+        self.touched: set[int] = set()
         self.open = False  # a transaction (or, at least once, an uncommitted batch)
         self.opened_at = 0.0
         self.batch_records = 0
@@ -195,45 +192,21 @@ class Processor(Generic[S]):
         self.background_fatal: KafkaError | None = None
         self.callback_error: BaseException | None = None
         self.dead = False  # after a fatal error: no more writes of any kind
-        self.consumer = Consumer(self._consumer_config())
-        self.producer = Producer(self._producer_config())
-        self.watchdog = Watchdog(self._on_hang)
-
-    # --- configuration ---------------------------------------------------------------
-
-    def _consumer_config(self) -> dict[str, Any]:
-        s = self.settings
-        return {
-            **s.kafka.security_config,
-            "bootstrap.servers": s.bootstrap_servers,
-            "group.id": self.section.group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": self.section.session_timeout_ms,
-            # Static membership (KIP-345): a restarted instance (same id) takes its
-            # partitions back at once instead of waiting out its predecessor's session.
-            # The price: a stopped instance's partitions wait session.timeout.ms before
-            # they move to the others (a static member does not leave the group on close).
-            "group.instance.id": self.job.transactional_id,
-            "log_level": 3,
-        }
-
-    def _producer_config(self) -> dict[str, Any]:
-        s = self.settings
-        config: dict[str, Any] = {
-            **s.kafka.security_config,
-            "bootstrap.servers": s.bootstrap_servers,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "error_cb": self._on_error,
-            "log_level": 3,
-        }
+        # The Kafka port (adapters/kafka_clients.py): the real broker, or a fake in tests.
+        self.clients = clients or ConfluentClients.from_settings(settings)
+        self.consumer = self.clients.group_consumer(
+            self.section.group_id,
+            instance_id=job.transactional_id,
+            session_timeout_ms=self.section.session_timeout_ms,
+        )
         if self.exactly_once:
-            config["transactional.id"] = self.job.transactional_id
-            config["transaction.timeout.ms"] = self.section.transaction_timeout_ms
-        return config
+            self.producer = self.clients.transactional_producer(
+                job.transactional_id, self.section.transaction_timeout_ms, error_cb=self._on_error
+            )
+        else:
+            self.producer = self.clients.producer(error_cb=self._on_error)
+        self.watchdog = Watchdog(self._on_hang)
+        self.sleep = time.sleep  # the backoff between retries (a fake clock in unit tests)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -243,7 +216,13 @@ class Processor(Generic[S]):
             if self.exactly_once:
                 # Fences any predecessor with this transactional.id and aborts its open
                 # transaction before this instance reads a single offset.
-                self._call(lambda: self.producer.init_transactions(30), "init_transactions", 30)
+                self._call(
+                    lambda: self.producer.init_transactions(30),
+                    "init_transactions",
+                    30,
+                    abortable=False,
+                    patience_s=self.section.coordinator_wait_s,
+                )
             self.consumer.subscribe(
                 [self.topic],
                 on_assign=self._guarded(self._on_assign),
@@ -326,6 +305,7 @@ class Processor(Generic[S]):
         outputs = self.step.apply(state, msg.value(), source)
         for output in outputs:
             self._produce(output)
+        self.touched.add(msg.partition())
         self.batch_records += 1
         self.batch_outputs += len(outputs)
 
@@ -377,6 +357,7 @@ class Processor(Generic[S]):
                 )
         for tp in offsets:
             self.synced[tp.partition] = tp.offset
+        self.touched.clear()
         self.open = False
         self.totals["records"] += self.batch_records
         self.totals[self.job.outputs] += self.batch_outputs
@@ -405,6 +386,12 @@ class Processor(Generic[S]):
             self._abort()
         self.open = False
         self.totals["aborts"] += 1
+        # The states of the partitions the aborted batch read ran ahead of their committed
+        # offsets: rebuild them, or the replayed records would look like resends of
+        # themselves and emit nothing (issue 61: their offsets then committed, outputs lost).
+        for partition in self.touched:
+            self.synced.pop(partition, None)
+        self.touched.clear()
         assignment = self.consumer.assignment()
         if not assignment:
             return
@@ -412,8 +399,14 @@ class Processor(Generic[S]):
             self.consumer.seek(tp)
 
     def _abort(self) -> None:
+        # A timed-out abort is retriable ("retry call to resume"), and so is a coordinator
+        # still completing the previous transaction: wait for it, do not exit.
         self._call(
-            lambda: self.producer.abort_transaction(30), "abort_transaction", 30, abortable=False
+            lambda: self.producer.abort_transaction(30),
+            "abort_transaction",
+            30,
+            abortable=False,
+            patience_s=self.section.coordinator_wait_s,
         )
 
     def _finish(self) -> None:
@@ -448,12 +441,12 @@ class Processor(Generic[S]):
             if tp.partition not in self.states or self.synced.get(tp.partition) != offset:
                 t0 = time.monotonic()
                 self.states[tp.partition], applied = restore.rebuild(
-                    self.settings.bootstrap_servers,
+                    self.clients,
                     self.topic,
                     tp.partition,
                     offset,
                     self.step,
-                    security=self.settings.kafka.security_config,
+                    stall_s=self.section.restore_stall_s,
                 )
                 self.synced[tp.partition] = offset
                 self.log.info(
@@ -464,12 +457,12 @@ class Processor(Generic[S]):
             starts.append(TopicPartition(self.topic, tp.partition, start))
         return starts
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         starts = self._restore(consumer.committed(partitions, timeout=60))
         consumer.assign(starts)
         self.log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Commit what was processed while the partitions are still ours; the next owner
         # starts from there (its offset fetch waits for this transaction, KIP-447).
         if self.open and not self.dead:
@@ -479,7 +472,7 @@ class Processor(Generic[S]):
                 self._drop_open_batch(f"revoked mid-transaction: {exc}")
         self.log.info("revoked partitions %s", sorted(tp.partition for tp in partitions))
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # The group moved on without us: our offsets can no longer be committed.
         if self.open and not self.dead:
             self._drop_open_batch("partitions lost")
@@ -495,13 +488,14 @@ class Processor(Generic[S]):
         self.totals["aborts"] += 1
         # Every state ran ahead of its committed offset: rebuild on the next assignment.
         self.synced.clear()
+        self.touched.clear()
 
     def _guarded(
-        self, callback: Callable[[Consumer, list[TopicPartition]], None]
-    ) -> Callable[[Consumer, list[TopicPartition]], None]:
+        self, callback: Callable[[Any, list[TopicPartition]], None]
+    ) -> Callable[[Any, list[TopicPartition]], None]:
         """Rebalance callbacks run inside consume(): keep their errors for the loop."""
 
-        def run(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        def run(consumer: Any, partitions: list[TopicPartition]) -> None:
             if self.callback_error is not None:
                 return
             try:
@@ -561,12 +555,22 @@ class Processor(Generic[S]):
             raise Abortable(str(err))
         raise KafkaException(err)
 
-    def _call(self, fn: Callable[[], T], what: str, timeout_s: float, abortable: bool = True) -> T:
-        """Run a transactional call (given `timeout_s`), retrying retriable errors until the
-        transaction would time out anyway. Raises Fatal, or Abortable (if `abortable`;
-        else Fatal). A call still blocked `HANG_MARGIN_S` after its own timeout is hung:
-        the watchdog restarts the instance (`_on_hang`)."""
-        deadline = time.monotonic() + self.section.transaction_timeout_ms / 1000
+    def _call(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        timeout_s: float,
+        abortable: bool = True,
+        patience_s: float | None = None,
+    ) -> T:
+        """Run a transactional call (given `timeout_s`), retrying retriable errors for
+        `patience_s` (default: until the transaction would time out anyway). Raises Fatal,
+        or Abortable (if `abortable` and a transaction is open; else Fatal). A call still
+        blocked `HANG_MARGIN_S` after its own timeout is hung: the watchdog restarts the
+        instance (`_on_hang`)."""
+        if patience_s is None:
+            patience_s = self.section.transaction_timeout_ms / 1000
+        deadline = time.monotonic() + patience_s
         delay = 0.1
         while True:
             try:
@@ -578,7 +582,7 @@ class Processor(Generic[S]):
                 if kind == "retry" and time.monotonic() < deadline:
                     self.log.warning("%s: %s; retrying in %.1f s", what, err, delay)
                     # Backoff between retries of a failed call, not synchronisation.
-                    time.sleep(delay)
+                    self.sleep(delay)
                     delay = min(delay * 2, 5.0)
                     continue
                 if kind in ("fenced", "fatal") or not (abortable and self.open):

@@ -2,58 +2,54 @@
 
 A step's state is a pure function of the partition's records before the committed
 offset (transactional/step.py), so re-applying them and dropping the outputs gives exactly
-the state the previous owner had when it committed. A separate consumer outside the
-group (`assign`, never commits) reads them, so the group's offsets are never touched.
+the state the previous owner had when it committed. A reader outside the group (`assign`,
+never commits; adapters/kafka_clients.py) reads them, so the group's offsets are never
+touched.
+
+The rebuild is bounded by progress, not by a total: a long partition (about 1 s per 100k
+records here) keeps going as long as records keep coming, logging how far it is; a
+rebuild that reads nothing for `stall_s` fails with a message that says where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
+from pos_lambda.adapters.kafka_clients import KafkaClients
 from pos_lambda.transactional.step import Source, Step
 
 log = logging.getLogger(__name__)
 BATCH = 1000
+PROGRESS_EVERY_S = 10.0
 S = TypeVar("S")
 
 
 def rebuild(
-    bootstrap: str,
+    clients: KafkaClients,
     topic: str,
     partition: int,
     until: int,
     step: Step[S],
-    timeout_s: float = 120.0,
-    security: Mapping[str, str] | None = None,
+    stall_s: float = 120.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[S, int]:
     """The state after applying every record of `topic`/`partition` with offset < `until`,
     and how many records that was.
 
-    Raises KafkaException when the records cannot be read within `timeout_s`.
+    Raises KafkaException (`_TIMED_OUT`) when the reader's position has not moved for
+    `stall_s`: the partition cannot be read (a leader gone, records unreadable).
     """
     state = step.initial()
     if until <= 0:
         return state, 0
-    consumer = Consumer(
-        {
-            **(security or {}),  # Settings.kafka.security_config: SASL login, TLS
-            "bootstrap.servers": bootstrap,
-            # Required by the client, never used: assign() only, no commits.
-            "group.id": f"pos-restore-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "log_level": 3,
-        }
-    )
-    started = time.monotonic()
-    applied = 0
+    consumer = clients.reader()
+    started = last_progress = last_report = clock()
+    applied, position = 0, -1
     try:
         low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
         if low > 0:
@@ -65,10 +61,6 @@ def rebuild(
             )  # fmt: skip
         consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         while True:
-            if time.monotonic() - started > timeout_s:
-                raise KafkaException(
-                    KafkaError(KafkaError._TIMED_OUT, f"rebuilding {topic}[{partition}]")
-                )
             # consume() waits its whole timeout unless BATCH records arrive: keep it short,
             # a restore of a few records must not cost a second per partition.
             for msg in consumer.consume(BATCH, timeout=0.1):
@@ -77,8 +69,27 @@ def rebuild(
                 source = Source(partition, int(msg.offset() or 0), msg.timestamp()[1])
                 step.apply(state, msg.value(), source)  # outputs dropped: already committed
                 applied += 1
-            if _position(consumer, topic, partition) >= until:
+            now_at = _position(consumer, topic, partition)
+            if now_at >= until:
                 return state, applied
+            now = clock()
+            if now_at > position:
+                position, last_progress = now_at, now
+            elif now - last_progress > stall_s:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,
+                        f"rebuilding {topic}[{partition}]: no progress for {stall_s:.0f} s at "
+                        f"offset {max(position, 0)} of {until} (is the partition's leader "
+                        "available? POS_<PROCESSOR>_RESTORE_STALL_S sets the limit)",
+                    )
+                )
+            if now - last_report >= PROGRESS_EVERY_S:
+                last_report = now
+                log.info(
+                    "%s[%d]: rebuilding, offset %d of %d (%d records applied, %.0f s)",
+                    topic, partition, max(position, 0), until, applied, now - started,
+                )  # fmt: skip
     finally:
         consumer.close()
 
@@ -92,7 +103,7 @@ def _done(msg: Any, until: int) -> bool:
     return bool(msg.offset() >= until)
 
 
-def _position(consumer: Consumer, topic: str, partition: int) -> int:
+def _position(consumer: Any, topic: str, partition: int) -> int:
     # Transaction markers occupy offsets but are never returned: the position still
     # passes them, so `until` is reached even when the last offsets below it are markers.
     [tp] = consumer.position([TopicPartition(topic, partition)])

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from pos_lambda.adapters.kafka_clients import ConfluentClients
 from pos_lambda.dedup import cli
 from pos_lambda.dedup.processor import job, processor
 from pos_lambda.settings import load_settings
@@ -32,12 +35,35 @@ def test_the_environment_and_flags_set_the_instance(monkeypatch: pytest.MonkeyPa
     assert (job(s).transactional_id, s.topics.receipts) == ("pos-receipts-7", "x")
 
 
+class ConfigSpy:
+    """The real Kafka port, keeping the configuration of each client it builds."""
+
+    def __init__(self, real: ConfluentClients) -> None:
+        self.real, self.configs = real, dict[str, dict[str, Any]]()
+
+    def group_consumer(self, group_id: str, **options: Any) -> Any:
+        self.configs["consumer"] = self.real.group_consumer_config(group_id, **options)
+        return self.real.group_consumer(group_id, **options)
+
+    def transactional_producer(self, transactional_id: str, timeout_ms: int, error_cb: Any) -> Any:
+        config = self.real.transactional_producer_config(transactional_id, timeout_ms)
+        self.configs["producer"] = config
+        return self.real.transactional_producer(transactional_id, timeout_ms, error_cb)
+
+    def reader(self) -> Any:
+        return self.real.reader()
+
+    def producer(self, **options: Any) -> Any:
+        return self.real.producer(**options)
+
+
 def test_the_processor_reads_committed_and_writes_transactionally_under_its_own_id() -> None:
     # Nothing listens on port 1: the clients are built, never reach a broker.
     s = load_settings(kafka_bootstrap_servers="127.0.0.1:1", receipts_instance_id="eu-2")
-    proc = processor(s)
+    clients = ConfigSpy(ConfluentClients.from_settings(s))
+    proc = processor(s, clients=clients)
     try:
-        consumer, producer = proc._consumer_config(), proc._producer_config()
+        consumer, producer = clients.configs["consumer"], clients.configs["producer"]
         assert {
             k: consumer[k]
             for k in ("group.id", "isolation.level", "enable.auto.commit", "group.instance.id")
