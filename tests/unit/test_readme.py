@@ -77,8 +77,8 @@ def test_the_configuration_page_is_the_settings_own() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip("\n"), "python -m pos_lambda.settings --markdown printed nothing"
     assert block == done.stdout.strip("\n"), (
-        "docs/configuration.md's settings table differs from `python -m pos_lambda.settings --markdown`: "
-        "run `make docs`"
+        "docs/configuration.md's settings table differs from "
+        "`python -m pos_lambda.settings --markdown`: run `make docs`"
     )
 
 
