@@ -89,16 +89,12 @@ def lag(
 def _consumer(settings: Settings) -> Any:
     from confluent_kafka import Consumer
 
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+
+    # read_committed: the log's end as the speed layer reads it, the last stable offset.
+    clients = ConfluentClients.from_settings(settings)
     return Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": settings.speed.archiver_group,
-            "enable.auto.commit": False,
-            # The log's end as the speed layer reads it: the last stable offset.
-            "isolation.level": "read_committed",
-            "log_level": 2,
-            **settings.kafka.security_config,
-        }
+        {**clients.offsets_reader_config(settings.speed.archiver_group), "log_level": 2}
     )
 
 

@@ -22,8 +22,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
+from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.alerts.rules import Alert, NotAnAlert
 from pos_lambda.schemas import cql
@@ -67,7 +68,10 @@ def row(alert: Alert, payload: bytes) -> tuple[Any, ...]:
 
 
 def run_sink(
-    settings: Settings, stop: threading.Event, until_caught_up: bool = False
+    settings: Settings,
+    stop: threading.Event,
+    until_caught_up: bool = False,
+    clients: KafkaClients | None = None,
 ) -> SinkResult:
     """Copy committed alerts into Cassandra until `stop` (or, with `until_caught_up`, until
     every assigned partition is read to its last stable offset)."""
@@ -85,17 +89,8 @@ def run_sink(
         f"INSERT INTO {cql.ALERTS_TABLE} ({', '.join(COLUMNS)}) "
         f"VALUES ({', '.join('?' for _ in COLUMNS)})"
     )
-    consumer = Consumer(
-        {
-            **settings.kafka.security_config,
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": settings.alerts.sink_group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": until_caught_up,
-            "log_level": 3,
-        }
+    consumer = (clients or ConfluentClients.from_settings(settings)).group_consumer(
+        settings.alerts.sink_group_id, partition_eof=until_caught_up
     )
     consumer.subscribe([settings.topics.alerts])
     written, foreign, at_end = 0, 0, set[int]()

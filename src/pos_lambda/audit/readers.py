@@ -249,12 +249,12 @@ def _consumer(settings: Settings, group: str, **extra: Any) -> Iterator[Any]:
     """A consumer, closed after use; Kafka trouble becomes an AuditError saying so."""
     from confluent_kafka import Consumer, KafkaException
 
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+
     c = Consumer(
         {
-            **settings.kafka.security_config,
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": group,  # never subscribes: reads committed offsets, never joins
-            "enable.auto.commit": False,
+            # Never subscribes: reads committed offsets, never joins the group.
+            **ConfluentClients.from_settings(settings).offsets_reader_config(group),
             # No librdkafka log lines: a failure surfaces once, as the AuditError below.
             "log_level": 0,
             **extra,

@@ -551,9 +551,10 @@ class Chaos:
         auditor must report it without taking it for the pipeline's output."""
         from confluent_kafka import Producer
 
+        from pos_lambda.producer.kafka_sink import producer_config
+
         s = self.settings
-        client = Producer({"bootstrap.servers": s.bootstrap_servers, "enable.idempotence": True}
-                          | s.kafka.security_config)  # fmt: skip
+        client = Producer(producer_config(s.bootstrap_servers, True, s.kafka.security_config))
         where: list[tuple[int, int]] = []
 
         def delivered(err: Any, msg: Any) -> None:

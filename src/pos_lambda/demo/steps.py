@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pos_lambda.adapters import schema_apply
+from pos_lambda.adapters.kafka_clients import ConfluentClients
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.settings import Settings
 
@@ -213,8 +214,7 @@ def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
-        {"bootstrap.servers": settings.bootstrap_servers, "group.id": "pos-demo-offsets"}
-        | settings.kafka.security_config
+        ConfluentClients.from_settings(settings).offsets_reader_config("pos-demo-offsets")
     )
     try:
         md = consumer.list_topics(topic, timeout=30)
@@ -230,15 +230,7 @@ def committed(settings: Settings, group: str, topic: str) -> dict[int, int]:
     """Partition -> the group's committed offset (read_committed; -1001 counts as 0)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": group,  # never subscribes, so it does not join the group
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-        | settings.kafka.security_config
-    )
+    consumer = Consumer(ConfluentClients.from_settings(settings).offsets_reader_config(group))
     try:
         md = consumer.list_topics(topic, timeout=30)
         tps = [TopicPartition(topic, p) for p in sorted(md.topics[topic].partitions)]

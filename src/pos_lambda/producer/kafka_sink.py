@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 
 from pos_lambda.adapters import kafka_admin
+from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.producer.simulation import OutgoingMessage
 
@@ -47,16 +48,8 @@ class DeliveryStats:
 def producer_config(
     bootstrap: str, idempotence: bool = True, security: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    return {
-        **(security or {}),  # Settings.kafka.security_config: SASL login, TLS
-        "bootstrap.servers": bootstrap,
-        # PID + sequence numbers: a retried batch is written once, in order.
-        "enable.idempotence": idempotence,
-        "acks": "all",
-        "linger.ms": 5,
-        "compression.type": "lz4",
-        "log_level": 3,
-    }
+    """The idempotent producer's configuration (the Kafka port's, adapters/kafka_clients.py)."""
+    return ConfluentClients(bootstrap, security or {}).producer_config(idempotence=idempotence)
 
 
 def check_topic(
@@ -92,6 +85,7 @@ def produce(
     flush_timeout_s: float = 60.0,
     producer: Producer | None = None,
     security: Mapping[str, str] | None = None,
+    clients: KafkaClients | None = None,
 ) -> DeliveryStats:
     """Send messages in order at up to `rate` per second (0 = unlimited); flush; report.
 
@@ -103,7 +97,10 @@ def produce(
     stats = DeliveryStats()
     started = last_report = time.monotonic()
     if producer is None:
-        producer = Producer(producer_config(bootstrap, idempotence, security))
+        # The Kafka port (adapters/kafka_clients.py): the real broker unless a fake is given.
+        producer = (clients or ConfluentClients(bootstrap, security or {})).producer(
+            idempotence=idempotence
+        )
 
     def on_delivery(err: KafkaError | None, _msg: object) -> None:
         if err is None:
