@@ -177,6 +177,10 @@ class Processor(Generic[S]):
         self.synced: dict[int, int] = {}
         # The partitions whose states the open batch has changed (ahead of `synced`).
         self.touched: set[int] = set()
+        # The partitions assigned to this instance now, and how many rebalances it has
+        # seen (a record polled before a rebalance is not processed after it).
+        self.owned: set[int] = set()
+        self.rebalances = 0
         self.open = False  # a transaction (or, at least once, an uncommitted batch)
         self.opened_at = 0.0
         self.batch_records = 0
@@ -255,6 +259,10 @@ class Processor(Generic[S]):
             self.dead = True
             self.log.error("fenced by a newer instance (%s): stopping, writing nothing more", exc)
             return EXIT_FENCED
+        except KafkaException:
+            # Neither fatal nor retriable nor abortable: where it came from, for the report.
+            self.log.exception("unexpected Kafka error: stopping")
+            raise
         finally:
             self._close()
             self.watchdog.close()
@@ -269,7 +277,11 @@ class Processor(Generic[S]):
         first = self.consumer.poll(self._wait_s())
         msgs = [] if first is None else [first]
         if first is not None and max_records > 1:
-            msgs += self.consumer.consume(max_records - 1, timeout=0)
+            rebalances = self.rebalances
+            more = self.consumer.consume(max_records - 1, timeout=0)
+            # A rebalance served inside consume() reset the fetch positions: the record
+            # polled before it is stale (consume() itself returns only fresh records).
+            msgs = more if self.rebalances != rebalances else msgs + more
         self._raise_pending()
         for msg in msgs:
             self._process(msg)
@@ -297,8 +309,8 @@ class Processor(Generic[S]):
             self.log.warning("consumer: %s", err)
             return
         state = self.states.get(msg.partition())
-        if state is None:  # fetched before a revocation: no longer ours
-            return
+        if state is None or msg.partition() not in self.owned:
+            return  # fetched before a revocation: no longer ours
         if not self.open:
             self._begin()
         source = Source(msg.partition(), msg.offset(), msg.timestamp()[1])
@@ -329,7 +341,12 @@ class Processor(Generic[S]):
             except BufferError:
                 self.producer.poll(0.1)  # local queue full: let deliveries drain
             except KafkaException as exc:
-                self._classify(exc.args[0])
+                err: KafkaError = exc.args[0]
+                if self.exactly_once and classify(err) in ("retry", "fail"):
+                    # The transaction cannot take this record (its state is broken, the
+                    # record refused): abort it and replay from the committed offsets.
+                    raise Abortable(f"produce: {err}") from exc
+                self._classify(err)
 
     # --- commit, abort, rewind ----------------------------------------------------------
 
@@ -458,11 +475,14 @@ class Processor(Generic[S]):
         return starts
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
         starts = self._restore(consumer.committed(partitions, timeout=60))
         consumer.assign(starts)
+        self.owned |= {tp.partition for tp in partitions}
         self.log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
         # Commit what was processed while the partitions are still ours; the next owner
         # starts from there (its offset fetch waits for this transaction, KIP-447).
         if self.open and not self.dead:
@@ -470,10 +490,13 @@ class Processor(Generic[S]):
                 self._commit()
             except Abortable as exc:
                 self._drop_open_batch(f"revoked mid-transaction: {exc}")
+        self.owned -= {tp.partition for tp in partitions}
         self.log.info("revoked partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # The group moved on without us: our offsets can no longer be committed.
+        self.rebalances += 1
+        self.owned -= {tp.partition for tp in partitions}
         if self.open and not self.dead:
             self._drop_open_batch("partitions lost")
         for tp in partitions:
