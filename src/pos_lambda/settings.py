@@ -561,6 +561,14 @@ class ProcessorSettings(_Section):
         "loading, a previous transaction still completing, a timed-out call to resume); "
         "then the instance exits 3 for its supervisor.",
     )
+    refused_output_patience_s: int = Field(
+        default=300,
+        ge=0,
+        description="An input record whose output the broker refuses (larger than the "
+        "output topic's max.message.bytes) is replayed for this long, time to fix a limit "
+        "set too low; then a dead letter with the reason goes to POS_TOPIC_DEAD_LETTERS in "
+        "its place, so the partition does not stop (at once if the client can never send it).",
+    )
     restore_stall_s: int = Field(
         default=120,
         ge=1,

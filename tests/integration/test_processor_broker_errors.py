@@ -17,6 +17,7 @@ is worth 150.00, so it gives exactly one `high_value` alert (threshold 100.00).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -104,6 +105,7 @@ def topics(settings: Settings, new_topic: Callable[..., str]) -> Settings:
         topic_transactions=tag,
         topic_receipts=new_topic(partitions=1, prefix="errors-receipts"),
         topic_alerts=new_topic(partitions=1, prefix="errors-alerts"),
+        topic_dead_letters=new_topic(partitions=1, prefix="errors-dead"),
         receipts_group_id=f"pos-receipts-{tag[-10:]}",
         receipts_instance_id=f"t-{tag[-10:]}",
         alerts_group_id=f"pos-alerts-{tag[-10:]}",
@@ -263,3 +265,53 @@ def test_outputs_refused_for_a_while_then_accepted_lose_nothing_and_double_nothi
         cleanup(*procs.values())
     assert committed_receipts(s) == expected_receipts(ids)
     assert committed_alerts(s) == expected_alerts(ids)
+
+
+# --- an output the broker refuses for good --------------------------------------------
+
+
+def huge_receipt(transaction_id: int) -> OutgoingMessage:
+    """Receipt `transaction_id` with 60 line items named by hashes, so that compression
+    cannot shrink it much: about 6 KB, valid by the contract."""
+    doc = json.loads(receipt(transaction_id).value)
+    titles = [hashlib.sha256(b"%d" % n).hexdigest() for n in range(60)]
+    doc["transactions"] = [{"title": t, "price": "1.00", "amount": 1} for t in titles]
+    value = json.dumps(doc, separators=(",", ":")).encode()
+    return OutgoingMessage(key=b"101:1001", value=value, timestamp_ms=0, kind="receipt")
+
+
+def test_an_output_refused_for_good_becomes_a_dead_letter_and_the_partition_goes_on(
+    topics: Settings, tmp_path: Path
+) -> None:
+    s = topics.with_overrides(receipts_refused_output_patience_s=2)
+    # Every receipt fits but the huge one (about 3 KB), whose output never will.
+    set_max_message_bytes(s, [s.topics.receipts], 1500)
+    messages = [receipt(i) for i in range(1, 21)] + [huge_receipt(21)]
+    messages += [receipt(i) for i in range(22, 42)]
+    assert len(huge_receipt(21).value) > 1500 > max(len(m.value) for m in messages[:20]) + 200
+    log = tmp_path / "receipts.log"
+    proc = start_processor(s, log, "pos-receipts")
+    try:
+        produce(messages, s.bootstrap_servers, s.topics.transactions, quiet=True)
+
+        def finished() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            return caught_up(s, s.receipts.group_id)
+
+        assert wait_for(finished, timeout=180, interval=0.5), log.read_text()[-3000:]
+        assert sigterm(proc) == 0, log.read_text()[-3000:]
+    finally:
+        cleanup(proc)
+    assert committed_receipts(s) == expected_receipts(range(1, 21)) + expected_receipts(
+        range(22, 42)
+    )
+    letters = read_all(s.bootstrap_servers, s.topics.dead_letters, "read_committed")
+    assert [r.key for r in letters] == [f"{s.topics.transactions}:0:20".encode()]
+    letter = json.loads(letters[0].value)
+    assert (letter["processor"], letter["input"], letter["output_topic"]) == (
+        "receipts",
+        {"topic": s.topics.transactions, "partition": 0, "offset": 20},
+        s.topics.receipts,
+    )
+    assert letter["reason"].startswith("MSG_SIZE_TOO_LARGE")
+    assert letter["outputs"] == [{"key": "101:1001:21", "bytes": len(huge_receipt(21).value)}]

@@ -94,6 +94,7 @@ def job(settings: Settings) -> Job:
         settings.topics.transactions,
         settings.topics.alerts,
         outputs="alerts",
+        dead_letter_topic=settings.topics.dead_letters,
     )
 
 

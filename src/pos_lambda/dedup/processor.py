@@ -23,6 +23,7 @@ def job(settings: Settings) -> Job:
         settings.topics.transactions,
         settings.topics.receipts,
         outputs="receipts",
+        dead_letter_topic=settings.topics.dead_letters,
     )
 
 

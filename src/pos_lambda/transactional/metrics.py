@@ -27,6 +27,11 @@ COUNTERS = {
         "Transactions aborted and rewound to the committed offsets.",
     ),
     "records": ("input_records", "Input records in committed transactions."),
+    "dead_letters": (
+        "dead_letters",
+        "Input records whose outputs the broker refused for good, dead-lettered instead "
+        "(transactional/refused.py).",
+    ),
     "restarts_in_place": (
         "watchdog_restarts",
         "In-place restarts by the watchdog after a hung Kafka call (since the process "

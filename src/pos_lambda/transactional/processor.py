@@ -55,7 +55,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -67,6 +67,7 @@ from pos_lambda.failpoints import Failpoints
 from pos_lambda.settings import ProcessorSettings, Settings
 from pos_lambda.transactional import restore, watchdog
 from pos_lambda.transactional.lease import Lease
+from pos_lambda.transactional.refused import RECORD_REFUSED, RefusedOutputs, dead_letter
 from pos_lambda.transactional.step import Output, Source, Step
 from pos_lambda.transactional.watchdog import Watchdog, restart_in_place
 
@@ -87,6 +88,9 @@ _IDLE_POLL_S = 0.5  # how often an idle loop looks at the stop flag
 # A blocking transactional call gets its own timeout plus this before the watchdog
 # declares it hung (librdkafka#5456: send_offsets_to_transaction ignores its timeout).
 HANG_MARGIN_S = 15.0
+# Backoff between consecutive aborts without a commit: 0.1 s, doubling, at most 5 s.
+ABORT_BACKOFF_S = 0.1
+MAX_ABORT_BACKOFF_S = 5.0
 _MAX_BATCH = 500
 
 
@@ -135,6 +139,9 @@ class Job:
     input_topic: str
     output_topic: str
     outputs: str = "outputs"  # the totals' key for records produced ("alerts", "receipts")
+    # Where an input record goes whose outputs the broker refuses for good
+    # (transactional/refused.py); its dead letter is written in the same transaction.
+    dead_letter_topic: str = "pos.dead_letters"
 
     @property
     def transactional_id(self) -> str:
@@ -177,6 +184,9 @@ class Processor(Generic[S]):
         self.synced: dict[int, int] = {}
         # The partitions whose states the open batch has changed (ahead of `synced`).
         self.touched: set[int] = set()
+        self.aborts_in_a_row = 0
+        self.refused = RefusedOutputs(job.section.refused_output_patience_s)
+        self.isolating: Source | None = None  # the record whose outputs are sent alone
         # The partitions assigned to this instance now, and how many rebalances it has
         # seen (a record polled before a rebalance is not processed after it).
         self.owned: set[int] = set()
@@ -189,7 +199,7 @@ class Processor(Generic[S]):
         self.failpoints = Failpoints.from_settings(settings.faults)
         total_restarts, in_a_row = watchdog.restarts()
         self.totals = {
-            "records": 0, job.outputs: 0, "commits": 0, "aborts": 0,
+            "records": 0, job.outputs: 0, "commits": 0, "aborts": 0, "dead_letters": 0,
             "restarts_in_place": total_restarts, "restarts_in_a_row": in_a_row,
         }  # fmt: skip
         self.failed_deliveries = 0
@@ -315,11 +325,18 @@ class Processor(Generic[S]):
             self._begin()
         source = Source(msg.partition(), msg.offset(), msg.timestamp()[1])
         outputs = self.step.apply(state, msg.value(), source)
-        for output in outputs:
-            self._produce(output)
         self.touched.add(msg.partition())
+        verdict, reason = self.refused.verdict(source, time.monotonic())
+        if verdict == "dead_letter":
+            self._dead_letter(source, outputs, reason)
+        elif verdict == "send_alone" and outputs:
+            self._send_alone(source, outputs)
+        else:
+            for output in outputs:
+                self._produce(output, source)
+        if verdict != "dead_letter":
+            self.batch_outputs += len(outputs)
         self.batch_records += 1
-        self.batch_outputs += len(outputs)
 
     def _begin(self) -> None:
         if self.exactly_once:
@@ -327,26 +344,58 @@ class Processor(Generic[S]):
         self.open, self.opened_at = True, time.monotonic()
         self.batch_records = self.batch_outputs = 0
 
-    def _produce(self, output: Output) -> None:
+    def _produce(self, output: Output, source: Source, topic: str | None = None) -> None:
         while True:
             try:
                 self.producer.produce(
-                    self.job.output_topic,
+                    topic or self.job.output_topic,
                     key=output.key,
                     value=output.value,
                     headers=list(output.headers) or None,
-                    on_delivery=self._on_delivery,
+                    on_delivery=partial(self._on_delivery, source),
                 )
                 return
             except BufferError:
                 self.producer.poll(0.1)  # local queue full: let deliveries drain
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
+                if err.code() in RECORD_REFUSED and topic is None:
+                    # Larger than this producer may ever send (message.max.bytes): no
+                    # limit on the broker can help. Abort; the replay dead-letters it.
+                    reason = f"{err.name()}: {err.str()}"
+                    self.refused.note(source, reason, time.monotonic(), alone=True, for_good=True)
+                    raise Abortable(f"produce: {err}") from exc
                 if self.exactly_once and classify(err) in ("retry", "fail"):
                     # The transaction cannot take this record (its state is broken, the
                     # record refused): abort it and replay from the committed offsets.
                     raise Abortable(f"produce: {err}") from exc
                 self._classify(err)
+
+    def _send_alone(self, source: Source, outputs: Sequence[Output]) -> None:
+        """Deliver `source`'s outputs in batches of their own (what was sent before them
+        first, then them): the broker refuses whole batches, so only a refusal of these
+        alone says that they are refused."""
+        self._flush_deliveries()
+        self.isolating = source
+        try:
+            for output in outputs:
+                self._produce(output, source)
+            self._flush_deliveries()
+        finally:
+            self.isolating = None
+        self.refused.delivered(source)
+
+    def _dead_letter(self, source: Source, outputs: Sequence[Output], reason: str) -> None:
+        self.log.error(
+            "%s[%d] offset %d: its outputs are refused (%s): writing a dead letter to %s "
+            "instead", self.topic, source.partition, source.offset, reason,
+            self.job.dead_letter_topic,
+        )  # fmt: skip
+        letter = dead_letter(
+            self.job.name, self.topic, self.job.output_topic, source, outputs, reason
+        )
+        self._produce(letter, source, topic=self.job.dead_letter_topic)
+        self.totals["dead_letters"] += 1
 
     # --- commit, abort, rewind ----------------------------------------------------------
 
@@ -374,7 +423,9 @@ class Processor(Generic[S]):
                 )
         for tp in offsets:
             self.synced[tp.partition] = tp.offset
+            self.refused.committed(tp.partition, tp.offset)
         self.touched.clear()
+        self.aborts_in_a_row = 0
         self.open = False
         self.totals["records"] += self.batch_records
         self.totals[self.job.outputs] += self.batch_outputs
@@ -403,6 +454,13 @@ class Processor(Generic[S]):
             self._abort()
         self.open = False
         self.totals["aborts"] += 1
+        self.aborts_in_a_row += 1
+        if self.aborts_in_a_row > 1:
+            # The same trouble again (a refused output, a coordinator moving): back off
+            # instead of hammering the broker with begin-produce-abort cycles.
+            delay = min(ABORT_BACKOFF_S * 2 ** (self.aborts_in_a_row - 2), MAX_ABORT_BACKOFF_S)
+            self.log.warning("%d aborts in a row: backing off %.1f s", self.aborts_in_a_row, delay)
+            self.sleep(delay)
         # The states of the partitions the aborted batch read ran ahead of their committed
         # offsets: rebuild them, or the replayed records would look like resends of
         # themselves and emit nothing (issue 61: their offsets then committed, outputs lost).
@@ -536,10 +594,16 @@ class Processor(Generic[S]):
         else:  # connection trouble: librdkafka retries on its own
             self.log.warning("kafka: %s", err)
 
-    def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
-        if err is not None:
-            self.failed_deliveries += 1
-            self.log.warning("record not delivered: %s", err)
+    def _on_delivery(self, source: Source, err: KafkaError | None, _msg: object) -> None:
+        if err is None:
+            return
+        self.failed_deliveries += 1
+        if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
+            return  # purged by an abort: the abort is what is logged
+        if err.code() in RECORD_REFUSED:
+            reason = f"{err.name()}: {err.str()}"
+            self.refused.note(source, reason, time.monotonic(), alone=source == self.isolating)
+        self.log.warning("record not delivered: %s", err)
 
     def _on_hang(self, what: str) -> None:
         """The watchdog's thread: `what` blocks past its timeout. The main thread is stuck

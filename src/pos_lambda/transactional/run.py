@@ -109,6 +109,15 @@ def run_instance(
             kafka_admin.require_topic(
                 settings.bootstrap_servers, topic, security=settings.kafka.security_config
             )
+        # Written only when the broker refuses an output for good (transactional/
+        # refused.py): created here if missing, so that a dead letter never waits for it.
+        kafka_admin.require_topic(
+            settings.bootstrap_servers,
+            job.dead_letter_topic,
+            create_partitions=settings.topics.partitions,
+            replication_factor=settings.topics.replication_factor,
+            security=settings.kafka.security_config,
+        )
         # Before the processor touches Kafka: its init_transactions would fence a live
         # instance with this id (src/pos_lambda/transactional/lease.py).
         lease = Lease(
