@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -98,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
                 help="with --delta-version: serve this run's version for its days even over "
                 "versions read from newer table versions (a deliberate rollback)",
             )
+            c.add_argument(
+                "--new-table",
+                action="store_true",
+                help="the master dataset is another Delta table than the one the views count "
+                "(a restore, a move): take it over deliberately, a build from it serving "
+                "every day (without it such a run stops and says so)",
+            )
     r = sub.add_parser(
         "rebuild",
         help="recompute every day from every record, in chunks of natural keys, as a new "
@@ -120,7 +128,22 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--end",
         default=None,
-        help="how far the rebuilt days are final (default: the pointer's horizon)",
+        help="how far the rebuilt days are final (default: the pointer's horizon; never "
+        "in the future)",
+    )
+    r.add_argument(
+        "--rebuild-id",
+        default=None,
+        type=_rebuild_id,
+        help="names the generation every step of one rebuild writes (the DAG's plan draws "
+        "one; without --chunk/--commit a new one is drawn); steps run by hand without it "
+        "write the table version's own generation, refused once that was served",
+    )
+    r.add_argument(
+        "--new-table",
+        action="store_true",
+        help="the master dataset is another Delta table than the one the views count (a "
+        "restore, a move): take it over deliberately, every day served from it",
     )
     gc = sub.add_parser(
         "gc",
@@ -145,6 +168,14 @@ def _parser() -> argparse.ArgumentParser:
     g = msub.add_parser("migrate", help="append an old Parquet master dataset into Delta")
     g.add_argument("--from", dest="source", required=True, help="the Parquet directory")
     return p
+
+
+def _rebuild_id(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-z]{1,16}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: 1 to 16 lowercase letters and digits (it names a generation)"
+        )
+    return text
 
 
 def _interval(args: argparse.Namespace, settings: Settings) -> Interval:
@@ -196,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.end is not None:
             try:
                 args.end = parse_instant(args.end)
+                Interval(args.end - timedelta(minutes=15), args.end).ensure_ended(datetime.now(UTC))
             except IntervalError as exc:
-                parser.error(str(exc))
+                parser.error(
+                    str(exc).replace("a batch run makes its interval", "a rebuild makes it")
+                )
     if args.command in ("run", "rebuild"):
         from pos_lambda.adapters import master_dataset
 
@@ -223,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             lap = time.monotonic()
             retries = 0 if args.delta_version is not None else args.conflict_retries
             result = until_committed(
-                lambda: job.run(spark, settings, interval, args.delta_version, args.take_over),
+                lambda: job.run(
+                    spark, settings, interval, args.delta_version, args.take_over, args.new_table
+                ),
                 retries,
             )
             done = dataclasses.asdict(result)
@@ -291,8 +327,11 @@ def _rebuild(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
     from pos_lambda.adapters import master_dataset
     from pos_lambda.batch_layer import rebuild
 
+    rebuild_id = args.rebuild_id
     if not args.commit and args.chunk is not None:
-        one = rebuild.run_chunk(spark, settings, args.delta_version, args.chunk, args.chunks)
+        one = rebuild.run_chunk(
+            spark, settings, args.delta_version, args.chunk, args.chunks, rebuild_id
+        )
         _emit(dataclasses.asdict(one))
         return
     if not master_dataset.exists(spark, settings):
@@ -301,10 +340,13 @@ def _rebuild(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
     if version is None:
         version = master_dataset.latest_version(spark, settings)
     if not args.commit:
+        rebuild_id = rebuild_id or rebuild.new_rebuild_id()  # every step in this process
         for chunk in range(args.chunks):
-            one = rebuild.run_chunk(spark, settings, version, chunk, args.chunks)
+            one = rebuild.run_chunk(spark, settings, version, chunk, args.chunks, rebuild_id)
             _emit(dataclasses.asdict(one))
-    _emit(rebuild.commit(spark, settings, version, args.chunks, args.end))
+    _emit(
+        rebuild.commit(spark, settings, version, args.chunks, args.end, rebuild_id, args.new_table)
+    )
 
 
 def _gc(settings: Settings, args: argparse.Namespace) -> int:

@@ -97,9 +97,10 @@ def day_coverage(day: date, end: datetime) -> datetime:
 
 
 def version_key(folded: Folded, upto: int) -> str:
-    """The aggregates' version of the fold of table versions (after, upto]: the same
-    fold (a rerun after a kill) rewrites the same rows."""
-    return f"f{upto}-{folded.table_id.replace('-', '')[:8]}-{folded.version}"
+    """The aggregates' version of the fold of table versions (after, upto] into a
+    generation: the same fold (a rerun after a kill) rewrites the same rows; the same
+    versions folded into another generation (a rebuild's catch-up) write their own."""
+    return f"f{upto}-{folded.table_id.replace('-', '')[:8]}-{folded.version}-{folded.generation}"
 
 
 def fold(

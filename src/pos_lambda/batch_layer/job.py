@@ -102,11 +102,15 @@ def run(
     interval: Interval,
     delta_version: int | None = None,
     take_over: bool = False,
+    new_table: bool = False,
 ) -> RunResult:
     """One batch run over `interval`; `delta_version` pins the input (default: newest).
+    `new_table`: the master dataset is another Delta table than the one the views count
+    (a restore, a move), taken over on purpose: a build from it serves every day.
 
     Raises IntervalError (before anything is written) for an interval that has not
-    ended, NothingToDo before the master dataset exists, CommitConflict when another
+    ended, NothingToDo before the master dataset exists, TableReplaced when the master
+    dataset is another table and `new_table` is not given, CommitConflict when another
     run committed while this one computed."""
     interval.ensure_ended(_now())
     if take_over and delta_version is None:
@@ -134,7 +138,7 @@ def run(
             # Read first: the commit is conditional on the pointer staying as read here.
             read = store.state()
             result = _dispatch(
-                spark, settings, interval, delta_version, take_over, run_id, store, read
+                spark, settings, interval, delta_version, take_over, run_id, store, read, new_table
             )
         except CommitConflict as exc:
             store.record_run(
@@ -159,8 +163,24 @@ def _dispatch(
     run_id: uuid.UUID,
     store: BatchStore,
     read: PointerState,
+    new_table: bool = False,
 ) -> RunResult:
     table_id = master_dataset.table_id(spark, settings)
+    replaced = read.folded is not None and read.folded.table_id != table_id
+    if replaced and not new_table:
+        assert read.folded is not None
+        raise TableReplaced(
+            f"the master dataset at {settings.master_dataset_dir} is another Delta table "
+            f"({table_id}) than the one the batch views count ({read.folded.table_id}, up to "
+            f"its version {read.folded.version}). If it replaced the old one on purpose (a "
+            "restore, a move), take it over with `pos-batch run --new-table` (a build from "
+            "it then serves every day); otherwise point POS_DATA_DIR at the counted table"
+        )
+    if new_table and not replaced:
+        raise TableReplaced(
+            f"--new-table: the master dataset is the table the views count ({table_id}): "
+            "nothing to take over"
+        )
     if delta_version is not None and not take_over:
         return _recompute(spark, settings, interval, delta_version, "pinned", run_id, store, read)
     if delta_version is None:
@@ -171,7 +191,14 @@ def _dispatch(
     if not master_dataset.change_feed_enabled(spark, settings):
         # From now on, folds read only what the archiver adds (the feed starts here).
         master_dataset.enable_change_feed(spark, settings)
-    return _recompute(spark, settings, interval, delta_version, "build", run_id, store, read)
+    return _recompute(
+        spark, settings, interval, delta_version, "build", run_id, store, read, replaced
+    )
+
+
+class TableReplaced(RuntimeError):
+    """The master dataset is another Delta table than the one the views count: a silent
+    build would compare table versions of two tables; the operator decides."""
 
 
 def _why_build(
@@ -312,11 +339,13 @@ def _recompute(
     run_id: uuid.UUID,
     store: BatchStore,
     read: PointerState,
+    new_table: bool = False,
 ) -> RunResult:
     """Every record at one table version, every key resolved over all its copies: a new
     generation of every day (`build`), or the interval's days under their own version
-    (`pinned`, served with take_over: then a generation too)."""
-    take_over = mode == "build" and delta_version is not None
+    (`pinned`, served with take_over: then a generation too). A build from a new table
+    moves every day (the served table versions are another table's)."""
+    take_over = mode == "build" and (delta_version is not None or new_table)
     snap = master_dataset.snapshot(spark, settings, delta_version)
     table8 = snap.table_id.replace("-", "")[:8]
     if mode == "build":

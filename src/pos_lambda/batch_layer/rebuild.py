@@ -33,7 +33,7 @@ import logging
 import shutil
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,15 @@ from pyspark.sql import functions as F
 
 from pos_lambda.adapters import cassandra, master_dataset
 from pos_lambda.batch_layer import fold as folding
-from pos_lambda.batch_layer.store import BatchStore, DayCommit, Folded
+from pos_lambda.batch_layer.interval import END_TOLERANCE, Interval
+from pos_lambda.batch_layer.store import (
+    BatchStore,
+    CommitConflict,
+    DayCommit,
+    Folded,
+    PointerState,
+    Served,
+)
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.views import records
@@ -52,6 +60,7 @@ from pos_lambda.views.winners import CONFLICT_COLUMNS, conflicts_of, resolve
 log = logging.getLogger("pos.batch")
 
 CHUNK = "chunk"
+SWITCH_RETRIES = 3  # catch-ups when an hourly fold commits during the switch
 COUNTS = ("input", "invalid", "receipts", "duplicates", "conflicts", "beyond")
 
 
@@ -68,9 +77,32 @@ class ChunkResult:
     counts: dict[str, int]
 
 
-def generation_of(delta_version: int, table_id: str) -> str:
-    """The generation a rebuild at this table version writes (a rerun: the same one)."""
-    return f"r{delta_version}-{table_id.replace('-', '')[:8]}"
+def generation_of(delta_version: int, table_id: str, rebuild_id: str | None = None) -> str:
+    """The generation a rebuild at this table version writes. Every step of one rebuild
+    names the same `rebuild_id` (the plan draws it), so a rerun of a step writes the same
+    generation, and a second rebuild at the same table version a new one; without an id
+    (steps run by hand), the table version's own name, refused once it was served."""
+    name = f"r{delta_version}-{table_id.replace('-', '')[:8]}"
+    return name if rebuild_id is None else f"{name}-{rebuild_id}"
+
+
+def new_rebuild_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def ensure_unserved(store: BatchStore, generation: str) -> None:
+    """Refuse to write into a generation that is served, or was ever committed: its rows
+    would show at once (or be mixed with the old ones), and rows the new rule no longer
+    produces would never go away."""
+    read = store.state()
+    if (read.folded is not None and read.folded.generation == generation) or (
+        generation in store.committed_versions()
+    ):
+        raise RebuildError(
+            f"generation {generation} has been committed already: a rebuild at a table "
+            "version already served writes a new generation. Run `pos-batch rebuild` "
+            "(it names its own), or give every step the same new --rebuild-id"
+        )
 
 
 def key_bucket(key: tuple[Column, Column, Column], chunks: int) -> Column:
@@ -97,6 +129,7 @@ def plan(settings: Settings, chunks: int) -> dict[str, list[Any]]:
         raise RebuildError("chunks must be at least 1")
     version = str(master_dataset.newest_version_on_disk(settings))
     pinned = ["rebuild", "--chunks", str(chunks), "--delta-version", version]
+    pinned += ["--rebuild-id", new_rebuild_id()]
     return {
         "chunks": [[*pinned, "--chunk", str(n)] for n in range(chunks)],
         "commit": [*pinned, "--commit"],
@@ -113,16 +146,19 @@ def run_chunk(
     delta_version: int,
     chunk: int,
     chunks: int,
+    rebuild_id: str | None = None,
 ) -> ChunkResult:
     """Rebuild one chunk of the natural keys at `delta_version` (see the module doc)."""
     if not 0 <= chunk < chunks:
         raise RebuildError(f"--chunk {chunk} is not in 0..{chunks - 1}")
     snap = master_dataset.snapshot(spark, settings, delta_version)
-    generation = generation_of(snap.version, snap.table_id)
+    generation = generation_of(snap.version, snap.table_id, rebuild_id)
+    run_id = uuid.uuid1()
     # Recorded first, so that `pos-batch gc` spares the generation while it is written.
     with BatchStore(settings) as store:
+        ensure_unserved(store, generation)
         store.record_run(
-            uuid.uuid1(),
+            run_id,
             {
                 "status": f"rebuild chunk {chunk + 1}/{chunks}",
                 "version": generation,
@@ -180,6 +216,9 @@ def run_chunk(
         copies.unpersist()
     finally:
         checked.unpersist()
+    with BatchStore(settings) as store:
+        # The generation's last progress: `pos-batch gc` counts its grace from here.
+        store.record_run(run_id, {"finished_at": datetime.now(UTC)})
     log.info("rebuild %s: chunk %d of %d done: %s", generation, chunk + 1, chunks, counts)
     return ChunkResult(chunk, chunks, generation, snap.version, counts)
 
@@ -214,14 +253,37 @@ def commit(
     delta_version: int,
     chunks: int,
     end: datetime | None = None,
+    rebuild_id: str | None = None,
+    new_table: bool = False,
 ) -> dict[str, Any]:
-    """Sum the chunks' shares, write the generation's aggregates, switch the pointer.
+    """Sum the chunks' shares, write the generation's aggregates, catch up with what the
+    hourly folds committed meanwhile, switch the pointer.
 
     `end`: how far the rebuilt days are final (default: the horizon the pointer has
-    now, so a rebuild never makes final what the hourly runs had not)."""
+    now, so a rebuild never makes final what the hourly runs had not); never in the
+    future. `new_table`: the master dataset is another Delta table than the one the
+    views count (a restore, a move), and this rebuild deliberately takes it over."""
+    now = datetime.now(UTC)
+    if end is not None and end > now + END_TOLERANCE:
+        raise RebuildError(
+            f"--end {end.isoformat()} is in the future (now {now.isoformat()}): a rebuild "
+            "makes the days final up to its end, so it only runs over time that has passed"
+        )
     run_id = uuid.uuid1()
     snap = master_dataset.snapshot(spark, settings, delta_version)
-    generation = generation_of(snap.version, snap.table_id)
+    generation = generation_of(snap.version, snap.table_id, rebuild_id)
+    with BatchStore(settings) as store:
+        ensure_unserved(store, generation)
+        # First: `pos-batch gc` spares the generation from its last progress on.
+        store.record_run(
+            run_id,
+            {
+                "status": "running",
+                "version": generation,
+                "delta_version": snap.version,
+                "started_at": datetime.now(UTC),
+            },
+        )
     path = _partials_path(settings, generation)
     if not (path / "_delta_log").exists():
         raise RebuildError(f"no chunk of rebuild {generation} has run ({path} is empty)")
@@ -248,43 +310,29 @@ def commit(
             .agg(F.sum("receipt_count").alias("receipts"), F.count(F.lit(1)).alias("rows"))
             .collect()
         }
+        # The chunks' receipt rows must all be there (a `pos-batch gc` long after the
+        # chunks ran, say): a generation with holes would serve fewer receipts as final.
+        keys = aggregates.select("operation_id", "day", F.lit(generation).alias("version"))
+        found = cassandra.lookup(
+            spark, ks, cql.RECEIPTS_BATCH_TABLE, keys.distinct(), ("operation_id",)
+        ).count()
     finally:
         aggregates.unpersist()
-    with BatchStore(settings) as store:
-        read = store.state()
-        until = end or read.horizon or datetime.now(UTC)
-        days = []
-        for day in sorted({*per_day, *read.days}):
-            covered = folding.day_coverage(day, until)
-            served = read.days.get(day)
-            if served is not None:
-                covered = max(covered, served.covered_until)
-            receipts, rows = per_day.get(day, (0, 0))
-            days.append(DayCommit(day, covered, receipts, rows, generation))
-        horizon = max(until, read.horizon) if read.horizon else until
-        store.record_run(
-            run_id,
-            {
-                "status": "running",
-                "version": generation,
-                "delta_version": snap.version,
-                "started_at": datetime.now(UTC),
-            },
+    if found != totals["receipts"]:
+        raise RebuildError(
+            f"rebuild {generation}: the chunks wrote {totals['receipts']} receipts but "
+            f"{found} are there (deleted by `pos-batch gc`?): run every chunk again, then "
+            "the commit"
         )
-        store.commit(
-            run_id,
-            snap.version,
-            days,
-            horizon,
-            datetime.now(UTC),
-            read,
-            Folded(generation, snap.version, snap.table_id),
+    with BatchStore(settings) as store:
+        committed = _switch(
+            spark, settings, store, run_id, snap, generation, per_day, end, new_table
         )
         store.record_run(
             run_id,
             {
                 "status": "committed",
-                "horizon": horizon,
+                "horizon": committed.horizon,
                 "input_rows": totals["input"],
                 "invalid_rows": totals["invalid"],
                 "receipts": totals["receipts"],
@@ -298,8 +346,105 @@ def commit(
     shutil.rmtree(path.parent, ignore_errors=True)
     return {
         "generation": generation,
-        "delta_version": snap.version,
+        "delta_version": committed.delta_version,
+        "rebuilt_at_delta_version": snap.version,
+        "caught_up_receipts": committed.caught_up_receipts,
         "chunks": chunks,
-        "days_committed": len(days),
+        "days_committed": committed.days,
         **totals,
     }
+
+
+@dataclass(frozen=True)
+class Switched:
+    horizon: datetime
+    delta_version: int  # how far the served generation counts the table
+    days: int
+    caught_up_receipts: int
+
+
+def _switch(
+    spark: SparkSession,
+    settings: Settings,
+    store: BatchStore,
+    run_id: uuid.UUID,
+    snap: Any,
+    generation: str,
+    per_day: dict[date, tuple[int, int]],
+    end: datetime | None,
+    new_table: bool,
+) -> Switched:
+    """Point every day at the generation in one conditional write. The hourly folds may
+    have committed table versions after the rebuild's while it ran: those records are
+    folded into the generation first (the same fold, on the generation's index), or the
+    switch would take the served views back to an older table version. A fold that
+    commits meanwhile makes the switch lose its compare-and-set: read again, catch up
+    again, up to SWITCH_RETRIES times."""
+    counted = Folded(generation, snap.version, snap.table_id)
+    caught_up = 0
+    for attempt in range(SWITCH_RETRIES + 1):
+        read = store.state()
+        if read.folded is not None and read.folded.table_id != snap.table_id and not new_table:
+            raise RebuildError(
+                f"the batch views count another Delta table ({read.folded.table_id}, up to "
+                f"version {read.folded.version}) than the master dataset now at "
+                f"{settings.master_dataset_dir} ({snap.table_id}): if it replaced the old "
+                "one on purpose (a restore, a move), take it over with --new-table"
+            )
+        until = end or read.horizon or _window_floor(datetime.now(UTC))
+        days = _rebuilt_days(read, per_day, generation, until, snap.version)
+        if (
+            read.folded is not None
+            and read.folded.table_id == snap.table_id
+            and read.folded.version > counted.version
+        ):
+            log.info(
+                "rebuild %s: the hourly runs committed table versions (%d, %d] meanwhile: "
+                "folding them into the generation before the switch",
+                generation, counted.version, read.folded.version,
+            )  # fmt: skip
+            ours = PointerState(
+                {d.day: Served(d.covered_until, counted.version, d.version, d.receipt_count,
+                               d.aggregate_rows) for d in days},
+                read.horizon, read.commits, counted,
+            )  # fmt: skip
+            window = Interval(until - timedelta(minutes=15), until)
+            done = folding.fold(spark, settings, store, window, ours, read.folded.version)
+            caught_up += done.receipts
+            days = sorted({**{d.day: d for d in days}, **{d.day: d for d in done.days}}.values(),
+                          key=lambda d: d.day)  # fmt: skip
+            counted = Folded(generation, read.folded.version, snap.table_id)
+        horizon = max(until, read.horizon) if read.horizon else until
+        try:
+            store.commit(run_id, counted.version, days, horizon, datetime.now(UTC), read, counted)
+        except CommitConflict as exc:
+            if attempt == SWITCH_RETRIES:
+                raise
+            log.warning("rebuild %s: %s; catching up again", generation, exc)
+            continue
+        return Switched(horizon, counted.version, len(days), caught_up)
+    raise AssertionError("unreachable")
+
+
+def _rebuilt_days(
+    read: PointerState,
+    per_day: dict[date, tuple[int, int]],
+    generation: str,
+    until: datetime,
+    delta_version: int,
+) -> list[DayCommit]:
+    """Every day the generation or the pointer knows, on the generation's aggregates,
+    final as far as `until` makes it or an earlier commit took it."""
+    days = []
+    for day in sorted({*per_day, *read.days}):
+        covered = folding.day_coverage(day, until)
+        served = read.days.get(day)
+        if served is not None:
+            covered = max(covered, served.covered_until)
+        receipts, rows = per_day.get(day, (0, 0))
+        days.append(DayCommit(day, covered, receipts, rows, generation))
+    return days
+
+
+def _window_floor(at: datetime) -> datetime:
+    return at.replace(minute=at.minute - at.minute % 15, second=0, microsecond=0)

@@ -154,6 +154,14 @@ class BatchStore:
         )
         return [(r.version, r.started_at) for r in rows if r.version and r.started_at]
 
+    def committed_versions(self) -> set[str]:
+        """Every version a run ever committed (a generation among them)."""
+        rows = self.session.execute(
+            f"SELECT version, status FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s",
+            [VIEW_NAME],
+        )
+        return {r.version for r in rows if r.version and r.status == "committed"}
+
     def state(self) -> PointerState:
         """The pointer as it is now: one read of the partition (days, horizon, counter)."""
         rows = self.session.execute(

@@ -123,8 +123,14 @@ def test_the_rebuild_plan_pins_one_table_version_for_every_step(tmp_path: Path) 
     for version in (0, 1, 12):
         (log / f"{version:020d}.json").write_text("{}")
     (log / "00000000000000000010.checkpoint.parquet").write_text("")
-    pinned = ["rebuild", "--chunks", "3", "--delta-version", "12"]
-    assert plan(settings, 3) == {
+    steps = plan(settings, 3)
+    # One rebuild id for every step (they write one generation), a new one per plan (a
+    # second rebuild at the same table version writes a generation of its own).
+    rebuild_id = steps["commit"][6]
+    assert len(rebuild_id) == 8 and rebuild_id.isalnum()
+    pinned = ["rebuild", "--chunks", "3", "--delta-version", "12", "--rebuild-id", rebuild_id]
+    assert steps == {
         "chunks": [[*pinned, "--chunk", "0"], [*pinned, "--chunk", "1"], [*pinned, "--chunk", "2"]],
         "commit": [*pinned, "--commit"],
     }
+    assert plan(settings, 3)["commit"][6] != rebuild_id
