@@ -9,10 +9,13 @@ commit leaves the day's previous version behind. Neither is ever served; both co
 Which versions stay (`doomed`, pure, unit-tested):
 - every version the pointer names (what readers follow), and the current generation
   (every day's receipts partition, and the natural-key index rows: batch_layer/fold.py);
-- every version a run wrote within the grace period: a run still writing has not
+- every version a run wrote within the grace period, counted from the run's last
+  progress (its start, its end, each step of a rebuild): a run still writing has not
   committed yet, and a reader that read the pointer just before a commit may still be
-  reading the previous version. The grace must exceed the longest run (the DAG's
-  `dagrun_timeout`, 2 h), hence 3 h by default.
+  reading the previous version. The grace must exceed the longest run step (the DAG's
+  `dagrun_timeout`, 2 h), hence 3 h by default. A rebuild's commit checks its
+  generation's receipts are all there, so one left longer than that between its steps
+  is refused (run its chunks again), never served with holes.
 
 The daily maintenance DAG runs it in the batch pool, so it never overlaps a run; by
 hand it is safe too, thanks to the grace. Partitions are deleted whole (one tombstone
@@ -52,7 +55,7 @@ def doomed(
     """The partitions to delete: not pointed to, not of the current `generation`, and
     not written by a run within `grace`.
 
-    pointed: day -> the committed version; last_written: version -> the latest start
+    pointed: day -> the committed version; last_written: version -> the last progress
     of a run that wrote it (a version no run mentions is an orphan of unknown age).
     """
     keep_after = now - grace

@@ -147,12 +147,19 @@ class BatchStore:
         return [runs.BatchRun.from_row(r) for r in rows]
 
     def run_versions(self) -> list[tuple[str, datetime]]:
-        """(version, started_at) of every run that got as far as choosing its version."""
+        """(version, last progress) of every run that got as far as choosing its version:
+        when it finished, or started if it has not (a rebuild's chunks each record theirs,
+        so a step-wise rebuild's generation counts from its last step, not its first)."""
         rows = self.session.execute(
-            f"SELECT version, started_at FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s",
+            f"SELECT version, started_at, finished_at FROM {cql.BATCH_RUNS_TABLE} "
+            "WHERE view_name = %s",
             [VIEW_NAME],
         )
-        return [(r.version, r.started_at) for r in rows if r.version and r.started_at]
+        return [
+            (r.version, max(t for t in (r.started_at, r.finished_at) if t is not None))
+            for r in rows
+            if r.version and r.started_at
+        ]
 
     def committed_versions(self) -> set[str]:
         """Every version a run ever committed (a generation among them)."""
