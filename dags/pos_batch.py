@@ -27,8 +27,9 @@ without one silently submits to master `yarn`).
   (src/pos_lambda/batch_layer/rebuild.py), for when the validator or the winner rule changes: `plan`
   pins the master dataset's newest table version, one mapped `chunk` task per chunk of
   natural keys (params.chunks; the grid shows the progress), then `commit` serves the
-  new generation. Same pool: the hourly runs wait, and their next fold continues from
-  the rebuild's table version.
+  new generation; every step names the plan's `--rebuild-id`. Same pool, taken per task:
+  hourly runs may commit between two chunks; the commit folds what they added into the
+  new generation before it switches, and their next fold continues from it.
 
 Backfill: `airflow backfill create --dag-id pos_batch --from-date 2026-03-01
 --to-date 2026-03-03` (run by the scheduler, one run per hour, in order). A run's
