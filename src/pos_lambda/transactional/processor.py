@@ -191,6 +191,7 @@ class Processor(Generic[S]):
         # seen (a record polled before a rebalance is not processed after it).
         self.owned: set[int] = set()
         self.rebalances = 0
+        self.polled: Any = None  # a record polled and not processed yet (see _step)
         self.open = False  # a transaction (or, at least once, an uncommitted batch)
         self.opened_at = 0.0
         self.batch_records = 0
@@ -288,7 +289,13 @@ class Processor(Generic[S]):
         msgs = [] if first is None else [first]
         if first is not None and max_records > 1:
             rebalances = self.rebalances
-            more = self.consumer.consume(max_records - 1, timeout=0)
+            # Polled, not processed yet: a revocation served inside consume() commits the
+            # open batch, and must not count this record (the consumer's position does).
+            self.polled = first if first.error() is None else None
+            try:
+                more = self.consumer.consume(max_records - 1, timeout=0)
+            finally:
+                self.polled = None
             # A rebalance served inside consume() reset the fetch positions: the record
             # polled before it is stale (consume() itself returns only fresh records).
             msgs = more if self.rebalances != rebalances else msgs + more
@@ -406,6 +413,14 @@ class Processor(Generic[S]):
             self._maybe_crash()
         assignment = self.consumer.assignment()
         offsets = [tp for tp in self.consumer.position(assignment) if tp.offset >= 0]
+        if self.polled is not None:
+            at = (self.polled.partition(), self.polled.offset())
+            offsets = [
+                TopicPartition(tp.topic, tp.partition, min(tp.offset, at[1]))
+                if tp.partition == at[0]
+                else tp
+                for tp in offsets
+            ]
         if self.exactly_once:
             self._call(
                 lambda: self.producer.send_offsets_to_transaction(
@@ -470,7 +485,7 @@ class Processor(Generic[S]):
         assignment = self.consumer.assignment()
         if not assignment:
             return
-        for tp in self._restore(self.consumer.committed(assignment, timeout=60)):
+        for tp in self._restore(self._committed(self.consumer, assignment)):
             self.consumer.seek(tp)
 
     def _abort(self) -> None:
@@ -532,9 +547,26 @@ class Processor(Generic[S]):
             starts.append(TopicPartition(self.topic, tp.partition, start))
         return starts
 
+    def _committed(self, consumer: Any, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The group's committed offsets of `partitions`. Retriable errors (a coordinator
+        moving or loading; KIP-447: another member's open transaction holding the offsets
+        past the call's timeout) are retried with backoff for COORDINATOR_WAIT_S."""
+        deadline = time.monotonic() + self.section.coordinator_wait_s
+        delay = 0.1
+        while True:
+            try:
+                return list(consumer.committed(partitions, timeout=60))
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if classify(err) != "retry" or time.monotonic() >= deadline:
+                    raise
+                self.log.warning("committed offsets: %s; retrying in %.1f s", err, delay)
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
-        starts = self._restore(consumer.committed(partitions, timeout=60))
+        starts = self._restore(self._committed(consumer, partitions))
         consumer.assign(starts)
         self.owned |= {tp.partition for tp in partitions}
         self.log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))

@@ -51,7 +51,7 @@ def rebuild(
     started = last_progress = last_report = clock()
     applied, position = 0, -1
     try:
-        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        low = _low_watermark(consumer, topic, partition)
         if low > 0:
             # Retention removed records the step once saw: the rebuilt state misses them.
             log.warning(
@@ -64,6 +64,8 @@ def rebuild(
             # consume() waits its whole timeout unless BATCH records arrive: keep it short,
             # a restore of a few records must not cost a second per partition.
             for msg in consumer.consume(BATCH, timeout=0.1):
+                if msg.error() is not None and _informational(msg.error(), topic, partition):
+                    continue
                 if _done(msg, until):
                     return state, applied
                 source = Source(partition, int(msg.offset() or 0), msg.timestamp()[1])
@@ -92,6 +94,26 @@ def rebuild(
                 )  # fmt: skip
     finally:
         consumer.close()
+
+
+def _low_watermark(consumer: Any, topic: str, partition: int) -> int:
+    """The partition's first offset, for the retention warning only: 0 when the broker
+    does not answer in time (the rebuild itself goes on and is bounded by progress)."""
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+    except KafkaException as exc:
+        log.warning("%s[%d]: no watermarks (%s): retention not checked", topic, partition, exc)
+        return 0
+    return int(low)
+
+
+def _informational(err: KafkaError, topic: str, partition: int) -> bool:
+    """A consumer error the client recovers from by itself (a connection lost, a broker
+    moving): logged and read past; the stall limit bounds how long that may last."""
+    if err.code() == KafkaError._PARTITION_EOF or err.fatal():
+        return False
+    log.warning("%s[%d]: rebuilding: %s", topic, partition, err)
+    return True
 
 
 def _done(msg: Any, until: int) -> bool:

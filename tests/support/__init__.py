@@ -1,0 +1,1 @@
+"""Test doubles shared by the unit tests (no services)."""
