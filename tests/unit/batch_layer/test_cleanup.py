@@ -52,3 +52,28 @@ def test_the_current_generation_stays_on_every_day_whatever_the_pointer_names() 
     old = NOW - timedelta(days=30)
     written = {"g5": old, "f9": old, "g2": old}
     assert doomed(parts, {D2: "f9"}, written, NOW, GRACE, "g5") == [part("g2")]
+
+
+def test_a_version_s_grace_counts_from_its_runs_last_progress() -> None:
+    """A step-wise rebuild: its first chunk started 5 h ago, its last chunk finished 1 h
+    ago. Counted from the start (before issue 62), gc deleted the generation the commit
+    still needed; counted from the last progress, it stays."""
+    from types import SimpleNamespace
+
+    from pos_lambda.batch_layer.store import BatchStore
+
+    five_h, one_h = NOW - timedelta(hours=5), NOW - timedelta(hours=1)
+    rows = [
+        SimpleNamespace(version="r9-abc-x1", started_at=five_h, finished_at=five_h),
+        SimpleNamespace(version="r9-abc-x1", started_at=five_h, finished_at=one_h),
+        SimpleNamespace(version="f3-abc-2", started_at=five_h, finished_at=None),
+        SimpleNamespace(version=None, started_at=five_h, finished_at=None),
+    ]
+    store = BatchStore.__new__(BatchStore)  # no cluster: only the session is read
+    store.session = SimpleNamespace(execute=lambda *_: rows)
+    last: dict[str, datetime] = {}
+    for version, at in store.run_versions():
+        last[version] = max(at, last.get(version, at))
+    assert last == {"r9-abc-x1": one_h, "f3-abc-2": five_h}
+    partitions = [part("r9-abc-x1"), part("f3-abc-2")]
+    assert doomed(partitions, {}, last, NOW, timedelta(hours=3)) == [part("f3-abc-2")]
