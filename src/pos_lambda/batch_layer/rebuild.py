@@ -382,6 +382,9 @@ def _switch(
     again, up to SWITCH_RETRIES times."""
     counted = Folded(generation, snap.version, snap.table_id)
     caught_up = 0
+    # Days an earlier catch-up folded into the generation: on their fold's aggregates
+    # version from then on (a later catch-up adds to those, not to the rebuild's own).
+    folded_days: dict[date, DayCommit] = {}
     for attempt in range(SWITCH_RETRIES + 1):
         read = store.state()
         if read.folded is not None and read.folded.table_id != snap.table_id and not new_table:
@@ -393,6 +396,7 @@ def _switch(
             )
         until = end or read.horizon or _window_floor(datetime.now(UTC))
         days = _rebuilt_days(read, per_day, generation, until, snap.version)
+        days = sorted({**{d.day: d for d in days}, **folded_days}.values(), key=lambda d: d.day)
         if (
             read.folded is not None
             and read.folded.table_id == snap.table_id
@@ -411,7 +415,8 @@ def _switch(
             window = Interval(until - timedelta(minutes=15), until)
             done = folding.fold(spark, settings, store, window, ours, read.folded.version)
             caught_up += done.receipts
-            days = sorted({**{d.day: d for d in days}, **{d.day: d for d in done.days}}.values(),
+            folded_days |= {d.day: d for d in done.days}
+            days = sorted({**{d.day: d for d in days}, **folded_days}.values(),
                           key=lambda d: d.day)  # fmt: skip
             counted = Folded(generation, read.folded.version, snap.table_id)
         horizon = max(until, read.horizon) if read.horizon else until
