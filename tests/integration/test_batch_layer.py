@@ -198,12 +198,15 @@ def test_batch_views_equal_the_ledger_rerun_identical_killed_run_invisible(
         summary["messages"] + 2,
         len(expected_receipts) + 1,
     )
-    conflict = cql.execute(f"SELECT * FROM {tables.CONFLICTS_TABLE}").one()
+    # The batch's conflicts are its own, under the version it commits (issue 62 case 5).
+    conflict = cql.execute(f"SELECT * FROM {tables.CONFLICTS_BATCH_TABLE}").one()
     assert (conflict.operation_id, str(conflict.winner_day), str(conflict.day)) == (
         9001,
         "2026-03-02",
         "2026-03-03",
     )
+    assert (conflict.version, conflict.master_version) == (result.version, result.delta_version)
+    assert cql.execute(f"SELECT * FROM {tables.CONFLICTS_TABLE}").all() == []
     run_row = cql.execute(
         f"SELECT * FROM {tables.BATCH_RUNS_TABLE} WHERE view_name = 'batch' AND run_id = %s",
         [result.run_id],

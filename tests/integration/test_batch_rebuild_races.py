@@ -13,6 +13,9 @@ the code under test computes.
 - `rebuild --end` in the future is refused, as `run --end` is.
 - A replaced master table stops the hourly run with a message; `--new-table` takes it
   over and serves every day from it.
+- `pos-batch gc` between a rebuild's chunks and its commit spares the generation while
+  its last progress is within the grace; past it, the commit refuses the holes.
+- Conflicts are versioned: a rebuild's conflicts show only with its commit.
 """
 
 from __future__ import annotations
@@ -40,12 +43,12 @@ THE_HOUR = Interval(HOUR, HOUR + timedelta(hours=1))
 THREE = [{"title": "Basket", "price": "3.00", "amount": 1}]
 
 
-def send(settings: Settings, tids: range) -> None:
+def send(settings: Settings, tids: range, items: list[dict[str, Any]] = THREE) -> None:
     """Receipts `tids` of store 101's device 1, receipt n at 10:00 + n minutes."""
     at = [HOUR + timedelta(minutes=n % 60) for n in tids]
     produce_raw(
         settings,
-        [message(101, 1, n, t, THREE) for n, t in zip(tids, at, strict=True)],
+        [message(101, 1, n, t, items) for n, t in zip(tids, at, strict=True)],
         [ms(t) for t in at],
         [device_key(101, 1)] * len(tids),
     )
@@ -181,3 +184,80 @@ def test_a_replaced_master_table_is_taken_over_on_purpose_only(
     assert fold(spark, s, new_table=True).mode == "build"
     assert served(s) == (7, Decimal("21.00"), {True})
     assert fold(spark, s).mode == "fold"  # and the hourly runs fold on from it
+
+
+def backdate(session: Any, generation: str, started: timedelta, finished: timedelta) -> int:
+    """Make the runs that wrote `generation` look as if they started and finished that
+    long ago (a step-wise rebuild whose chunks ran hours before its commit)."""
+    now = datetime.now(UTC)
+    runs = [r.run_id for r in session.execute("SELECT run_id, version FROM batch_runs "
+            "WHERE view_name = 'batch'") if r.version == generation]  # fmt: skip
+    for run_id in runs:
+        session.execute(
+            "UPDATE batch_runs SET started_at = %s, finished_at = %s "
+            "WHERE view_name = 'batch' AND run_id = %s",
+            (now - started, now - finished, run_id),
+        )
+    return len(runs)
+
+
+def chunks_of_a_rebuild(spark: Any, settings: Settings, chunks: int = 2) -> tuple[str, int, str]:
+    """A rebuild's chunks, not its commit: (rebuild id, table version, generation)."""
+    version = int(master_dataset.latest_version(spark, settings))
+    rebuild_id = rebuild.new_rebuild_id()
+    done = [
+        rebuild.run_chunk(spark, settings, version, n, chunks, rebuild_id) for n in range(chunks)
+    ]
+    return rebuild_id, version, done[0].generation
+
+
+def test_gc_spares_a_rebuild_from_its_last_progress_and_its_commit_refuses_holes(
+    spark: Any, isolated: tuple[Settings, Any], store_101: Settings
+) -> None:
+    s, session = store_101, isolated[1]
+    send(s, range(1, 11))
+    archive(spark, s)
+    fold(spark, s)
+    # Chunks that started 5 h ago and finished 2 h ago, the commit queued since: the
+    # grace (3 h) counts from the last progress, so gc keeps the generation.
+    rebuild_id, version, generation = chunks_of_a_rebuild(spark, s)
+    assert backdate(session, generation, timedelta(hours=5), timedelta(hours=2)) == 2
+    cli(s, "pos-batch", "gc")
+    assert rebuild.commit(spark, s, version, 2, rebuild_id=rebuild_id)["generation"] == generation
+    assert served(s) == (10, Decimal("30.00"), {True})
+    # Another rebuild whose chunks finished 4 h ago: gc deletes its rows, and its commit
+    # refuses to serve a generation with holes (the served answer stays as it was).
+    rebuild_id, version, generation = chunks_of_a_rebuild(spark, s)
+    assert backdate(session, generation, timedelta(hours=6), timedelta(hours=4)) == 2
+    gc = json.loads(cli(s, "pos-batch", "gc").stdout)
+    assert gc["versions_deleted"] >= 1
+    with pytest.raises(rebuild.RebuildError, match="the chunks wrote 10 receipts but 0 are there"):
+        rebuild.commit(spark, s, version, 2, rebuild_id=rebuild_id)
+    assert served(s) == (10, Decimal("30.00"), {True})
+
+
+def issues(settings: Settings) -> list[dict[str, Any]]:
+    """The conflicts `pos-serve issues` answers for store 101 on 2 March."""
+    done = cli(settings, "pos-serve", "issues", "--store", "101", "--day", "2026-03-02",
+               "--format", "json")  # fmt: skip
+    conflicts: list[dict[str, Any]] = json.loads(done.stdout)["conflicts"]
+    return conflicts
+
+
+def test_a_rebuilds_conflicts_show_with_its_commit_only(spark: Any, store_101: Settings) -> None:
+    s = store_101
+    send(s, range(1, 6))
+    archive(spark, s)
+    fold(spark, s)
+    # Receipt 3 again with another price: a conflicting copy, archived after the fold.
+    send(s, range(3, 4), [{"title": "Basket", "price": "4.00", "amount": 1}])
+    archive(spark, s)
+    rebuild_id, version, _ = chunks_of_a_rebuild(spark, s)
+    # The chunks wrote the conflict into the generation; nothing serves it yet.
+    assert issues(s) == []
+    rebuild.commit(spark, s, version, 2, rebuild_id=rebuild_id)
+    [conflict] = issues(s)
+    assert (conflict["transaction_id"], conflict["revenue"], conflict["winner_revenue"]) == (
+        3, "4.00", "3.00",
+    )  # fmt: skip
+    assert served(s) == (5, Decimal("15.00"), {True})

@@ -31,7 +31,12 @@ from datetime import UTC, date, datetime, timedelta
 from pos_lambda.batch_layer.store import BatchStore
 from pos_lambda.schemas import cql
 
-VERSIONED_TABLES = (cql.RECEIPTS_BATCH_TABLE, cql.AGG_BATCH_TABLE)
+# Each versioned table, and the column that names its partitions' day.
+VERSIONED_TABLES = {
+    cql.RECEIPTS_BATCH_TABLE: "day",
+    cql.AGG_BATCH_TABLE: "day",
+    cql.CONFLICTS_BATCH_TABLE: "winner_day",
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -72,9 +77,9 @@ def collect(store: BatchStore, now: datetime, grace: timedelta, dry_run: bool) -
     """Find and (unless dry_run) delete the doomed partitions; counts per table."""
     partitions = [
         Partition(table, r.operation_id, r.day.date(), r.version)
-        for table in VERSIONED_TABLES
+        for table, day in VERSIONED_TABLES.items()
         for r in store.session.execute(
-            f"SELECT DISTINCT operation_id, day, version FROM {table}", timeout=120
+            f"SELECT DISTINCT operation_id, {day} AS day, version FROM {table}", timeout=120
         )
     ]
     pointed = {day: row.version for day, row in store.pointers().items()}
@@ -98,9 +103,9 @@ def collect(store: BatchStore, now: datetime, grace: timedelta, dry_run: bool) -
     if not dry_run:
         deletes = {
             table: store.session.prepare(
-                f"DELETE FROM {table} WHERE operation_id = ? AND day = ? AND version = ?"
+                f"DELETE FROM {table} WHERE operation_id = ? AND {day} = ? AND version = ?"
             )
-            for table in VERSIONED_TABLES
+            for table, day in VERSIONED_TABLES.items()
         }
         for p in victims:
             store.session.execute(deletes[p.table], (p.operation_id, p.day, p.version))

@@ -68,6 +68,7 @@ INDEX_KEY = (GENERATION, "operation_id", "vendor_fiscal_module", KEY_BUCKET, "tr
 INDEX_TABLE_COLUMNS = (GENERATION, *INDEX_COLUMNS, KEY_BUCKET)
 RECEIPT_COLUMNS = ("version", *records.RECEIPT_ROW_COLUMNS, MASTER_VERSION)
 AGGREGATE_COLUMNS = ("version", *BATCH_AGGREGATE_COLUMNS)
+CONFLICT_BATCH_COLUMNS = ("version", *CONFLICT_COLUMNS, MASTER_VERSION)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,18 @@ class Folding:
     beyond_speed_bound: int
     aggregate_rows: int
     days: list[DayCommit]
+
+
+def upsert_conflicts(
+    conflicts: DataFrame, keyspace: str, version: str, master_version: int
+) -> None:
+    """Write conflicts (CONFLICT_COLUMNS) under a run's `version` (a generation, or a
+    pinned run's key): readers see them with the commit that serves that version up to
+    table version `master_version`, never before, and never another version's."""
+    rows = conflicts.withColumns(
+        {"version": F.lit(version), MASTER_VERSION: F.lit(master_version).cast("long")}
+    )
+    cassandra.upsert(rows, keyspace, cql.CONFLICTS_BATCH_TABLE, CONFLICT_BATCH_COLUMNS)
 
 
 def key_bucket() -> Any:
@@ -141,6 +154,7 @@ def fold(
             checked,
             version,
             generation,
+            upto,
             crash_after_receipts,
         )
     finally:
@@ -158,6 +172,7 @@ def _fold_checked(
     checked: DataFrame,
     version: str,
     generation: str,
+    upto: int,
     crash_after_receipts: Callable[[], None] | None,
 ) -> Folding:
     stats = checked.agg(
@@ -200,7 +215,7 @@ def _fold_checked(
             conflicts = 0
             if int(tally["conflicts"]):
                 found = _with_winner_content(lookup, generation, decision.conflicts)
-                cassandra.upsert(found, keyspace, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+                upsert_conflicts(found, keyspace, generation, upto)
                 conflicts = int(tally["conflicts"])
             # Last: until the index knows them, a rerun finds these receipts new again.
             cassandra.upsert(winners, keyspace, cql.RECEIPT_KEYS_BATCH_TABLE, INDEX_TABLE_COLUMNS)

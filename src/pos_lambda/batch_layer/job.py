@@ -61,7 +61,7 @@ from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.views import records
 from pos_lambda.views.batch import BATCH_AGGREGATE_COLUMNS, batch_aggregates, in_range
-from pos_lambda.views.winners import CONFLICT_COLUMNS, conflicts_of, resolve
+from pos_lambda.views.winners import conflicts_of, resolve
 
 log = logging.getLogger("pos.batch")
 
@@ -424,7 +424,7 @@ def _recompute(
             crash()
         cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
         if int(dup["c"]):
-            cassandra.upsert(conflicts_of(duplicates), ks, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+            folding.upsert_conflicts(conflicts_of(duplicates), ks, version, snap.version)
         index_rows = 0
         if mode == "build":
             # Every key's winner, for the folds that continue from this generation.

@@ -55,7 +55,7 @@ from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.views import records
 from pos_lambda.views.batch import BATCH_AGGREGATE_COLUMNS, batch_aggregates, summed
-from pos_lambda.views.winners import CONFLICT_COLUMNS, conflicts_of, resolve
+from pos_lambda.views.winners import conflicts_of, resolve
 
 log = logging.getLogger("pos.batch")
 
@@ -191,7 +191,7 @@ def run_chunk(
         cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, folding.RECEIPT_COLUMNS)
         conflicts = duplicates.where("conflict").count()
         if conflicts:
-            cassandra.upsert(conflicts_of(duplicates), ks, cql.CONFLICTS_TABLE, CONFLICT_COLUMNS)
+            folding.upsert_conflicts(conflicts_of(duplicates), ks, generation, snap.version)
         index = winners.withColumns(
             {folding.GENERATION: F.lit(generation), folding.KEY_BUCKET: folding.key_bucket()}
         )

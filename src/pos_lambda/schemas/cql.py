@@ -40,7 +40,12 @@ KEY_BUCKET_SIZE = 1000
 # fold.py). Its own table, not the speed layer's: final answers come from the master
 # dataset alone.
 RECEIPT_KEYS_BATCH_TABLE = "receipt_keys_batch"
+# Conflicting copies, as each layer decided them: the speed layer's (`conflicts`, by the
+# winner's store-day) and the batch layer's, versioned like its views
+# (`conflicts_batch`: a generation's or a pinned run's own partitions), so that a
+# reader sees the conflicts of the version it serves and no other (issue 62 case 5).
 CONFLICTS_TABLE = "conflicts"
+CONFLICTS_BATCH_TABLE = "conflicts_batch"
 # The store registry (src/pos_lambda/stores): each store's name, IANA time zone and
 # opening hours per weekday. Written by `pos-stores` and the simulator, read by serving
 # to answer by local day. A handful of rows, one partition each.
@@ -89,6 +94,22 @@ def _aggregate_table(keyspace: str, name: str, extra: str = "") -> str:
 ) WITH CLUSTERING ORDER BY (window_start ASC)"""
 
 
+def _conflict_columns(receipt_cols: list[tuple[str, str]]) -> str:
+    """A conflicting copy and its winner, side by side (both layers' conflicts tables)."""
+    return ",\n  ".join(
+        [
+            _columns(receipt_cols),
+            _columns(
+                [(f"winner_{n}", t) for n, t in receipt_cols if n not in contract.NATURAL_KEY]
+            ),
+            "winner_day date",
+            _columns(COPY_COLUMNS),
+            _columns([(f"winner_{n}", t) for n, t in COPY_COLUMNS if n != "day"]),
+            "differs list<text>",
+        ]
+    )
+
+
 def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[str]:
     """The batch layer's versioned views, their pointer, run bookkeeping and fixes."""
     return [
@@ -108,6 +129,16 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
   beyond_speed_bound int,
   PRIMARY KEY ((operation_id, day, version), window_start)
 ) WITH CLUSTERING ORDER BY (window_start ASC)""",
+        # The batch layer's conflicts, versioned as its receipts are: a generation's
+        # rows show when their `master_version` is at most the day's `delta_version`
+        # (a fold's rows with its commit), a pinned run's never (nothing points to it).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{CONFLICTS_BATCH_TABLE} (
+  version text,
+  {_conflict_columns(receipt_cols)},
+  master_version bigint,
+  PRIMARY KEY ((operation_id, winner_day, version), vendor_fiscal_module, transaction_id,
+               kafka_partition, kafka_offset)
+)""",
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{RECEIPTS_BATCH_TABLE} (
   day date,
   version text,
@@ -306,14 +337,9 @@ def table_ddl(keyspace: str) -> list[str]:
 )""",
         # Copies that differ from their receipt's winner, both versions side by side,
         # by the winner's store-day (the serving layer's question) and the copy's
-        # Kafka coordinates (a replay rewrites the same row).
+        # Kafka coordinates (a replay rewrites the same row). The speed layer's.
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{CONFLICTS_TABLE} (
-  {_columns(receipt_cols)},
-  {_columns([(f"winner_{n}", t) for n, t in receipt_cols if n not in contract.NATURAL_KEY])},
-  winner_day date,
-  {_columns(COPY_COLUMNS)},
-  {_columns([(f"winner_{n}", t) for n, t in COPY_COLUMNS if n != "day"])},
-  differs list<text>,
+  {_conflict_columns(receipt_cols)},
   PRIMARY KEY ((operation_id, winner_day), vendor_fiscal_module, transaction_id,
                kafka_partition, kafka_offset)
 )""",

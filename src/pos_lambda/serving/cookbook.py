@@ -71,7 +71,12 @@ RECIPES = (
         "SELECT vendor_fiscal_module, transaction_id, differs, happened_at, winner_happened_at,\n"
         "       revenue, winner_revenue, kafka_offset, winner_kafka_offset\n"
         f"  FROM {{keyspace}}.{cql.CONFLICTS_TABLE} WHERE operation_id = {{store}} "
-        "AND winner_day = '{day}';",
+        "AND winner_day = '{day}';\n"
+        "-- the speed layer's; the batch's, of the day's served generation (the pointer's\n"
+        "-- `generation`; rows with master_version <= its delta_version), where it answers:\n"
+        "SELECT transaction_id, differs, revenue, winner_revenue, master_version\n"
+        f"  FROM {{keyspace}}.{cql.CONFLICTS_BATCH_TABLE} WHERE operation_id = {{store}} "
+        "AND winner_day = '{day}' AND version = '<generation>';",
     ),
     Recipe(
         "dead letters of one Kafka partition",

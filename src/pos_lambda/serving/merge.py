@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any, TypeVar
 
 from pos_lambda.serving.model import Aggregate, DayTotal, Pointer, Segment, Totals, Window
 from pos_lambda.views.windows import WINDOW, window_start
@@ -153,6 +154,34 @@ def batch_split(pointer: Pointer, day: date) -> datetime:
     while at < last and pointer.covering(at) is not None:
         at += WINDOW
     return at
+
+
+Row = TypeVar("Row")
+
+
+def served_conflicts(
+    batch: Iterable[Row], speed: Iterable[Row], split: datetime, bound: int | None
+) -> list[Row]:
+    """A store-day's conflicts as the merged views serve them: those whose winner falls
+    in the batch's covered prefix (before `split`, `batch_split`) from the served batch
+    version, counted by its commit (`master_version` at most `bound`, the day's
+    delta_version), the rest from the speed layer's. So a rebuild that resolves a key
+    otherwise, or a fold not yet committed, never shows a conflict the views do not
+    count, and no conflict is listed by both layers."""
+    return [
+        *(r for r in batch if _winner_at(r) < split and _counted(r, bound)),
+        *(r for r in speed if _winner_at(r) >= split),
+    ]
+
+
+def _winner_at(row: Any) -> datetime:
+    at: datetime = row.winner_happened_at
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _counted(row: Any, bound: int | None) -> bool:
+    master_version = getattr(row, "master_version", None)
+    return bound is None or master_version is None or master_version <= bound
 
 
 def receipt_segments(pointer: Pointer, start: datetime, end: datetime) -> list[Segment]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas import cql
+from pos_lambda.serving import merge
 from pos_lambda.serving.errors import QueryError, Unavailable
 from pos_lambda.serving.model import (
     Aggregate,
@@ -80,6 +81,8 @@ STATEMENTS = {
     "receipts_speed": f"SELECT {_RECEIPT} FROM {cql.RAW_TABLE} "
     "WHERE operation_id = ? AND day = ? AND happened_at >= ? AND happened_at < ?",
     "conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? AND winner_day = ?",
+    "conflicts_batch": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} WHERE operation_id = ? "
+    "AND winner_day = ? AND version = ?",
     "fixes": f"SELECT * FROM {cql.BATCH_FIXES_TABLE} WHERE operation_id = ? AND day = ?",
     "batch_runs": f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = ? LIMIT ?",
     "speed_progress": f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ? LIMIT 1",
@@ -95,6 +98,9 @@ STATEMENTS = {
     "AND vendor_fiscal_module = ? AND key_bucket = ? AND transaction_id = ?",
     "receipt_conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? "
     "AND winner_day = ? AND vendor_fiscal_module = ? AND transaction_id = ?",
+    "receipt_conflicts_batch": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} "
+    "WHERE operation_id = ? AND winner_day = ? AND version = ? AND vendor_fiscal_module = ? "
+    "AND transaction_id = ?",
     "receipt_dead_letters": "SELECT kafka_topic, kafka_partition, kafka_offset, kafka_timestamp, "
     f"reason, detail, operation_id, vendor_fiscal_module, transaction_id "
     f"FROM {cql.DEAD_LETTERS_TABLE} WHERE transaction_id = ?",
@@ -352,6 +358,24 @@ class Views:
 
     # --- conflicts and fixes ------------------------------------------------------------
 
+    def _served_conflicts(
+        self, name: str, store: int, day: date, key: tuple[Any, ...] = ()
+    ) -> list[Any]:
+        """The conflicts rows of a store's UTC day (`key`: a clustering prefix) that the
+        served views count: the batch version's where the batch answers, the speed
+        layer's elsewhere (`merge.served_conflicts`)."""
+        pointer = self.pointer(day, day)
+        served = pointer.days.get(day)
+        split = merge.batch_split(pointer, day)
+        if served is None or served.generation is None or split == merge.day_bounds(day)[0]:
+            # No batch version (or one of a release that kept the speed layer's table).
+            return self.rows(name, store, day, *key)
+        version, bound = receipts_partition(served.receipts_ref)
+        speed, batch = self.many(
+            [(name, (store, day, *key)), (f"{name}_batch", (store, day, version, *key))]
+        )
+        return merge.served_conflicts(batch, speed, split, bound)
+
     def conflicts(self, store: int, day: date) -> list[Conflict]:
         return [
             Conflict(
@@ -367,7 +391,7 @@ class Views:
                 winner_kafka_partition=r.winner_kafka_partition,
                 winner_kafka_offset=r.winner_kafka_offset,
             )
-            for r in self.rows("conflicts", store, day)
+            for r in self._served_conflicts("conflicts", store, day)
         ]
 
     def fixes(self, store: int, day: date) -> list[Fix]:
@@ -446,12 +470,11 @@ class Views:
         )
 
     def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
-        rows = self.rows(
+        rows = self._served_conflicts(
             "receipt_conflicts",
             key.operation_id,
             winner_day,
-            key.vendor_fiscal_module,
-            key.transaction_id,
+            (key.vendor_fiscal_module, key.transaction_id),
         )
         return [
             ConflictingCopy(

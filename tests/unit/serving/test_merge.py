@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from types import SimpleNamespace
 
 from pos_lambda.serving.merge import (
     batch_split,
     daily_totals,
     merge_windows,
     receipt_segments,
+    served_conflicts,
     top_stores,
     totals,
 )
@@ -195,4 +197,30 @@ def test_a_25_hour_local_day_may_touch_three_utc_days() -> None:
         (1, at(23, 30, d=1), at(0)),
         (2, at(0), at(0, d=3)),
         (3, at(0, d=3), at(0, 30, d=3)),
+    ]
+
+
+def test_a_days_conflicts_come_from_the_served_batch_version_where_it_answers() -> None:
+    """Issue 62 case 5: a conflict the served batch version does not count is not shown.
+    Batch rows: one its commit counts (master_version 4 <= 5), one of a fold not yet
+    committed (6), one past the covered prefix (10:30, speed answers there). Speed rows:
+    one the batch resolved otherwise (09:00, in the prefix), one after the seam."""
+    row = SimpleNamespace
+    batch = [
+        row(winner_happened_at=at(9), master_version=4, name="batch counted"),
+        row(winner_happened_at=at(9, 15), master_version=6, name="batch not committed"),
+        row(winner_happened_at=at(10, 30), master_version=4, name="batch past the seam"),
+    ]
+    speed = [
+        row(winner_happened_at=at(9), name="speed in the prefix"),
+        row(winner_happened_at=at(10), name="speed at the seam"),
+        row(winner_happened_at=at(11), name="speed after"),
+    ]
+    served = served_conflicts(batch, speed, at(10), 5)
+    assert [r.name for r in served] == ["batch counted", "speed at the seam", "speed after"]
+    # A day the batch does not answer at all (split at the day's start): speed only.
+    assert [r.name for r in served_conflicts(batch, speed, at(0), 5)] == [
+        "speed in the prefix",
+        "speed at the seam",
+        "speed after",
     ]
