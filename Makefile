@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
+.PHONY: help setup jars up down status schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-pure test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -81,8 +81,11 @@ batch: up ## recompute the batch views of [START, END) (default: the last hour),
 test: setup ## run all tests (unit + integration; starts the services it needs)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: $(INSTALLED) ## run the unit tests only (no services)
+test-unit: $(INSTALLED) ## run the unit tests: pure logic and local Spark (JDK 17), no services
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-pure: $(INSTALLED) ## run the pure unit tests only (no Spark, no services)
+	$(PY) -m pytest tests/unit -m "not spark" $(PYTEST_ARGS)
 
 test-integration: setup ## run the integration tests only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)

@@ -37,6 +37,14 @@ def local_spark() -> Iterator[Any]:
     spark.stop()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The middle test tier, named by what it needs: a unit test that takes a local Spark
+    session (JDK 17, seconds to start) is marked `spark`; `make test-pure` leaves them out."""
+    for item in items:
+        if "local_spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
 @pytest.fixture(autouse=True)
 def _no_pos_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unit tests see the documented defaults, whatever POS_* the shell exports."""
