@@ -133,6 +133,8 @@ def test_a_sigkilled_driver_is_restarted_and_receipts_sent_after_the_kill_become
             "pos-speed-views: driver killed by SIGKILL; restarting from its checkpoint in 0 s "
             "(restart 1 of 5 within 600 s)" in text
         ), tail()
+        # Its JVM, which outlived it, was ended before the new driver started.
+        assert "pos-speed-views: ended what its dead driver left behind (pids [" in text
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
             metrics = got.read().decode()
         assert 'pos_speed_driver_restarts_total{query="pos-speed-views"} 1.0' in metrics

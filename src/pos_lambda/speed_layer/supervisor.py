@@ -114,6 +114,8 @@ def supervise(
         # coreutils' nice execs the driver at that niceness from its first instruction;
         # its JVM and Python workers inherit it.
         nice = ["nice", "-n", str(driver.nice)] if driver.nice else []
+        if adopting and index in children:  # a restart: nothing of the dead one may run on
+            _end_leftovers(", ".join(QUERY_OF_JOB[j] for j in driver.jobs), children, lock)
         with lock:
             if stop.is_set():
                 raise _Stopped
@@ -177,6 +179,7 @@ def supervise(
             metrics_http.registry_of(SpeedCollector(settings, states)),
             settings.bind_host, settings.speed.metrics_port, "pos-speed",
         )  # fmt: skip
+    adopting = _become_subreaper()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     threads = [threading.Thread(target=keep, args=(i,), daemon=True) for i in range(len(drivers))]
@@ -188,6 +191,56 @@ def supervise(
     if server is not None:
         server.shutdown()
     return failed[0] if failed else 0
+
+
+# prctl(2): orphaned descendants are reparented to this process instead of init.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    """Make what a killed driver leaves behind (its JVM, which outlives the Python process
+    for a second or more and can still run the last micro-batch's tasks; Spark's Python
+    workers) this process's children, so that `_end_leftovers` can end it (Linux)."""
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _own_children() -> set[int]:
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+                found |= {int(c) for c in f.read().split()}
+    return found
+
+
+def _end_leftovers(
+    name: str, drivers: dict[int, subprocess.Popen[bytes]], lock: threading.RLock
+) -> None:
+    """SIGKILL and reap every child of the supervisor that is no driver: what a dead driver
+    left behind, reparented here. Its JVM must not write to the checkpoint or the views
+    while the restarted driver does; killing it is what `kill -9` of the whole driver
+    would have done, and its unfinished micro-batch is replayed."""
+    ended: list[int] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with lock:  # a driver being started is in `drivers` before the lock is released
+            left = _own_children() - {d.pid for d in drivers.values()}
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if not left:
+            break
+        for pid in left:  # after SIGKILL they end at once; their own children come next
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        ended += sorted(left)
+    if ended:
+        log.info("%s: ended what its dead driver left behind (pids %s)", name, ended)
 
 
 class Readiness:

@@ -4,6 +4,8 @@ giving up; and the loop that applies it to one driver, with a fake process and c
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -174,3 +176,35 @@ def test_a_one_shot_drivers_exit_0_is_done_and_its_kill_is_restarted() -> None:
     assert driver.keep(one_shot=True) == 0
     assert driver.runs == 2
     assert driver.waits == []
+
+
+LEFTOVER = """
+import logging, os, subprocess, threading
+from pos_lambda.speed_layer import supervisor
+
+logging.basicConfig(level=logging.INFO)
+
+assert supervisor._become_subreaper()
+# A "driver" that dies and leaves a process behind, as a SIGKILLed driver leaves its JVM.
+driver = subprocess.run(
+    ["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True
+)
+orphan = int(driver.stdout)
+assert orphan in supervisor._own_children()  # reparented to the supervisor
+running = subprocess.Popen(["sleep", "300"])  # the other driver: left alone
+supervisor._end_leftovers("pos-speed-views", {1: running}, threading.RLock())
+gone = not os.path.exists(f"/proc/{orphan}")
+alive = running.poll() is None
+running.kill()
+print(gone, alive)
+"""
+
+
+def test_what_a_dead_driver_left_behind_is_ended_before_its_restart_the_other_driver_not() -> None:
+    # In a process of its own: becoming a subreaper would adopt pytest's orphans too.
+    done = subprocess.run(
+        [sys.executable, "-c", LEFTOVER], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+    assert "pos-speed-views: ended what its dead driver left behind (pids [" in done.stderr
