@@ -415,8 +415,27 @@ class SpeedSettings(_Section):
     max_restarts: int = Field(
         default=5,
         ge=0,
-        description="A failed streaming query (Cassandra or Kafka unreachable) restarts from "
-        "its checkpoint this many times in a row, with backoff, before pos-speed exits.",
+        description="`pos-speed run` starts a driver that died (a failed query, any signal, an "
+        "unexpected exit) again from its checkpoints at most this many times within "
+        "speed_restart_window_seconds; one more death in that window and it stops the speed "
+        "layer and exits 1 (docs/speed-layer.md, Faults). 0: never restart.",
+    )
+    restart_window_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="The sliding window of speed_max_restarts: a driver that has not died for "
+        "this long has its whole restart budget back.",
+    )
+    restart_backoff_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="The first restart of a driver within the window is immediate; the second "
+        "waits this long, each further one twice as long as the one before.",
+    )
+    restart_backoff_max_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="The longest wait before a driver's restart (the backoff's cap).",
     )
     metrics_port: int = Field(
         default=9410,

@@ -111,9 +111,9 @@ NAMESPACE = {
 }
 
 
-# The Cassandra outage: the speed layer's supervisor restarts a failed driver 5 times
-# with 2, 4, 8, 16, 30 s between (POS_SPEED_MAX_RESTARTS): 90 s outlast a micro-batch's
-# retries and most of those restarts.
+# The Cassandra outage: the speed layer's supervisor restarts a failed driver at once,
+# then after 2, 4, 8, 16 s, 5 times within 10 min (POS_SPEED_MAX_RESTARTS,
+# POS_SPEED_RESTART_*): 90 s outlast a micro-batch's retries and some of those restarts.
 OUTAGE_S = 90
 # Oversized malformed messages, in bytes: just over the contract's 64 KiB, larger, and
 # near Kafka's default 1 MB message limit.

@@ -9,12 +9,14 @@ Each query is named and has its own checkpoint under <data_dir>/checkpoints. In 
 mode each runs in a Spark application (a driver process) of its own, the archiver's at
 a lower CPU priority, so that it never delays the views users wait on; on a cluster
 master both share one driver (POS_SPEED_DRIVERS). `pos-speed run` supervises its
-drivers: when a query fails (Cassandra or Kafka unreachable), its driver exits with the
-root cause in one line and a fresh one starts after a backoff (POS_SPEED_MAX_RESTARTS in
-a row); a driver that stops for good stops the others, and a driver dies with its
-supervisor. Stopping is graceful: on SIGTERM the queries are stopped and the sessions
-closed; anything half-done is replayed from the checkpoint on the next start, and the
-sinks make that replay harmless.
+drivers: a driver that dies (a failed query, Cassandra or Kafka unreachable, exits with
+the root cause in one line; or it is killed, by any signal) is started again from its
+checkpoints, at once the first time, then after a growing backoff, at most
+POS_SPEED_MAX_RESTARTS times within POS_SPEED_RESTART_WINDOW_SECONDS; past that budget
+it stops the others and `pos-speed run` exits 1. A driver dies with its supervisor.
+Stopping is graceful: on SIGTERM the queries are stopped and the sessions closed, and
+`pos-speed run` exits 0; anything half-done is replayed from the checkpoint on the next
+start, and the sinks make that replay harmless.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from pos_lambda.adapters.service import ServiceError
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings, explain, load_settings
 from pos_lambda.speed_layer import QUERY_OF_JOB
+from pos_lambda.speed_layer.restart_policy import EXIT_RETRY
 from pos_lambda.speed_layer.supervisor import (
-    EXIT_RETRY,
     die_with_supervisor,
     drivers_for,
     report_ready,
@@ -310,14 +312,21 @@ def main(argv: list[str] | None = None) -> int:
             if args.available_now:  # a bounded run on a cold JVM: C1 only (settings)
                 settings = settings.bounded()
             return run(settings, jobs, args.available_now)
-        from pos_lambda.adapters import cassandra_client
+        from pos_lambda.adapters import cassandra_client, kafka_admin
 
-        cassandra_client.require_keyspace(settings)  # once, before any driver starts
+        # Once, before any driver starts: what no restart can fix is said once, at once.
+        cassandra_client.require_keyspace(settings)
+        kafka_admin.require_topic(
+            settings.bootstrap_servers,
+            settings.topics.transactions,
+            security=settings.kafka.security_config,
+        )
         return supervise(
             settings,
             drivers_for(settings, jobs, args.available_now),
             argv if argv is not None else sys.argv[1:],
             serve_metrics=not args.available_now,  # a one-shot run is not scraped
+            one_shot=args.available_now,  # its drivers' exit 0: done
         )
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)

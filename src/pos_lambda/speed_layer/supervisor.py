@@ -1,15 +1,16 @@
 """How `pos-speed run` runs its Spark drivers: which ones, supervised, restarted.
 
 The supervisor (the `pos-speed run` process) starts each driver as a child process
-(`python -m pos_lambda.speed_layer.cli run ... --jobs J --driver`) and starts it again after a
-failure; see `supervise`. Pure choices (`drivers_for`) are unit-tested; the processes
-are tested against the real services (tests/integration/test_speed_layer.py).
+(`python -m pos_lambda.speed_layer.cli run ... --jobs J --driver`) and starts it again
+whenever it dies, within a restart budget (speed_layer/restart_policy.py); see
+`supervise`. Pure choices (`drivers_for`, the restart policy) are unit-tested; the
+processes are tested against the real services (tests/integration/test_speed_layer.py,
+test_speed_restart.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -19,14 +20,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pos_lambda.settings import Settings
 from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
 from pos_lambda.speed_layer.metrics import DriverState
+from pos_lambda.speed_layer.restart_policy import (
+    GiveUp,
+    RestartPolicy,
+    decide,
+    describe_exit,
+    exit_status,
+    in_window,
+)
 
-# The driver's exit code for "a query failed, start me again" (sysexits EX_TEMPFAIL).
-EXIT_RETRY = 75
 # The file descriptor on which a driver tells its supervisor it is ready (`report_ready`).
 READY_FD_ENV = "POS_SPEED_READY_FD"
 READY = b"ready\n"
@@ -67,10 +73,18 @@ def drivers_for(
 
 
 def supervise(
-    settings: Settings, drivers: list[Driver], argv: list[str], serve_metrics: bool = False
+    settings: Settings,
+    drivers: list[Driver],
+    argv: list[str],
+    serve_metrics: bool = False,
+    one_shot: bool = False,
 ) -> int:
-    """Run each driver in a child process, restarted after a failure; the first driver
-    to stop for good (an error, a signal, too many restarts) stops the others.
+    """Run each driver in a child process, started again whenever it dies (any exit but
+    a finished `one_shot` run's 0, any signal) within the restart budget; a driver whose
+    budget is spent stops the others, and the supervisor exits 1.
+
+    SIGTERM or SIGINT stops every driver gracefully; then the supervisor exits 0 (or
+    the exit status of a driver that did not stop cleanly).
 
     A fresh process, not a restarted query: after Cassandra comes back, the
     connector's cached session in the old JVM can block for good in a schema refresh.
@@ -100,6 +114,8 @@ def supervise(
         # coreutils' nice execs the driver at that niceness from its first instruction;
         # its JVM and Python workers inherit it.
         nice = ["nice", "-n", str(driver.nice)] if driver.nice else []
+        if adopting and index in children:  # a restart: nothing of the dead one may run on
+            _end_leftovers(", ".join(QUERY_OF_JOB[j] for j in driver.jobs), children, lock)
         with lock:
             if stop.is_set():
                 raise _Stopped
@@ -128,8 +144,13 @@ def supervise(
 
     def keep(index: int) -> None:
         try:
-            code = _keep_running(
-                settings, drivers[index], lambda: spawn(index, drivers[index]), stop
+            code = keep_running(
+                ", ".join(QUERY_OF_JOB[j] for j in drivers[index].jobs),
+                lambda: spawn(index, drivers[index]).wait(),
+                stop,
+                RestartPolicy.of(settings.speed),
+                one_shot=one_shot,
+                resume_hint=str(settings.checkpoint_dir),
             )
         except _Stopped:
             return
@@ -158,6 +179,7 @@ def supervise(
             metrics_http.registry_of(SpeedCollector(settings, states)),
             settings.bind_host, settings.speed.metrics_port, "pos-speed",
         )  # fmt: skip
+    adopting = _become_subreaper()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     threads = [threading.Thread(target=keep, args=(i,), daemon=True) for i in range(len(drivers))]
@@ -169,6 +191,56 @@ def supervise(
     if server is not None:
         server.shutdown()
     return failed[0] if failed else 0
+
+
+# prctl(2): orphaned descendants are reparented to this process instead of init.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    """Make what a killed driver leaves behind (its JVM, which outlives the Python process
+    for a second or more and can still run the last micro-batch's tasks; Spark's Python
+    workers) this process's children, so that `_end_leftovers` can end it (Linux)."""
+    import ctypes
+
+    try:
+        return bool(ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _own_children() -> set[int]:
+    found: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+                found |= {int(c) for c in f.read().split()}
+    return found
+
+
+def _end_leftovers(
+    name: str, drivers: dict[int, subprocess.Popen[bytes]], lock: threading.RLock
+) -> None:
+    """SIGKILL and reap every child of the supervisor that is no driver: what a dead driver
+    left behind, reparented here. Its JVM must not write to the checkpoint or the views
+    while the restarted driver does; killing it is what `kill -9` of the whole driver
+    would have done, and its unfinished micro-batch is replayed."""
+    ended: list[int] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with lock:  # a driver being started is in `drivers` before the lock is released
+            left = _own_children() - {d.pid for d in drivers.values()}
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        if not left:
+            break
+        for pid in left:  # after SIGKILL they end at once; their own children come next
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        ended += sorted(left)
+    if ended:
+        log.info("%s: ended what its dead driver left behind (pids %s)", name, ended)
 
 
 class Readiness:
@@ -222,45 +294,50 @@ class _Stopped(Exception):
     """The speed layer is stopping: start no driver."""
 
 
-def _keep_running(
-    settings: Settings, driver: Driver, spawn: Callable[[], subprocess.Popen[bytes]],
+def keep_running(
+    name: str,
+    run: Callable[[], int],
     stop: threading.Event,
-) -> int:  # fmt: skip
-    """One driver, started again after each failure (EXIT_RETRY) with backoff."""
-    queries = [QUERY_OF_JOB[j] for j in driver.jobs]
-    failures = 0
+    policy: RestartPolicy,
+    one_shot: bool = False,
+    resume_hint: str = "",
+    clock: Callable[[], float] = time.monotonic,
+    wait: Callable[[float], bool] | None = None,
+) -> int:
+    """One driver (`run` starts it and returns its `Popen.returncode`), started again
+    after each death as `policy` decides. Returns its exit status once the speed layer
+    stops (`stop`), a `one_shot` run finished (0), or 1 once the budget is spent.
+
+    `wait(seconds)` returns True if the speed layer is stopping (default: `stop.wait`).
+    """
+    wait = wait or stop.wait
+    deaths: list[float] = []
     while True:
-        progress_before = _progress_of(settings, queries)
-        code = spawn().wait()
-        if stop.is_set() or code != EXIT_RETRY:
-            return code if code >= 0 else 128 - code  # killed by signal N: 128 + N
-        # Consecutive failures only: a driver that got work done starts the count anew.
-        progressed = _progress_of(settings, queries) != progress_before
-        failures = 1 if progressed else failures + 1
-        if failures > settings.speed.max_restarts:
+        code = run()
+        if stop.is_set() or (one_shot and code == 0):
+            return exit_status(code)
+        deaths = in_window(policy, [*deaths, clock()])
+        how = describe_exit(code)
+        decision = decide(policy, deaths)
+        if isinstance(decision, GiveUp):
             log.error(
-                "%s failed %d times in a row (see above). Fix the cause and run "
-                "`pos-speed run` again: it resumes from its checkpoints under %s.",
-                ", ".join(queries), failures, settings.checkpoint_dir,
+                "%s: driver %s, its death %d within %.0f s: restart budget spent "
+                "(POS_SPEED_MAX_RESTARTS=%d within POS_SPEED_RESTART_WINDOW_SECONDS=%.0f). "
+                "Stopping the speed layer; fix the cause (see above) and start `pos-speed "
+                "run` again, or let a process manager do it: it resumes from its "
+                "checkpoints under %s.",
+                name, how, decision.deaths, policy.window_s, policy.max_restarts,
+                policy.window_s, resume_hint,
             )  # fmt: skip
             return 1
-        delay = min(2**failures, 30)
         log.warning(
-            "%s: restarting from its checkpoint in %d s (%d of %d consecutive restarts)",
-            ", ".join(queries), delay, failures, settings.speed.max_restarts,
+            "%s: driver %s; restarting from its checkpoint in %.0f s "
+            "(restart %d of %d within %.0f s)",
+            name, how, decision.delay_s, decision.nth, policy.max_restarts, policy.window_s,
         )  # fmt: skip
         # A retry delay (giving Cassandra or Kafka time to come back), not synchronisation.
-        if stop.wait(delay):
+        if decision.delay_s > 0 and wait(decision.delay_s):
             return 0
-
-
-def _progress_of(settings: Settings, queries: list[str]) -> list[Any]:
-    """The last recorded micro-batch of each of `queries` (changes when they progress)."""
-    try:
-        recorded = json.loads(settings.speed_status_file.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return [None for _ in queries]
-    return [recorded.get(q) for q in queries]
 
 
 def die_with_supervisor() -> None:

@@ -1,0 +1,154 @@
+"""`pos-speed run` restarts a driver that was SIGKILLed, against real Kafka, Spark and
+Cassandra: the views driver is killed once while the stream flows, the supervisor starts
+it again at once (the archiver's driver untouched), and the receipts produced after
+the kill become visible: the views equal the producer's ledger. Then SIGTERM still
+stops everything with exit 0.
+
+Prints the time from the kill to the restarted driver's first committed micro-batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pos_lambda.adapters.service import wait_for
+from pos_lambda.demo.steps import children, driver_jobs
+from pos_lambda.settings import Settings
+from tests.integration.speed_helpers import (
+    VENV_BIN,
+    assert_views_match_ledger,
+    env_for,
+    plan,
+    send,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _drivers(supervisor: int) -> dict[str, int]:
+    """The supervisor's driver processes by the jobs they run (from /proc)."""
+    return {jobs: pid for pid in children(supervisor) if (jobs := driver_jobs(pid))}
+
+
+def _commits(settings: Settings) -> dict[int, float]:
+    """The views query's committed micro-batches: id -> when the commit was written."""
+    commits = settings.checkpoint_dir / "views" / "commits"
+    with contextlib.suppress(FileNotFoundError):
+        return {int(p.name): p.stat().st_mtime for p in commits.iterdir() if p.name.isdigit()}
+    return {}
+
+
+def _gone(pid: int) -> bool:
+    """`pid` has exited (reaped, or a zombie its parent has yet to reap)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _matches(cql: Any, ledger: Path) -> bool:
+    try:
+        assert_views_match_ledger(cql, ledger)
+        return True
+    except AssertionError:
+        return False
+
+
+def test_a_sigkilled_driver_is_restarted_and_receipts_sent_after_the_kill_become_visible(
+    isolated: tuple[Settings, Any], tmp_path: Path
+) -> None:
+    settings, cql = isolated
+    port = _free_port()
+    # No warm-up: each driver start would run a micro-batch's work on synthetic records
+    # first (minutes on two busy cores); the restart path is tested, not the latency.
+    settings = settings.with_overrides(
+        **{"speed_trigger_seconds": 1.0, "speed_metrics_port": port, "speed_warm_up": False}
+    )
+    ledger = tmp_path / "ledger"
+    messages = plan(ledger, count=400, seed=65)
+    half = len(messages) // 2
+    send(settings, messages[:half])
+    log = tmp_path / "speed.log"
+    out = open(log, "wb")  # noqa: SIM115 - closed below
+    speed = subprocess.Popen(
+        [str(VENV_BIN / "pos-speed"), "run"],
+        env=env_for(settings),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+    def running() -> None:
+        if speed.poll() is not None:
+            raise AssertionError(f"pos-speed run exited {speed.returncode}:\n{tail()}")
+
+    def tail() -> str:
+        return log.read_text()[-5000:]
+
+    try:
+
+        def views_committed() -> bool:
+            running()
+            return bool(_commits(settings)) and set(_drivers(speed.pid)) == {"archiver", "views"}
+
+        assert wait_for(views_committed, timeout=600, interval=0.5), tail()
+        before = _drivers(speed.pid)
+        killed_at = time.time()
+        os.kill(before["views"], signal.SIGKILL)
+        assert wait_for(lambda: _gone(before["views"]), timeout=30, interval=0.05)
+        last = max(_commits(settings))  # the killed driver's last commit
+        send(settings, messages[half:])  # produced after the kill
+
+        def restarted_and_committed() -> bool:
+            running()
+            return max(_commits(settings)) > last
+
+        assert wait_for(restarted_and_committed, timeout=600, interval=0.2), tail()
+        first = min(i for i in _commits(settings) if i > last)
+        took = _commits(settings)[first] - killed_at
+        print(f"\nkill -9 of the views driver -> its restarted driver's first commit: {took:.1f} s")
+
+        def converged() -> bool:
+            running()
+            return _matches(cql, ledger)
+
+        assert wait_for(converged, timeout=600, interval=1), tail()
+        after = _drivers(speed.pid)
+        assert after["archiver"] == before["archiver"]  # the other driver never noticed
+        assert after["views"] != before["views"]
+        text = log.read_text()
+        assert (
+            "pos-speed-views: driver killed by SIGKILL; restarting from its checkpoint in 0 s "
+            "(restart 1 of 5 within 600 s)" in text
+        ), tail()
+        # Its JVM, which outlived it, was ended before the new driver started.
+        assert "pos-speed-views: ended what its dead driver left behind (pids [" in text
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
+            metrics = got.read().decode()
+        assert 'pos_speed_driver_restarts_total{query="pos-speed-views"} 1.0' in metrics
+        assert 'pos_speed_driver_restarts_total{query="pos-speed-archiver"} 0.0' in metrics
+
+        speed.send_signal(signal.SIGTERM)  # a clean stop after a restart: still exit 0
+        assert speed.wait(timeout=120) == 0, tail()
+    finally:
+        if speed.poll() is None:
+            os.killpg(speed.pid, signal.SIGKILL)
+            speed.wait()
+        out.close()
+    assert_views_match_ledger(cql, ledger)
