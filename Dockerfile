@@ -1,10 +1,13 @@
-# The pipeline image: every pos-* command (pos-speed, pos-batch, pos-serve, pos-alerts,
-# pos-producer, pos-infra), Airflow 3 with the DAGs, and Spark's standalone master and
-# worker from the pinned PySpark's own scripts, so driver and cluster share one version.
+# The pipeline image: every pos-* command of the product (pos-speed, pos-batch, pos-serve,
+# pos-alerts, pos-producer, pos-provision), Airflow 3 with the DAGs, and Spark's standalone
+# master and worker from the pinned PySpark's own scripts, so driver and cluster share one
+# version. The development package (dev/: pos-infra, pos-demo, pos-chaos) is not installed.
 #   docker build -t pos-lambda .        (compose.yaml builds it for you)
 # Installed the way `make setup` does it: pip with -c constraints.txt and the pinned
 # pyproject.toml; the Spark jars are fetched here, at build time, by the project's own
-# jar fetching (src/pos_lambda/runtime/jars.py + infra/jars/spark/pom.xml), never at container start.
+# jar fetching (dev/src/pos_lambda_dev/runtime/jars.py + infra/jars/spark/pom.xml), never at
+# container start. That module is the development package's (it reads the poms of the
+# repository): this build stage imports it from the source tree; the image never has it.
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
@@ -21,12 +24,13 @@ COPY infra/jars/ infra/jars/
 # Only the modules the jar fetching imports, so a change elsewhere keeps this layer.
 COPY src/pos_lambda/__init__.py src/pos_lambda/settings.py src/pos_lambda/
 COPY src/pos_lambda/adapters/__init__.py src/pos_lambda/adapters/service.py src/pos_lambda/adapters/
-COPY src/pos_lambda/runtime/__init__.py src/pos_lambda/runtime/jars.py src/pos_lambda/runtime/
+COPY dev/src/pos_lambda_dev/__init__.py dev/src/pos_lambda_dev/
+COPY dev/src/pos_lambda_dev/runtime/__init__.py dev/src/pos_lambda_dev/runtime/jars.py dev/src/pos_lambda_dev/runtime/
 RUN python -m venv /opt/pos/venv \
  && /opt/pos/venv/bin/pip install --no-cache-dir --upgrade pip \
  && /opt/pos/venv/bin/pip install --no-cache-dir -c constraints.txt pydantic-settings
-RUN POS_JARS_DIR=/opt/pos/jars PYTHONPATH=src /opt/pos/venv/bin/python -c \
-      "from pos_lambda.runtime import jars; from pos_lambda.settings import load_settings; \
+RUN POS_JARS_DIR=/opt/pos/jars PYTHONPATH=src:dev/src /opt/pos/venv/bin/python -c \
+      "from pos_lambda_dev.runtime import jars; from pos_lambda.settings import load_settings; \
        print(jars.fetch(load_settings(), ('spark',)))"
 # The dependencies next, read from pyproject.toml alone (extras: airflow, since the DAGs
 # run in this image too, and deploy, Airflow's PostgreSQL driver; dev stays out), with
@@ -36,8 +40,9 @@ RUN /opt/pos/venv/bin/python -c "import tomllib; p = tomllib.load(open('pyprojec
       > /tmp/requirements.txt \
  && /opt/pos/venv/bin/pip install --no-cache-dir -c constraints.txt -r /tmp/requirements.txt
 COPY . .
-# The project itself, as `make setup` installs it (editable, so src/ is the code).
-RUN /opt/pos/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt -e '.[airflow,deploy]'
+# The project itself, as `make setup` installs it (editable, so src/ is the code); the
+# development package's sources leave the image (the product never imports them).
+RUN rm -rf dev && /opt/pos/venv/bin/pip install --no-cache-dir --no-deps -c constraints.txt -e '.[airflow,deploy]'
 
 # --- runtime: a JRE 17, the venv, the jars, a non-root user ------------------------------
 FROM ${PYTHON_IMAGE}
@@ -64,4 +69,4 @@ ENV PATH=/opt/pos/venv/bin:$PATH \
 WORKDIR /opt/pos/app
 USER pos
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["pos-infra", "--help"]
+CMD ["pos-provision", "--help"]

@@ -14,14 +14,17 @@ PYTEST_ARGS ?=
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(INSTALLED): pyproject.toml constraints.txt
+# The `dev` workflow: the product with its dev and airflow extras, then the development
+# package dev/ (pos-lambda-dev: pos-infra, pos-demo, pos-chaos), both editable.
+$(INSTALLED): pyproject.toml dev/pyproject.toml constraints.txt
 	@bash infra/system-deps.sh docker-compose  # + Compose, to validate compose.yaml (tests/unit/deploy)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,airflow]'
+	$(PY) -m pip install --quiet -c constraints.txt -e ./dev
 	@touch $@
 
-setup: $(INSTALLED) jars ## install Python deps into .venv and fetch the jars (once)
+setup: $(INSTALLED) jars ## install the product and the development package (dev/) into .venv, fetch the jars (once)
 
 jars: $(INSTALLED) ## fetch Kafka, Cassandra and Spark jars from Maven Central (once)
 	$(VENV)/bin/pos-infra jars

@@ -17,7 +17,7 @@ that commit), alternated (every other round in the other order):
   and exit.
 - (b) **dag**: a `pos_batch` run over the hour through the real Airflow, triggered
   through its REST API with `conf.pos_env` naming the bench's keyspace, topic, data dir
-  and archiver group (src/pos_lambda/demo/batch_dag.py, as `make demo` does), timed by
+  and archiver group (dev/src/pos_lambda_dev/demo/batch_dag.py, as `make demo` does), timed by
   Airflow's own records from the trigger (the run's `queued_at`) to its end
   (`end_date`), with each task's time, the time before the first task and between
   tasks, and (from the recompute task's log) its spark-submit's split.
@@ -203,9 +203,9 @@ class Bench:
         return out
 
     def dag(self, rnd: int) -> dict[str, Any]:
-        from pos_lambda.demo import batch_dag
-        from pos_lambda.demo.airflow_api import AirflowApi
-        from pos_lambda.runtime import airflow_service
+        from pos_lambda_dev.demo import batch_dag
+        from pos_lambda_dev.demo.airflow_api import AirflowApi
+        from pos_lambda_dev.runtime import airflow_service
 
         ks, data = self.keyspace(f"dag{rnd}"), self.data_dir(f"dag{rnd}")
         run_id = f"bench-{self.prefix}-{rnd}"
@@ -338,7 +338,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1 or args.count < 1:
         parser.error("--rounds and --count must be at least 1")
-    from pos_lambda.demo import batch_dag
+    from pos_lambda_dev.demo import batch_dag
 
     settings = load_settings()
     tmp = Path(tempfile.mkdtemp(prefix="pos-bench-batch-dag-"))
@@ -361,7 +361,7 @@ def main() -> None:
         print(f"every run's committed views equal the ledger's ({args.count:,} receipts)")
     finally:
         if started_airflow:
-            from pos_lambda.runtime import airflow_service
+            from pos_lambda_dev.runtime import airflow_service
 
             airflow_service.stop(settings)
         harness.drop(settings, bench.keyspaces, [bench.topic])

@@ -106,7 +106,7 @@ def pipeline_env(
 def run_pipeline(
     command: str, *args: str, env: Mapping[str, str], tree: Path | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """A console script of the pipeline (`pos-speed`, `pos-infra`, `pos-batch`) of
+    """A console script of the pipeline (`pos-speed`, `pos-provision`, `pos-batch`) of
     `tree`'s code (None: this checkout's) as a process; check: its failure stops the
     benchmark, with the end of what it said."""
     argv, cwd = revisions.pipeline(command, *args, tree=tree)
@@ -270,7 +270,7 @@ def check_ledger(settings: Settings, keyspace: str, ledger: Path) -> list[str]:
 def service_pids(settings: Settings) -> dict[str, int]:
     """The local Kafka's and Cassandra's process ids, for a CpuMeter (bench.cpu_meter):
     the services' own CPU beside the machine's. On a cluster: none (the machine's only)."""
-    from pos_lambda.runtime import cassandra_service, kafka_service
+    from pos_lambda_dev.runtime import cassandra_service, kafka_service
 
     pids = {"kafka": kafka_service.process(settings).pid(),
             "cassandra": cassandra_service.process(settings).pid()}  # fmt: skip

@@ -30,12 +30,14 @@ from pathlib import Path
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 # The console scripts the benchmarks run as processes: their modules in each layout
-# (under src/pos_lambda, at the root).
+# (under src/pos_lambda, at the root). `pos-provision schema` was `pos-infra schema`
+# before the local runtime left the package (src trees without pos_lambda/provision).
 MODULES = {
     "pos-speed": ("pos_lambda.speed_layer.cli", "speed_layer.cli"),
-    "pos-infra": ("pos_lambda.runtime.cli", "infra.cli"),
+    "pos-provision": ("pos_lambda.provision.cli", "infra.cli"),
     "pos-batch": ("pos_lambda.batch_layer.cli", "batch_layer.cli"),
 }
+BEFORE_PROVISION = {"pos-provision": "pos_lambda.runtime.cli"}
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,16 @@ class Layout:
         return self.root / "src" / "pos_lambda" if self.src else self.root
 
     def module(self, command: str) -> str:
-        """The module of a console script (`pos-speed`, `pos-infra`, `pos-batch`)."""
+        """The module of a console script (`pos-speed`, `pos-provision`, `pos-batch`)."""
         try:
             in_src, at_root = MODULES[command]
         except KeyError:
             raise ValueError(f"{command!r}: not one of {', '.join(MODULES)}") from None
-        return in_src if self.src else at_root
+        if not self.src:
+            return at_root
+        if command in BEFORE_PROVISION and not (self.code / "provision").is_dir():
+            return BEFORE_PROVISION[command]
+        return in_src
 
     def bench(self, name: str) -> list[str]:
         """The command (after the interpreter) that runs the tree's benchmark `name`, from

@@ -31,7 +31,7 @@ def run_views(settings: Settings, tree: Path | None, tag: str) -> float:
     keyspace = f"bench_{tag}_{uuid.uuid4().hex[:6]}"
     data = Path(tempfile.mkdtemp(prefix=f"bench-backlog-{tag}-"))
     env = harness.pipeline_env(keyspace, data, settings.topics.transactions, tree)
-    harness.run_pipeline("pos-infra", "schema", env=env, tree=tree)  # the tree's own tables
+    harness.run_pipeline("pos-provision", "schema", env=env, tree=tree)  # the tree's own tables
     try:
         status = harness.speed_once(settings.topics.transactions, keyspace, data, "views", tree)
     finally:

@@ -20,8 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from pos_lambda.runtime import airflow_service
 from pos_lambda.settings import load_settings
+from pos_lambda_dev.runtime import airflow_service
 
 DAG_ID = "pos_batch"
 CHROMIUM = "/usr/bin/chromium"

@@ -39,8 +39,8 @@ from typing import Any
 
 from pos_lambda.adapters import schema_apply
 from pos_lambda.adapters.service import wait_for
-from pos_lambda.runtime import prometheus_service
 from pos_lambda.settings import load_settings
+from pos_lambda_dev.runtime import prometheus_service
 
 CHROMIUM = "/usr/bin/chromium"
 BIN = Path(sys.executable).parent

@@ -31,13 +31,13 @@ from typing import Any
 
 import pytest
 
-from pos_lambda.demo import steps
-from pos_lambda.demo.cli import FAULTS
-from pos_lambda.demo.conflicts import add_conflicts, summary_with
 from pos_lambda.producer import ledger
 from pos_lambda.producer.kafka_sink import produce
 from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, simulate
 from pos_lambda.settings import PROJECT_ROOT, Settings
+from pos_lambda_dev.demo import steps
+from pos_lambda_dev.demo.cli import FAULTS
+from pos_lambda_dev.demo.conflicts import add_conflicts, summary_with
 from tests.deploy.compose import Compose, await_state, docker, engine_answers, image_size_bytes
 
 # A fresh image build alone can take 10 minutes where no layer is cached.

@@ -12,7 +12,7 @@ import shlex
 
 import pytest
 
-from pos_lambda.demo import chaos
+from pos_lambda_dev.demo import chaos
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,6 +1,6 @@
 """The chaos run, end to end: faults while a seeded stream flows, then the audit.
 
-`pos_lambda.demo.chaos.run` resets its own namespace (keyspace `pos_chaos`, topics
+`pos_lambda_dev.demo.chaos.run` resets its own namespace (keyspace `pos_chaos`, topics
 `chaos.*`, `.state/chaos/`), produces the stream at a steady rate while it kills and
 restarts the speed-layer driver, the Kafka broker, Cassandra, the batch job, the
 alerts processor and the deduplicated topic's processor (`pos-receipts run`) at seeded
@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from pos_lambda.audit import run as audit_run
-from pos_lambda.demo import chaos, figures
+from pos_lambda_dev.demo import chaos, figures
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pos_lambda.demo import chaos, figures
+from pos_lambda_dev.demo import chaos, figures
 from tests.e2e.test_chaos import assert_survived
 
 pytestmark = pytest.mark.e2e

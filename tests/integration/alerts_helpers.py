@@ -26,8 +26,8 @@ from pos_lambda.producer.simulation import (
     SimulationResult,
     simulate,
 )
-from pos_lambda.runtime import kafka_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import kafka_service
 from tests.integration.speed_helpers import VENV_BIN, env_for
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pos_lambda.adapters import schema_apply
-from pos_lambda.runtime import cassandra_service, jars, kafka_service
 from pos_lambda.settings import Settings, load_settings
+from pos_lambda_dev.runtime import cassandra_service, jars, kafka_service
 
 
 def _unique(prefix: str) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from pos_lambda.runtime import airflow_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import airflow_service
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from pos_lambda.adapters.service import wait_for
-from pos_lambda.demo import batch_dag
-from pos_lambda.demo.airflow_api import AirflowApi
 from pos_lambda.producer.simulation import FaultConfig
-from pos_lambda.runtime import airflow_service
 from pos_lambda.schemas import cql as tables
 from pos_lambda.settings import Settings
+from pos_lambda_dev.demo import batch_dag
+from pos_lambda_dev.demo.airflow_api import AirflowApi
+from pos_lambda_dev.runtime import airflow_service
 from tests.integration.speed_helpers import expected_aggregates, send
 from tests.integration.test_batch_layer import _archive, _simulate, served_aggregates
 

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from pos_lambda.adapters.service import wait_for
-from pos_lambda.runtime import prometheus_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import prometheus_service
 from tests.integration.alerts_helpers import alerts_settings, cleanup, start_processor
 from tests.integration.speed_helpers import (
     VENV_BIN,

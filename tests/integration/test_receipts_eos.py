@@ -2,7 +2,7 @@
 test_alerts_eos.py).
 
 A known input (the simulator's receipts with resends, late, out-of-order and malformed
-messages, plus conflicting copies sent after their originals, `pos_lambda.demo.conflicts`)
+messages, plus conflicting copies sent after their originals, `pos_lambda_dev.demo.conflicts`)
 flows into Kafka while `pos-receipts run` processes it in a separate process that is
 killed -9 three times mid-transaction (twice by its crash point, with receipts on the
 broker and the commit not yet made; once from outside), and the broker is hard-restarted
@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 
 from pos_lambda.audit import audit
-from pos_lambda.demo.conflicts import add_conflicts, summary_with
 from pos_lambda.producer import ledger as ledger_files
 from pos_lambda.producer.simulation import OutgoingMessage
 from pos_lambda.settings import Settings
+from pos_lambda_dev.demo.conflicts import add_conflicts, summary_with
 from tests.integration.alerts_helpers import (
     faulty_stream,
     read_all,

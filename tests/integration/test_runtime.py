@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka import Producer
 
 from pos_lambda.adapters.java import find_java17
-from pos_lambda.runtime import cassandra_service, kafka_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import cassandra_service, kafka_service
 from tests.integration.kafka_helpers import read_committed
 
 pytestmark = pytest.mark.integration
@@ -185,7 +185,7 @@ def test_cassandra_role_on_an_open_cluster_applies_the_schema_and_says_no_role_w
 
     from cassandra.cluster import Cluster
 
-    from pos_lambda.runtime.cli import cmd_cassandra_role
+    from pos_lambda_dev.runtime.cli import cmd_cassandra_role
 
     keyspace = f"t_role_{uuid.uuid4().hex[:12]}"
     settings = services.with_overrides(cassandra_keyspace=keyspace)

@@ -1,6 +1,6 @@
 """The cluster path on one machine: the speed layer and the batch job against a Spark
 standalone master and worker (the pinned PySpark's own daemons, started by
-`pos_lambda.runtime.spark_service` as `pos-infra spark up` does), not `local[*]`.
+`pos_lambda_dev.runtime.spark_service` as `pos-infra spark up` does), not `local[*]`.
 
 The jobs run as users run them (`pos-speed run --available-now`, `pos-batch run`) with
 only POS_SPARK_MASTER pointing at the cluster, so the jars travel from the driver to the
@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from pos_lambda.runtime import spark_service
-from pos_lambda.runtime.process import port_open
 from pos_lambda.schemas import cql as tables
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import spark_service
+from pos_lambda_dev.runtime.process import port_open
 from tests.integration.speed_helpers import (
     VENV_BIN,
     assert_views_match_ledger,

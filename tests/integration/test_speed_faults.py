@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from pos_lambda.adapters.service import wait_for
-from pos_lambda.runtime import cassandra_service, kafka_service
 from pos_lambda.schemas import cql as tables
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import cassandra_service, kafka_service
 from tests.integration.speed_helpers import (
     VENV_BIN,
     assert_views_match_ledger,

@@ -263,7 +263,7 @@ def test_sigterm_stops_the_stream_gracefully(
 
 def _drivers(supervisor: int) -> dict[str, int]:
     """The supervisor's driver processes by the jobs they run (from /proc)."""
-    from pos_lambda.demo.steps import children, driver_jobs
+    from pos_lambda_dev.demo.steps import children, driver_jobs
 
     return {jobs: pid for pid in children(supervisor) if (jobs := driver_jobs(pid))}
 

@@ -189,7 +189,7 @@ def test_driver_sessions_get_login_levels_and_timeout() -> None:
 def test_local_runtime_refuses_a_non_loopback_bind_host(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pos_lambda.runtime import cli
+    from pos_lambda_dev.runtime import cli
 
     for key, value in SECURED.items():
         monkeypatch.setenv(f"POS_{key.upper()}", value)

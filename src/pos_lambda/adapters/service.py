@@ -2,7 +2,7 @@
 or unreachable service raises (its message says what to do), awaiting a condition,
 and whether a process still runs.
 
-The local runtime (`pos_lambda.runtime`) builds on these too; production code imports
+The local runtime (`pos_lambda_dev.runtime`) builds on these too; production code imports
 them from here, never from the runtime.
 """
 

@@ -180,7 +180,7 @@ def ledger_from(
             malformed.append(MalformedFact(kind, f.get("expected_reason"), f.get("value_sha256")))
         elif (
             f.get("kind") == "conflict"
-        ):  # src/pos_lambda/demo/conflicts.py: same key, other content
+        ):  # dev/src/pos_lambda_dev/demo/conflicts.py: same key, other content
             conflicts[(int(f["operation_id"]), int(f["vendor_fiscal_module"]),
                        int(f["transaction_id"]))] += 1  # fmt: skip
     return Ledger(receipts, malformed, conflicts, summary)

@@ -34,7 +34,7 @@ def test_a_src_tree_runs_pos_lambda_modules_from_its_src(tmp_path: Path) -> None
     assert found.pythonpath == tmp_path / "src"
     assert found.code == tmp_path / "src" / "pos_lambda"
     assert found.module("pos-speed") == "pos_lambda.speed_layer.cli"
-    assert found.module("pos-infra") == "pos_lambda.runtime.cli"
+    assert found.module("pos-provision") == "pos_lambda.runtime.cli"  # before provision/
     assert found.module("pos-batch") == "pos_lambda.batch_layer.cli"
     argv, cwd = revisions.pipeline("pos-speed", "run", "--available-now", tree=tree)
     assert argv == [sys.executable, "-m", "pos_lambda.speed_layer.cli", "run", "--available-now"]
@@ -45,6 +45,11 @@ def test_a_src_tree_runs_pos_lambda_modules_from_its_src(tmp_path: Path) -> None
     )
 
 
+def test_a_src_tree_with_provision_runs_its_schema_there(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, "src/pos_lambda/__init__.py", "src/pos_lambda/provision/cli.py")
+    assert revisions.layout(tree).module("pos-provision") == "pos_lambda.provision.cli"
+
+
 def test_a_tree_from_before_src_runs_its_top_level_modules(tmp_path: Path) -> None:
     tree = _tree(tmp_path, "speed_layer/__init__.py", "infra/__init__.py", "bench/results.py")
     found = revisions.layout(tree)
@@ -52,7 +57,7 @@ def test_a_tree_from_before_src_runs_its_top_level_modules(tmp_path: Path) -> No
     assert found.pythonpath == tmp_path
     assert found.code == tmp_path
     assert found.module("pos-speed") == "speed_layer.cli"
-    assert found.module("pos-infra") == "infra.cli"
+    assert found.module("pos-provision") == "infra.cli"
     assert found.module("pos-batch") == "batch_layer.cli"
     # Its benchmarks were scripts beside each other: run by path, their folder first.
     assert revisions.bench("speed_micro_batch", "--child", tree=tree) == (
@@ -72,7 +77,7 @@ def test_a_src_tree_whose_benchmarks_are_still_scripts(tmp_path: Path) -> None:
 def test_what_is_no_project_tree_or_command_is_said(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="neither src/pos_lambda nor speed_layer/"):
         revisions.layout(tmp_path)
-    with pytest.raises(ValueError, match="'pos-nothing': not one of pos-speed, pos-infra"):
+    with pytest.raises(ValueError, match="'pos-nothing': not one of pos-speed, pos-provision"):
         revisions.layout(_tree(tmp_path, "speed_layer/x.py")).module("pos-nothing")
 
 

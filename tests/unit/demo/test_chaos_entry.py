@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pos_lambda.demo import chaos
+from pos_lambda_dev.demo import chaos
 
 ROOT = Path("/repo")
 TEST = "/repo/tests/e2e/test_chaos.py"

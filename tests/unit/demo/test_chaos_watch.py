@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pos_lambda.demo import chaos, figures
 from pos_lambda.producer.simulation import OutgoingMessage
+from pos_lambda_dev.demo import chaos, figures
 
 
 class Exited:

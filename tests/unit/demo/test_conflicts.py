@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pos_lambda.demo.conflicts import add_conflicts, changed, summary_with
 from pos_lambda.producer.simulation import FaultConfig, OutgoingMessage, SimulationConfig, simulate
 from pos_lambda.schemas.contract import Receipt, parse_message
+from pos_lambda_dev.demo.conflicts import add_conflicts, changed, summary_with
 
 
 def _msg(key: bytes, tid: int, ts: int, amount: int = 2, kind: str = "receipt") -> OutgoingMessage:

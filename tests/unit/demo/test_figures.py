@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from pos_lambda.demo import figures
-from pos_lambda.demo.story import Audited, ViewAudit
+from pos_lambda_dev.demo import figures
+from pos_lambda_dev.demo.story import Audited, ViewAudit
 
 
 def test_the_plan_is_seeded_spread_out_and_inside_the_stream() -> None:
@@ -27,7 +27,7 @@ def test_the_plan_is_seeded_spread_out_and_inside_the_stream() -> None:
 
 
 def test_every_fault_kind_has_a_label_and_a_method_that_makes_it() -> None:
-    from pos_lambda.demo import chaos
+    from pos_lambda_dev.demo import chaos
 
     for kind in set(figures.STREAM_FAULTS):
         assert kind in figures.LABELS

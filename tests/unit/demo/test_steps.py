@@ -1,4 +1,4 @@
-"""pos_lambda.demo.steps helpers that need no services."""
+"""pos_lambda_dev.demo.steps helpers that need no services."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from pos_lambda.demo.steps import interrupt_on_sigterm
+from pos_lambda_dev.demo.steps import interrupt_on_sigterm
 
 
 def test_sigterm_interrupts_like_ctrl_c_so_cleanup_runs() -> None:

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from pos_lambda.demo import story
+from pos_lambda_dev.demo import story
 
 AUDIT_DOC = {
     "clean": True,

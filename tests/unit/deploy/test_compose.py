@@ -169,8 +169,10 @@ def test_depends_on_waits_for_conditions(services: dict[str, Any]) -> None:
 
 
 def test_one_shot_inits_for_schema_and_topics(services: dict[str, Any]) -> None:
-    assert services["cassandra-init"]["command"] == ["pos-infra", "cassandra-role"]
-    assert services["kafka-init"]["command"] == ["pos-infra", "topics"]
+    # The product's own provisioning command (pos_lambda.provision): the image has no
+    # development package, so no `pos-infra`.
+    assert services["cassandra-init"]["command"] == ["pos-provision", "cassandra-role"]
+    assert services["kafka-init"]["command"] == ["pos-provision", "topics"]
     for init in ("cassandra-init", "kafka-init", "airflow-init"):
         assert services[init]["restart"] == "no"
 
@@ -306,7 +308,11 @@ def test_dockerfile_installs_from_the_projects_dependency_files() -> None:
     assert "# syntax=" not in text  # BuildKit's frontend image needs a registry
     assert re.search(r"^COPY pyproject.toml constraints.txt", text, re.M)
     # Jars at build time through the project's own fetching (never at start).
-    assert "from pos_lambda.runtime import jars" in text and "jars.fetch(" in text
+    # The fetching is the development package's, imported from the source tree in the
+    # build stage only; the sources leave the image before the project is installed.
+    assert "from pos_lambda_dev.runtime import jars" in text and "jars.fetch(" in text
+    assert "PYTHONPATH=src:dev/src" in text and "rm -rf dev &&" in text
+    assert 'CMD ["pos-provision", "--help"]' in text
     assert "openjdk-17-jre-headless" in text
     users = re.findall(r"^USER (\S+)", text, re.M)
     assert users and users[-1] not in ("root", "0")
@@ -378,5 +384,5 @@ def test_host_network_stand_ins_are_healthy_only_when_the_real_service_answers(
     hosted = on_host_network["services"]
     for name in ("kafka", "cassandra"):
         assert hosted[name]["image"] == services["speed"]["image"], name
-        assert hosted[name]["healthcheck"]["test"] == ["CMD", "pos-infra", "status", name]
+        assert hosted[name]["healthcheck"]["test"] == ["CMD", "pos-provision", "ready", name]
         assert hosted[name]["network_mode"] == "host"

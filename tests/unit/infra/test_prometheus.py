@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from pos_lambda.runtime import prometheus_service
+from pos_lambda_dev.runtime import prometheus_service
 
 HERE = Path(__file__).parent
 

@@ -6,8 +6,8 @@ import json
 import socket
 from pathlib import Path
 
-from pos_lambda.runtime import airflow_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import airflow_service
 
 BIN = Path("/venv/bin")
 

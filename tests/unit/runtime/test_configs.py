@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from pos_lambda.adapters.spark_session import spark_conf
-from pos_lambda.runtime import cassandra_service, kafka_service
 from pos_lambda.settings import Settings, load_settings
+from pos_lambda_dev.runtime import cassandra_service, kafka_service
 
 
 def _props(text: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import uuid
 
-from pos_lambda.runtime.kafka_service import new_cluster_id
+from pos_lambda_dev.runtime.kafka_service import new_cluster_id
 
 # 0xF8 as the first byte encodes to "-" first in URL-safe base64.
 DASH_FIRST = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))

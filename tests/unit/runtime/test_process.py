@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pos_lambda.runtime import cassandra_service, kafka_service
-from pos_lambda.runtime.process import (
+from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import cassandra_service, kafka_service
+from pos_lambda_dev.runtime.process import (
     ManagedProcess,
     Observed,
     PidRecord,
@@ -23,7 +24,6 @@ from pos_lambda.runtime.process import (
     require_free_disk,
     wait_for,
 )
-from pos_lambda.settings import Settings
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_judge(
 
 
 def _start_ticks(pid: int) -> int:
-    """Field 22 of /proc/<pid>/stat, read here independently of pos_lambda.runtime.process."""
+    """Field 22 of /proc/<pid>/stat, read here independently of pos_lambda_dev.runtime.process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return int(fields[22 - 3])
 

@@ -8,8 +8,8 @@ import pytest
 
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.adapters.spark_session import on_this_machine, spark_conf
-from pos_lambda.runtime import spark_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import spark_service
 
 HOME = Path("/opt/pyspark")
 

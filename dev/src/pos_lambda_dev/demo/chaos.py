@@ -67,9 +67,11 @@ from typing import Any
 
 from pos_lambda import cli_args
 from pos_lambda.adapters.service import wait_for
-from pos_lambda.demo import batch_dag, figures, steps, story
-from pos_lambda.demo.conflicts import add_conflicts, summary_with
-from pos_lambda.demo.steps import (
+from pos_lambda.producer.simulation import OutgoingMessage
+from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
+from pos_lambda_dev.demo import batch_dag, figures, steps, story
+from pos_lambda_dev.demo.conflicts import add_conflicts, summary_with
+from pos_lambda_dev.demo.steps import (
     VENV_BIN,
     Progress,
     StepFailed,
@@ -84,8 +86,6 @@ from pos_lambda.demo.steps import (
     stop_gracefully,
     tail,
 )
-from pos_lambda.producer.simulation import OutgoingMessage
-from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
 
 STATE = PROJECT_ROOT / ".state" / "chaos"
 FAULTS = {
@@ -439,7 +439,7 @@ class Chaos:
         return f"driver pid {got[0]} killed {where}; {how[0]}"
 
     def kafka_restart(self) -> str:
-        from pos_lambda.runtime import kafka_service
+        from pos_lambda_dev.runtime import kafka_service
 
         if not kafka_service.process(self.base).kill():
             raise StepFailed("Kafka is not managed here (no pid file): cannot restart it")
@@ -447,7 +447,7 @@ class Chaos:
         return f"broker back in {took:.0f} s"
 
     def cassandra_restart(self) -> str:
-        from pos_lambda.runtime import cassandra_service
+        from pos_lambda_dev.runtime import cassandra_service
 
         if not cassandra_service.process(self.base).kill():
             raise StepFailed("Cassandra is not managed here (no pid file): cannot restart it")
@@ -501,7 +501,7 @@ class Chaos:
         speed drivers fail and restart with back-off (their supervisor may give up and
         be started again by the watch, as a process manager would); recovered when the
         views query commits a micro-batch after the node is back."""
-        from pos_lambda.runtime import cassandra_service
+        from pos_lambda_dev.runtime import cassandra_service
 
         if not cassandra_service.process(self.base).kill():
             raise StepFailed("Cassandra is not managed here (no pid file): cannot stop it")
@@ -755,7 +755,7 @@ class Chaos:
         would. Recovered when the DAG run succeeds: the new scheduler resets the dead
         one's task (its orphaned-task check, once the dead scheduler's heartbeat is 30 s
         old) and runs it again."""
-        from pos_lambda.runtime import airflow_service
+        from pos_lambda_dev.runtime import airflow_service
 
         run, attempt, _ = self._dag_run_recomputing("scheduler-kill")
         scheduler = airflow_service.processes(self.base)["scheduler"]
@@ -814,7 +814,7 @@ class Chaos:
 def prepare(chaos: Chaos) -> tuple[list[OutgoingMessage], dict[str, Any]]:
     from pos_lambda.producer import ledger
     from pos_lambda.producer.simulation import FaultConfig, SimulationConfig, simulate
-    from pos_lambda.runtime import cassandra_service, jars, kafka_service
+    from pos_lambda_dev.runtime import cassandra_service, jars, kafka_service
 
     s, args = chaos.settings, chaos.args
     jars.fetch(chaos.base)
@@ -1139,7 +1139,7 @@ def gather(
 
 
 def _cleanup(chaos: Chaos) -> None:
-    from pos_lambda.runtime import cassandra_service, kafka_service
+    from pos_lambda_dev.runtime import cassandra_service, kafka_service
 
     if chaos.stream is not None:
         chaos.stream.stop.set()

@@ -36,7 +36,8 @@ from typing import Any
 
 from pos_lambda.adapters.java import find_java17
 from pos_lambda.adapters.spark_session import spark_home
-from pos_lambda.runtime.process import (
+from pos_lambda.settings import Settings, is_loopback
+from pos_lambda_dev.runtime.process import (
     ManagedProcess,
     ServiceError,
     await_running,
@@ -46,7 +47,6 @@ from pos_lambda.runtime.process import (
     require_free_ports,
     wait_for,
 )
-from pos_lambda.settings import Settings, is_loopback
 
 READY_TIMEOUT_S = 120.0
 MIN_FREE_DISK = 512 * 2**20

@@ -1,11 +1,11 @@
 """The pipeline's own Cassandra role on a cluster with PasswordAuthenticator.
 
-`pos-infra cassandra-role` logs in as an administrator (POS_CASSANDRA_USERNAME and
-POS_CASSANDRA_PASSWORD name the administrator for this one command), applies the
-schema, creates the role
-POS_CASSANDRA_ROLE (default `pos`) with the password in POS_CASSANDRA_ROLE_PASSWORD,
-or sets that password on an existing role (a rotation), and grants it every
-permission on the pipeline's keyspace and nothing else. A fresh Cassandra only knows
+`pos-provision cassandra-role` (also `pos-infra cassandra-role`) logs in as an
+administrator (POS_CASSANDRA_USERNAME and POS_CASSANDRA_PASSWORD name the administrator
+for this one command), applies the schema, creates the role POS_CASSANDRA_ROLE
+(default `pos`) with the password in POS_CASSANDRA_ROLE_PASSWORD, or sets that password
+on an existing role (a rotation), and grants it every permission on the pipeline's
+keyspace and nothing else. A fresh Cassandra only knows
 the superuser `cassandra`/`cassandra`: when the administrator is `cassandra` and its
 configured password is refused, the default one is tried once and replaced by the
 configured one, so no well-known password survives the first start.

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pos_lambda.adapters.java import find_java17
-from pos_lambda.runtime.process import (
+from pos_lambda.provision import ready
+from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime.process import (
     ManagedProcess,
     ServiceError,
     await_running,
@@ -25,7 +27,6 @@ from pos_lambda.runtime.process import (
     require_free_disk,
     require_free_ports,
 )
-from pos_lambda.settings import Settings
 
 READY_TIMEOUT_S = 120.0
 MIN_FREE_DISK = 512 * 2**20
@@ -187,31 +188,11 @@ def format_storage(settings: Settings, java: Path, kp: KafkaPaths) -> None:
 
 
 def is_ready(settings: Settings, timeout: float = 5.0) -> bool:
-    """Metadata answers and a transactional producer can initialise."""
-    from confluent_kafka import KafkaException, Producer
-    from confluent_kafka.admin import AdminClient
-
+    """Metadata answers and a transactional producer can initialise. The product's probe
+    (`pos-provision ready kafka`), after a quick look at the local port."""
     if not port_open(settings.bind_host, settings.kafka.port):
         return False
-    try:
-        md = AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(
-            timeout=timeout
-        )
-        if not md.brokers:
-            return False
-        producer = Producer(
-            {
-                "bootstrap.servers": settings.bootstrap_servers,
-                "transactional.id": "pos-infra-readiness-probe",
-                "transaction.timeout.ms": 10000,
-                # Coordinator-loading retries are expected while the broker warms up.
-                "log_level": 2,
-            }
-        )
-        producer.init_transactions(timeout)
-        return True
-    except KafkaException:
-        return False
+    return ready.kafka_ready(settings, timeout)
 
 
 def write_config_files(settings: Settings, kp: KafkaPaths) -> None:

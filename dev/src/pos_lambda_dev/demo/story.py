@@ -1,8 +1,8 @@
 """The demo's printed story, built from plain facts (pure: no I/O, no clock).
 
-`pos-demo` (src/pos_lambda/demo/cli.py) gathers the facts from the ledger, the layers' own tables,
-Airflow's API and the auditor's JSON, and `render` turns them into the short text it
-prints at the end (and keeps in `.state/demo/story.txt`).
+`pos-demo` (dev/src/pos_lambda_dev/demo/cli.py) gathers the facts from the ledger, the
+layers' own tables, Airflow's API and the auditor's JSON, and `render` turns them into
+the short text it prints at the end (and keeps in `.state/demo/story.txt`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pos_lambda.runtime.cassandra_roles import authenticates
+from pos_lambda.provision.cassandra_roles import authenticates
 
 
 @pytest.mark.parametrize(

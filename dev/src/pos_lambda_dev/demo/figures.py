@@ -12,7 +12,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pos_lambda.demo.story import Audited, n
+from pos_lambda_dev.demo.story import Audited, n
 
 # What strikes while the stream is produced (the alerts kills are the processor's own
 # crash point, armed; the receipts kill is a kill -9 from outside).

@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from pos_lambda import cli_args
-from pos_lambda.demo import batch_dag, story
-from pos_lambda.demo.conflicts import add_conflicts, summary_with
-from pos_lambda.demo.steps import (
+from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
+from pos_lambda_dev.demo import batch_dag, story
+from pos_lambda_dev.demo.conflicts import add_conflicts, summary_with
+from pos_lambda_dev.demo.steps import (
     VENV_BIN,
     Progress,
     StepFailed,
@@ -62,7 +63,6 @@ from pos_lambda.demo.steps import (
     stop_gracefully,
     tail,
 )
-from pos_lambda.settings import PROJECT_ROOT, Settings, load_settings
 
 STATE = PROJECT_ROOT / ".state"
 FAULTS = {
@@ -159,7 +159,7 @@ class Run:
 
 
 def services(run: Run) -> None:
-    from pos_lambda.runtime import cassandra_service, jars, kafka_service
+    from pos_lambda_dev.runtime import cassandra_service, jars, kafka_service
 
     jars.fetch(run.settings)
     for name, svc in (("Kafka", kafka_service), ("Cassandra", cassandra_service)):
@@ -381,7 +381,7 @@ def serve(run: Run, first: datetime) -> story.Served:
 
 
 def audit(run: Run) -> story.Audited:
-    from pos_lambda.demo import steps
+    from pos_lambda_dev.demo import steps
 
     report = Path(run.args.logs) / "audit.json"
     run.say(f"audit: pos-audit --ledger {run.args.ledger} --json {report} ...")

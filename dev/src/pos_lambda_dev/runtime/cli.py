@@ -1,5 +1,6 @@
 """`pos-infra`: fetch jars, start/stop/inspect the local Kafka and Cassandra,
-apply the schema and create topics.
+apply the schema and create topics: the local development runtime (package
+`pos_lambda_dev`, installed by `make setup`, never in the product's wheel).
 
     pos-infra up            # jars (once), Kafka + Cassandra, schema, topics
     pos-infra status        # exit 0 only if both services are ready
@@ -10,27 +11,35 @@ apply the schema and create topics.
     pos-infra spark up|down|status         # local Spark standalone master + worker
     pos-infra cassandra-role [--role pos]  # a secured cluster: the pipeline's role
 
-Every subcommand has --help. Configuration: POS_* environment variables
-(`python -m pos_lambda.settings` prints them).
+`schema`, `topics` and `cassandra-role` are the product's own provisioning
+(`pos-provision`, `pos_lambda.provision`), offered here too. Every subcommand has
+--help. Configuration: POS_* environment variables (`python -m pos_lambda.settings`
+prints them).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
 from pos_lambda.adapters import schema_apply
 from pos_lambda.adapters.service import ServiceError
-from pos_lambda.runtime import (
+from pos_lambda.provision.cli import (
+    ROLE_HELP,
+    add_role_arguments,
+    cmd_cassandra_role,
+    cmd_schema,
+    cmd_topics,
+)
+from pos_lambda.settings import Settings, is_loopback, load_settings
+from pos_lambda_dev.runtime import (
     airflow_service,
     cassandra_service,
     jars,
     kafka_service,
     spark_service,
 )
-from pos_lambda.settings import Settings, is_loopback, load_settings
 
 SERVICES = {"kafka": kafka_service, "cassandra": cassandra_service}
 
@@ -94,46 +103,6 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         ok &= state.startswith("ready")
         print(f"{name:<10} {state}")
     return 0 if ok else 1
-
-
-def cmd_schema(settings: Settings, _: argparse.Namespace) -> int:
-    n = schema_apply.apply_cql(settings)
-    _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra.keyspace}'")
-    return 0
-
-
-def cmd_topics(settings: Settings, _: argparse.Namespace) -> int:
-    created = schema_apply.create_topics(settings)
-    _say(f"kafka: {'created ' + ', '.join(created) if created else 'all topics present'}")
-    return 0
-
-
-def cmd_cassandra_role(settings: Settings, args: argparse.Namespace) -> int:
-    from pos_lambda.runtime import cassandra_roles
-
-    # The entry point reads the role's password; POS_CASSANDRA_USERNAME/PASSWORD are
-    # the administrator's for this command.
-    password = os.environ.get("POS_CASSANDRA_ROLE_PASSWORD", "")
-    if cassandra_roles.ensure_admin(settings):
-        _say("cassandra: the default superuser password was replaced by the configured one")
-    n = schema_apply.apply_cql(settings)
-    _say(f"cassandra: {n} statements applied to keyspace '{settings.cassandra.keyspace}'")
-    if not cassandra_roles.cluster_authenticates(settings):
-        # An open cluster (AllowAllAuthenticator, as `pos-infra up` runs locally): every
-        # client already has every permission, and Cassandra refuses role passwords and
-        # grants there. The schema is what the pipeline needs; say why nothing else ran.
-        _say(
-            "cassandra: this cluster does not authenticate (AllowAllAuthenticator), so no "
-            f"role was created; enable PasswordAuthenticator and CassandraAuthorizer, then "
-            f"run this again to create role '{args.role}'"
-        )
-        return 0
-    cassandra_roles.ensure_role(settings, args.role, password)
-    _say(
-        f"cassandra: role '{args.role}' can log in with its password and holds every "
-        f"permission on keyspace '{settings.cassandra.keyspace}'"
-    )
-    return 0
 
 
 def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
@@ -203,17 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("schema", help="create the Cassandra keyspace and tables")
     sub.add_parser("topics", help="create the Kafka topics")
-    role = sub.add_parser(
-        "cassandra-role",
-        help="as the administrator in POS_CASSANDRA_USERNAME/PASSWORD: apply the schema, "
-        "create the pipeline's role (or rotate its password: POS_CASSANDRA_ROLE_PASSWORD) "
-        "and grant it the keyspace",
-    )
-    role.add_argument(
-        "--role",
-        default=os.environ.get("POS_CASSANDRA_ROLE", "pos"),
-        help="role name (default: POS_CASSANDRA_ROLE or pos)",
-    )
+    add_role_arguments(sub.add_parser("cassandra-role", help=ROLE_HELP))
     airflow = sub.add_parser(
         "airflow",
         help="local Airflow 3: up (print URL and login), down, status, "

@@ -3,7 +3,7 @@ batch DAG through the real scheduler — log in, await the DAG's parse, trigger 
 an explicit data interval, (un)pause, read run and task states.
 
 The login is the simple auth manager's admin from `pos-infra airflow up`
-(`pos_lambda.runtime.airflow_service.login`); tokens come from `POST /auth/token`.
+(`pos_lambda_dev.runtime.airflow_service.login`); tokens come from `POST /auth/token`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
-from pos_lambda.runtime import airflow_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime import airflow_service
 
 
 class AirflowError(RuntimeError):

@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pos_lambda.adapters.java import find_java17
-from pos_lambda.runtime.process import (
+from pos_lambda.settings import Settings
+from pos_lambda_dev.runtime.process import (
     ManagedProcess,
     ServiceError,
     require_free_disk,
     require_free_ports,
     wait_for,
 )
-from pos_lambda.settings import Settings
 
 READY_TIMEOUT_S = 180.0
 MIGRATE_TIMEOUT_S = 600.0

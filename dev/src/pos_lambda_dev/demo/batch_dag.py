@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.batch_layer.runs import BatchRun
-from pos_lambda.demo.airflow_api import AirflowApi
-from pos_lambda.demo.steps import StepFailed, await_or_fail, cql_session
-from pos_lambda.runtime import airflow_service
 from pos_lambda.settings import Settings
+from pos_lambda_dev.demo.airflow_api import AirflowApi
+from pos_lambda_dev.demo.steps import StepFailed, await_or_fail, cql_session
+from pos_lambda_dev.runtime import airflow_service
 
 DAG_ID = "pos_batch"
 

@@ -2,8 +2,8 @@
 the few Kafka and Cassandra operations both need (reset a namespace, offsets, counts).
 
 Every subprocess writes to its own log file, so the terminal shows progress lines only;
-every wait is `pos_lambda.runtime.process.wait_for` with a timeout and a message that says what did
-not happen.
+every wait is `pos_lambda_dev.runtime.process.wait_for` with a timeout and a message that
+says what did not happen.
 """
 
 from __future__ import annotations
