@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pos_lambda.adapters.service import wait_for
-from pos_lambda.demo.steps import children, driver_jobs
+from pos_lambda_dev.demo.steps import children, driver_jobs
 from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import (
     VENV_BIN,
