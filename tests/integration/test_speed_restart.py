@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from pos_lambda.adapters.service import wait_for
-from pos_lambda_dev.demo.steps import children, driver_jobs
 from pos_lambda.settings import Settings
+from pos_lambda_dev.demo.steps import children, driver_jobs
 from tests.integration.speed_helpers import (
     VENV_BIN,
     assert_views_match_ledger,
