@@ -9,8 +9,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from pos_lambda.serving.errors import QueryError, UnregisteredStore
+from pos_lambda.serving.http import create_app
 from pos_lambda.serving.local_days import local_day_totals, parse_until, until_instant
 from pos_lambda.serving.merge import merge_windows
 from pos_lambda.serving.model import (
@@ -243,6 +245,24 @@ def test_until_is_a_local_time_on_the_window_grid() -> None:
     for bad in ("14:20", "00:00", "24:15", "25:00", "2pm", "14:3", "-1:00", ""):
         with pytest.raises(QueryError, match="until"):
             parse_until(bad)
+
+
+@pytest.mark.parametrize("text", ["\u00b2:00", "1\u00b2:00", "14:\u00b30", "\u0661\u0664:30",
+                                  "\uff11\uff14:30", "14:30\n", " 14:30"])  # fmt: skip
+def test_until_takes_ascii_digits_only(text: str) -> None:
+    # "²".isdigit() is True and int("²") raises; int("١٤") is 14: both refused alike.
+    with pytest.raises(QueryError, match=r"is not a local time HH:MM \(ASCII digits\)"):
+        parse_until(text)
+
+
+def test_http_answers_422_for_a_superscript_until() -> None:
+    serving, _ = _serving(SPEED)
+    with TestClient(create_app(serving.settings, serving)) as http:
+        r = http.get("/stores/102/local-days/2026-03-09/week-before", params={"until": "\u00b2:00"})
+    assert (r.status_code, r.json()) == (
+        422,
+        {"detail": "until '\u00b2:00' is not a local time HH:MM (ASCII digits), e.g. 14:30"},
+    )
 
 
 def test_a_day_cut_at_until_counts_the_windows_that_start_before_it() -> None:
