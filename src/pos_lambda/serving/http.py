@@ -27,6 +27,7 @@ from pydantic import BaseModel, TypeAdapter
 from pos_lambda.adapters import metrics_http
 from pos_lambda.serving import dashboard
 from pos_lambda.serving.errors import (
+    BrokenStore,
     QueryError,
     ServingError,
     Unavailable,
@@ -57,7 +58,13 @@ from pos_lambda.serving.requests import (
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
 
-STATUS = {QueryError: 422, UnknownStore: 404, UnregisteredStore: 404, Unavailable: 503}
+STATUS = {
+    QueryError: 422,
+    UnknownStore: 404,
+    UnregisteredStore: 404,
+    BrokenStore: 409,
+    Unavailable: 503,
+}
 
 DESCRIPTION = """\
 One exact answer per 15-minute window from the batch and speed views of the POS Lambda
@@ -117,13 +124,19 @@ class Problem(BaseModel):
 
 
 def _errors(*codes: int, html: bool = False) -> dict[int | str, dict[str, Any]]:
-    why = {404: "unknown store", 422: "invalid parameter", 503: "Cassandra unavailable"}
+    why = {
+        404: "unknown store",
+        409: "the store's row in the stores table is broken: fix it (the detail says how)",
+        422: "invalid parameter",
+        503: "Cassandra unavailable",
+    }
     if html:
         return {c: {"description": why[c], "content": {"text/html": {}}} for c in codes}
     return {c: {"description": why[c], "model": Problem} for c in codes}
 
 
 JSON_ERRORS = _errors(404, 422, 503)
+LOCAL_ERRORS = _errors(404, 409, 422, 503)  # a store's local day: its registry row counts
 
 
 def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
@@ -178,7 +191,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         """A store's daily totals; a day is final when the batch answered all its windows."""
         return lib.daily_totals(store, parse_day(first, "first"), parse_day(last, "last"))
 
-    @app.get("/stores/{store}/local-days", tags=["aggregates"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/local-days", tags=["aggregates"], responses=LOCAL_ERRORS)
     def local_days(
         store: StorePath,
         first: FirstLocalDay,
@@ -188,7 +201,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         it: each day the exact sum of its UTC windows (96; 92 or 100 on a DST day)."""
         return lib.local_days(store, parse_day(first, "first"), parse_day(last, "last"))
 
-    @app.get("/stores/{store}/hour-of-week", tags=["aggregates"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/hour-of-week", tags=["aggregates"], responses=LOCAL_ERRORS)
     def hour_of_week(
         store: StorePath,
         first: FirstLocalDay,
@@ -200,7 +213,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         return lib.hour_of_week(store, parse_day(first, "first"), parse_day(last, "last"))
 
     @app.get(
-        "/stores/{store}/local-days/{day}/week-before", tags=["aggregates"], responses=JSON_ERRORS
+        "/stores/{store}/local-days/{day}/week-before", tags=["aggregates"], responses=LOCAL_ERRORS
     )
     def week_before(
         store: StorePath,
@@ -233,7 +246,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         paging)."""
         return lib.receipts(store, parse_day(day), page_size, page)
 
-    @app.get("/stores/{store}/local-days/{day}/receipts", tags=["receipts"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/local-days/{day}/receipts", tags=["receipts"], responses=LOCAL_ERRORS)
     def local_receipts(
         store: StorePath, day: LocalDayPath, page_size: PageSize = None, page: PageParam = None
     ) -> ReceiptPage:
@@ -247,7 +260,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         fixed."""
         return lib.store_day(store, parse_day(day))
 
-    @app.get("/stores/{store}/local-days/{day}/issues", tags=["receipts"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/local-days/{day}/issues", tags=["receipts"], responses=LOCAL_ERRORS)
     def local_store_day(store: StorePath, day: LocalDayPath) -> StoreDay:
         """The same for the store's local day: conflicts whose winner happened in it,
         fixes of the windows that start in it."""

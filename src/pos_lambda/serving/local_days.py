@@ -15,10 +15,10 @@ from datetime import UTC, date, datetime, time, tzinfo
 from decimal import Decimal
 
 from pos_lambda.serving import merge
-from pos_lambda.serving.errors import QueryError, Unavailable, UnregisteredStore
+from pos_lambda.serving.errors import BrokenStore, QueryError, Unavailable, UnregisteredStore
 from pos_lambda.serving.model import Window
 from pos_lambda.stores.local_day import UnalignedDay, local_day_bounds, utc_windows
-from pos_lambda.stores.model import Store
+from pos_lambda.stores.model import Store, StoreError
 from pos_lambda.stores.registry import RegistryUnavailable, StoreRegistry
 
 
@@ -52,11 +52,16 @@ class LocalDays:
 
 
 def registered_store(registry: StoreRegistry, operation_id: int) -> Store:
-    """The store's registry entry; the serving errors when there is none or no registry."""
+    """The store's registry entry; the serving errors when there is none, no registry or
+    a row that breaks the registry's rules (`BrokenStore`: pos-alerts refuses to start on
+    one, the serving layer refuses the local days of that store only)."""
     try:
         store = registry.get(operation_id)
     except RegistryUnavailable as exc:
         raise Unavailable(str(exc)) from None
+    except StoreError as exc:
+        reason = str(exc).removeprefix(f"store {operation_id}: ")
+        raise BrokenStore(operation_id, reason) from None
     if store is None:
         raise UnregisteredStore(operation_id)
     return store

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from pos_lambda.serving.errors import QueryError, UnregisteredStore
+from pos_lambda.serving.errors import BrokenStore, QueryError, UnregisteredStore
 from pos_lambda.serving.http import create_app
 from pos_lambda.serving.local_days import local_day_totals, parse_until, until_instant
 from pos_lambda.serving.merge import merge_windows
@@ -26,6 +27,7 @@ from pos_lambda.serving.model import (
 )
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
+from pos_lambda.stores import registry
 from pos_lambda.stores.model import Store, parse_week
 from pos_lambda.stores.registry import InMemoryStores
 
@@ -279,3 +281,52 @@ def test_a_day_cut_at_until_counts_the_windows_that_start_before_it() -> None:
     ny = merge_windows(103, at(8, 5), at(9, 4), Pointer(None), [], [])
     [spring] = local_day_totals(NEW_YORK, [date(2026, 3, 8)], ny, time(3, 0))
     assert spring.windows == 8
+
+
+class BrokenRegistry(InMemoryStores):
+    """Store 102's row edited by hand into an unknown zone: read back through the
+    Cassandra adapter's own row check (`registry._store`), as `CassandraStores.get` does."""
+
+    def get(self, operation_id: int) -> Store | None:
+        if operation_id != 102:
+            return super().get(operation_id)
+        row = SimpleNamespace(operation_id=102, name="Thamel", time_zone="Mars/Olympus_Mons",
+                              opening_hours={"mon": "07:00-21:00"})  # fmt: skip
+        return registry._store(row)
+
+
+BROKEN = (
+    "the stores table's row of store 102 is broken (time zone 'Mars/Olympus_Mons' is unknown: "
+    "use an IANA name such as Europe/Bratislava, Asia/Kathmandu or UTC), so its local day is "
+    "unknown: fix that row (in cqlsh: UPDATE stores SET time_zone = 'Europe/Bratislava', "
+    "opening_hours = {'mon': '07:00-21:00', ...} WHERE operation_id = 102), or ask by UTC "
+    "day meanwhile"
+)
+
+
+def test_a_broken_stores_row_is_refused_with_what_to_fix() -> None:
+    serving = Serving(Settings(), stores=BrokenRegistry([NEW_YORK]))
+    serving.views = FakeViews(SPEED)  # type: ignore[assignment]
+    with pytest.raises(BrokenStore) as refused:
+        serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))
+    assert str(refused.value) == BROKEN
+    # The broken store by UTC day is answered all the same: 4 + 3 + 70 speed receipts.
+    assert serving.daily_totals(102, date(2026, 3, 2), date(2026, 3, 2))[0].receipt_count == 77
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/stores/102/local-days?first=2026-03-02&last=2026-03-02",
+        "/stores/102/hour-of-week?first=2026-03-02&last=2026-03-02",
+        "/stores/102/local-days/2026-03-09/week-before",
+        "/stores/102/local-days/2026-03-02/receipts",
+        "/stores/102/local-days/2026-03-02/issues",
+    ],
+)
+def test_http_answers_409_for_a_broken_stores_row(path: str) -> None:
+    serving = Serving(Settings(), stores=BrokenRegistry([NEW_YORK]))
+    serving.views = FakeViews(SPEED)  # type: ignore[assignment]
+    with TestClient(create_app(serving.settings, serving)) as http:
+        r = http.get(path)
+    assert (r.status_code, r.json()) == (409, {"detail": BROKEN})
