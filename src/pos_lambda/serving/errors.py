@@ -1,8 +1,8 @@
 """What the serving layer refuses or cannot do, as exceptions each front door maps once.
 
-The HTTP app turns them into status codes (QueryError -> 422, UnknownStore -> 404,
-BrokenStore -> 409, Unavailable -> 503), the CLI into exit codes; the message is written
-for the user and says what to change.
+The HTTP app turns them into status codes (QueryError -> 422, PageGone -> 410,
+UnknownStore -> 404, BrokenStore -> 409, Unavailable -> 503), the CLI into exit codes;
+the message is written for the user and says what to change.
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ class ServingError(Exception):
 
 class QueryError(ServingError):
     """A request the serving layer refuses (bad date, inverted or too large range, ...)."""
+
+
+class PageGone(QueryError):
+    """A page token this API issued that can no longer be honoured: older than the
+    documented maximum age, or naming a batch version that is no longer served."""
 
 
 class UnknownStore(ServingError):

@@ -28,6 +28,7 @@ from pos_lambda.adapters import metrics_http
 from pos_lambda.serving import dashboard
 from pos_lambda.serving.errors import (
     BrokenStore,
+    PageGone,
     QueryError,
     ServingError,
     Unavailable,
@@ -60,6 +61,7 @@ from pos_lambda.settings import Settings
 
 STATUS = {
     QueryError: 422,
+    PageGone: 410,
     UnknownStore: 404,
     UnregisteredStore: 404,
     BrokenStore: 409,
@@ -109,7 +111,9 @@ PageParam = Annotated[
     str | None,
     Query(
         description="next_page of the previous answer for this store and day (a signed "
-        "token: anything else is refused with 422)"
+        "token: anything else is refused with 422; one older than "
+        "POS_SERVE_PAGE_TOKEN_MAX_AGE_SECONDS, or whose batch version is no longer served, "
+        "with 410: start the listing again)"
     ),
 ]
 INSTANT = (
@@ -127,6 +131,7 @@ def _errors(*codes: int, html: bool = False) -> dict[int | str, dict[str, Any]]:
     why = {
         404: "unknown store",
         409: "the store's row in the stores table is broken: fix it (the detail says how)",
+        410: "the page token has expired: start the listing again without page",
         422: "invalid parameter",
         503: "Cassandra unavailable",
     }
@@ -137,6 +142,8 @@ def _errors(*codes: int, html: bool = False) -> dict[int | str, dict[str, Any]]:
 
 JSON_ERRORS = _errors(404, 422, 503)
 LOCAL_ERRORS = _errors(404, 409, 422, 503)  # a store's local day: its registry row counts
+PAGED_ERRORS = _errors(404, 410, 422, 503)
+LOCAL_PAGED_ERRORS = _errors(404, 409, 410, 422, 503)
 
 
 def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
@@ -238,7 +245,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         """The day's stores by merged revenue, best first."""
         return lib.top_stores(parse_day(day), limit)
 
-    @app.get("/stores/{store}/days/{day}/receipts", tags=["receipts"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/days/{day}/receipts", tags=["receipts"], responses=PAGED_ERRORS)
     def receipts(
         store: StorePath, day: DayPath, page_size: PageSize = None, page: PageParam = None
     ) -> ReceiptPage:
@@ -246,7 +253,11 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         paging)."""
         return lib.receipts(store, parse_day(day), page_size, page)
 
-    @app.get("/stores/{store}/local-days/{day}/receipts", tags=["receipts"], responses=LOCAL_ERRORS)
+    @app.get(
+        "/stores/{store}/local-days/{day}/receipts",
+        tags=["receipts"],
+        responses=LOCAL_PAGED_ERRORS,
+    )
     def local_receipts(
         store: StorePath, day: LocalDayPath, page_size: PageSize = None, page: PageParam = None
     ) -> ReceiptPage:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
@@ -330,3 +330,41 @@ def test_http_answers_409_for_a_broken_stores_row(path: str) -> None:
     with TestClient(create_app(serving.settings, serving)) as http:
         r = http.get(path)
     assert (r.status_code, r.json()) == (409, {"detail": BROKEN})
+
+
+def test_a_listing_resumed_after_a_rebuild_or_too_late_answers_410() -> None:
+    # Store 102's UTC day 1 March: the batch (generation gen-a, as of table version 12)
+    # answers up to 20:00, the speed view after it. Two receipts before, one after: the
+    # first page's token is in the middle of the batch segment.
+    served = Pointer(at(1, 20), {date(2026, 3, 1): DayVersion(date(2026, 3, 1), "v1",
+                                                              at(1, 20), "gen-a", 12)})  # fmt: skip
+    now = [datetime(2026, 3, 5, 9, tzinfo=UTC)]
+    serving = Serving(Settings(), clock=lambda: now[0], stores=InMemoryStores([KATHMANDU]))
+    rows = [receipt(at(1, 19), 1), receipt(at(1, 19, 30), 2), receipt(at(1, 21), 3)]
+    views = FakeReceiptViews(rows, served)
+    serving.views = views  # type: ignore[assignment]
+    serving._page_key = bytes(32)
+    first = serving.receipts(102, date(2026, 3, 1), page_size=1)
+    assert first.next_page is not None
+    with TestClient(create_app(serving.settings, serving)) as http:
+        url = f"/stores/102/days/2026-03-01/receipts?page_size=1&page={first.next_page}"
+        # A fold of the same generation commits (table version 12 -> 13): still good.
+        views._pointer = Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
+            date(2026, 3, 1), "v2", at(1, 21), "gen-a", 13)})  # fmt: skip
+        assert http.get(url).status_code == 200
+        # A rebuild switches the day to generation gen-b (gc deletes gen-a's rows later).
+        views._pointer = Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
+            date(2026, 3, 1), "v3", at(1, 21), "gen-b", 14)})  # fmt: skip
+        gone = http.get(url)
+        assert (gone.status_code, gone.json()) == (410, {"detail": (
+            "page has expired, start the listing again (ask without page): the batch version "
+            "it reads for 2026-03-01 (gen-a) is no longer served (now gen-b: a rebuild "
+            "replaced it)")})  # fmt: skip
+        # Served again (say, the rebuild rolled back), but an hour and a second later.
+        views._pointer = served
+        now[0] += timedelta(seconds=3601)
+        late = http.get(url)
+        assert (late.status_code, late.json()["detail"]) == (410, (
+            "page has expired, start the listing again (ask without page): it was issued "
+            "3601 s ago, and a page token is good for 3600 s "
+            "(POS_SERVE_PAGE_TOKEN_MAX_AGE_SECONDS)"))  # fmt: skip
