@@ -310,6 +310,8 @@ def _receipt_text(r: ReceiptStatus) -> str:
             f"dead letter at {d.kafka_topic} partition {d.kafka.partition} offset "
             f"{d.kafka.offset}: {d.reason}" + (f" ({d.detail})" if d.detail else "")
         )
+    if r.dead_letters_note:
+        lines.append(r.dead_letters_note)
     return "\n".join(lines)
 
 
