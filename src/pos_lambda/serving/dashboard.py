@@ -171,6 +171,10 @@ def _age(seconds: float | None) -> str:
     return str(timedelta(seconds=round(seconds)))
 
 
+# Dead letters a page load reads to count them by reason ("1000+" past it): a page
+# opened every few seconds must not scan POS_SERVE_DEAD_LETTER_SCAN_LIMIT (100k) rows
+# each time; /health and the metrics scrape count further.
+DASHBOARD_DEAD_LETTER_ROWS = 1000
 HEATMAP_DAYS = 28  # four of each weekday (fewer if POS_SERVE_MAX_RANGE_DAYS is lower)
 
 
@@ -245,7 +249,7 @@ def _day_of(
 def page(serving: Serving, store: int | None, day: date | None, view: View = "local") -> str:
     """The page for (store, day) by local or UTC day; defaults: the day of the batch
     horizon (in the store's zone for a local view), the top store of that UTC day."""
-    health = serving.health()
+    health = serving.health(dead_letter_rows=DASHBOARD_DEAD_LETTER_ROWS)
     top = serving.top_stores(day or _default_day(health.horizon, UTC), 10)
     if store is None and top.stores:
         store = top.stores[0].operation_id

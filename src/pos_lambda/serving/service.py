@@ -291,15 +291,19 @@ class Serving:
         key = ReceiptKey(check_store(store), check_device(device), check_transaction(transaction))
         return receipt_status.look_up(key, self.views)
 
-    def health(self, runs: int = 5) -> Health:
-        """Batch horizon and its age, the last runs, speed progress, dead letters."""
+    def health(self, runs: int = 5, dead_letter_rows: int | None = None) -> Health:
+        """Batch horizon and its age, the last runs, speed progress, dead letters (by
+        reason, over at most `dead_letter_rows` rows, and never more than
+        POS_SERVE_DEAD_LETTER_SCAN_LIMIT)."""
         check_limit(runs, "runs", MAX_RUNS)
+        scan = self.settings.serve.dead_letter_scan_limit
+        if dead_letter_rows is not None:
+            # The setting caps it: the dashboard's own bound never makes a page fail.
+            scan = min(check_limit(dead_letter_rows, "dead_letter_rows", 2**31), scan)
         now = self._clock()
         today = now.date()
         pointer = self.views.pointer(today, today)
-        reasons, truncated = self.views.dead_letter_reasons(
-            self.settings.serve.dead_letter_scan_limit
-        )
+        reasons, truncated = self.views.dead_letter_reasons(scan)
         by_reason = Counter(contract.reason_code(r) for r in reasons)
         return Health(
             checked_at=now,

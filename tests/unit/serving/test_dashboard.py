@@ -65,8 +65,10 @@ class FakeServing:
     """Literal answers in place of the library (unit tests only)."""
 
     settings = Settings()
+    dead_letter_rows: list[int | None] = []
 
-    def health(self) -> Health:
+    def health(self, dead_letter_rows: int | None = None) -> Health:
+        self.dead_letter_rows.append(dead_letter_rows)
         return Health(
             checked_at=HORIZON + timedelta(hours=2),
             horizon=HORIZON,
@@ -104,7 +106,9 @@ class FakeServing:
 
 def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     fake: Any = FakeServing()
+    fake.dead_letter_rows = []
     html = dashboard.page(fake, None, None)
+    assert fake.dead_letter_rows == [1000]  # a page load counts 1,000 dead letters at most
     assert 'Store 101 · 2026-03-02 <span class="sub">(UTC)</span>' in html
     assert "store 101 is not in the store registry, so it has no local day: showing UTC" in html
     assert 'id="heatmap"' not in html and 'id="week-before"' not in html
@@ -284,7 +288,7 @@ def test_the_heatmap_asks_no_more_days_than_a_request_may_span() -> None:
 
 def test_a_day_in_progress_is_compared_up_to_the_same_local_time() -> None:
     class Live(FakeLocalServing):
-        def health(self) -> Health:  # the wall clock: 8 March 14:40 UTC, 10:40 EDT
+        def health(self, dead_letter_rows: int | None = None) -> Health:  # 10:40 EDT
             return replace(super().health(), checked_at=datetime(2026, 3, 8, 14, 40, tzinfo=UTC))
 
     fake: Any = Live()

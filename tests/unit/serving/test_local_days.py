@@ -368,3 +368,28 @@ def test_a_listing_resumed_after_a_rebuild_or_too_late_answers_410() -> None:
             "page has expired, start the listing again (ask without page): it was issued "
             "3601 s ago, and a page token is good for 3600 s "
             "(POS_SERVE_PAGE_TOKEN_MAX_AGE_SECONDS)"))  # fmt: skip
+
+
+def test_health_scans_the_dead_letters_it_is_asked_for_within_the_setting() -> None:
+    class HealthViews(FakeViews):
+        scans: list[int] = []
+
+        def dead_letter_reasons(self, limit: int) -> tuple[list[str], bool]:
+            self.scans.append(limit)
+            return ["invalid_json"] * min(limit, 3), limit < 3
+
+        def batch_runs(self, limit: int) -> list[Any]:
+            return []
+
+        def speed_progress(self, now: datetime) -> list[Any]:
+            return []
+
+    serving = Serving(Settings(serve_dead_letter_scan_limit=500))
+    views = HealthViews([])
+    serving.views = views  # type: ignore[assignment]
+    assert serving.health().dead_letters.total == 3
+    assert serving.health(dead_letter_rows=2).dead_letters.truncated is True
+    serving.health(dead_letter_rows=1000)  # the setting caps what a caller asks
+    assert views.scans == [500, 2, 500]
+    with pytest.raises(QueryError, match="dead_letter_rows must be between 1 and"):
+        serving.health(dead_letter_rows=0)
