@@ -65,7 +65,9 @@ class FakeServing:
     """Literal answers in place of the library (unit tests only)."""
 
     settings = Settings()
-    dead_letter_rows: list[int | None] = []
+
+    def __init__(self) -> None:
+        self.dead_letter_rows: list[int | None] = []
 
     def health(self, dead_letter_rows: int | None = None) -> Health:
         self.dead_letter_rows.append(dead_letter_rows)
@@ -106,7 +108,6 @@ class FakeServing:
 
 def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     fake: Any = FakeServing()
-    fake.dead_letter_rows = []
     html = dashboard.page(fake, None, None)
     assert fake.dead_letter_rows == [1000]  # a page load counts 1,000 dead letters at most
     assert 'Store 101 · 2026-03-02 <span class="sub">(UTC)</span>' in html

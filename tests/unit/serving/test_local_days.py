@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -372,7 +372,7 @@ def test_a_listing_resumed_after_a_rebuild_or_too_late_answers_410() -> None:
 
 def test_health_scans_the_dead_letters_it_is_asked_for_within_the_setting() -> None:
     class HealthViews(FakeViews):
-        scans: list[int] = []
+        scans: ClassVar[list[int]] = []  # a class of this test's own
 
         def dead_letter_reasons(self, limit: int) -> tuple[list[str], bool]:
             self.scans.append(limit)
