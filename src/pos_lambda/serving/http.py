@@ -35,7 +35,7 @@ from pos_lambda.serving.errors import (
     UnknownStore,
     UnregisteredStore,
 )
-from pos_lambda.serving.local_days import LocalDays, parse_until
+from pos_lambda.serving.local_days import UNTIL_PATTERN, LocalDays, parse_until
 from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.metrics import ServingCollector
 from pos_lambda.serving.model import (
@@ -80,8 +80,17 @@ YEARS = f"{FIRST_DAY.isoformat()}..{LAST_DAY.isoformat()}"
 StorePath = Annotated[
     int, Path(ge=0, le=STORE_MAX, description="the store (operation_id)", examples=[101])
 ]
+# Formats and patterns are declared (so that generated requests, Schemathesis's, are
+# well-formed and reach the handlers), not enforced by FastAPI: the handlers' own checks
+# answer 422 with a message that says what to write.
+DATE = {"format": "date"}
 DayPath = Annotated[
-    str, Path(description=f"a UTC day, YYYY-MM-DD, {YEARS}", examples=["2026-03-02"])
+    str,
+    Path(
+        description=f"a UTC day, YYYY-MM-DD, {YEARS}",
+        examples=["2026-03-02"],
+        json_schema_extra=DATE,
+    ),
 ]
 DevicePath = Annotated[
     int,
@@ -97,14 +106,28 @@ TransactionPath = Annotated[
     ),
 ]
 FirstLocalDay = Annotated[
-    str, Query(description=f"first local day of the store, {YEARS}", examples=["2026-03-02"])
+    str,
+    Query(
+        description=f"first local day of the store, {YEARS}",
+        examples=["2026-03-02"],
+        json_schema_extra=DATE,
+    ),
 ]
 LastLocalDay = Annotated[
-    str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-08"])
+    str,
+    Query(
+        description=f"last local day, included, {YEARS}",
+        examples=["2026-03-08"],
+        json_schema_extra=DATE,
+    ),
 ]
 LocalDayPath = Annotated[
     str,
-    Path(description=f"a local day of the store, YYYY-MM-DD, {YEARS}", examples=["2026-03-09"]),
+    Path(
+        description=f"a local day of the store, YYYY-MM-DD, {YEARS}",
+        examples=["2026-03-09"],
+        json_schema_extra=DATE,
+    ),
 ]
 PageSize = Annotated[int | None, Query(ge=1, le=1000)]
 PageParam = Annotated[
@@ -119,6 +142,8 @@ PageParam = Annotated[
 INSTANT = (
     f"ISO-8601 with an offset, or a date (its UTC midnight), within the contract's years ({YEARS})"
 )
+# An instant: a date-time, or a date (its UTC midnight).
+INSTANT_FORMAT: dict[str, Any] = {"anyOf": [{"format": "date-time"}, {"format": "date"}]}
 
 
 class Problem(BaseModel):
@@ -179,8 +204,22 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     @app.get("/stores/{store}/windows", tags=["aggregates"], responses=JSON_ERRORS)
     def windows(
         store: StorePath,
-        start: Annotated[str, Query(description=INSTANT, examples=["2026-03-02T00:00:00Z"])],
-        end: Annotated[str, Query(description=INSTANT, examples=["2026-03-03T00:00:00Z"])],
+        start: Annotated[
+            str,
+            Query(
+                description=INSTANT,
+                examples=["2026-03-02T00:00:00Z"],
+                json_schema_extra=INSTANT_FORMAT,
+            ),
+        ],
+        end: Annotated[
+            str,
+            Query(
+                description=INSTANT,
+                examples=["2026-03-03T00:00:00Z"],
+                json_schema_extra=INSTANT_FORMAT,
+            ),
+        ],
     ) -> WindowsAnswer:
         """A store's 15-minute windows starting in [start, end), each exactly once."""
         return lib.windows(store, parse_instant(start, "start"), parse_instant(end, "end"))
@@ -189,10 +228,20 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     def days(
         store: StorePath,
         first: Annotated[
-            str, Query(description=f"first UTC day, {YEARS}", examples=["2026-03-01"])
+            str,
+            Query(
+                description=f"first UTC day, {YEARS}",
+                examples=["2026-03-01"],
+                json_schema_extra=DATE,
+            ),
         ],
         last: Annotated[
-            str, Query(description=f"last UTC day, included, {YEARS}", examples=["2026-03-02"])
+            str,
+            Query(
+                description=f"last UTC day, included, {YEARS}",
+                examples=["2026-03-02"],
+                json_schema_extra=DATE,
+            ),
         ],
     ) -> list[DayTotal]:
         """A store's daily totals; a day is final when the batch answered all its windows."""
@@ -232,6 +281,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
                 "15-minute boundary (a day in progress against the same hours a week "
                 "before); default: whole days",
                 examples=["14:30"],
+                json_schema_extra={"pattern": UNTIL_PATTERN},
             ),
         ] = None,
     ) -> DayComparison:
@@ -328,7 +378,10 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         store: Annotated[int | None, Query(ge=0, le=STORE_MAX)] = None,
         day: Annotated[
             str | None,
-            Query(description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day"),
+            Query(
+                description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day",
+                json_schema_extra=DATE,
+            ),
         ] = None,
         view: Annotated[
             Literal["local", "utc"],
