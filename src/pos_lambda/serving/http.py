@@ -379,8 +379,16 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         day: Annotated[
             str | None,
             Query(
-                description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day",
-                json_schema_extra=DATE,
+                description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day; "
+                "empty (the page's form with no day) is the default day",
+                # The form sends `day=` when its field is empty: that is the default too.
+                json_schema_extra={
+                    "anyOf": [
+                        {"type": "string", "format": "date"},
+                        {"type": "string", "maxLength": 0},
+                        {"type": "null"},
+                    ]
+                },
             ),
         ] = None,
         view: Annotated[

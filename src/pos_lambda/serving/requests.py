@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -44,9 +45,16 @@ def check_instant(at: datetime, name: str) -> datetime:
     return at
 
 
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
 def parse_day(text: str, name: str = "day") -> date:
     """A UTC day as YYYY-MM-DD, within the contract's years."""
     try:
+        # Only that shape, ASCII digits: date.fromisoformat also takes 20260302 and
+        # 2026-W10-1, which the OpenAPI document's `date` format does not.
+        if not _DAY.fullmatch(text):
+            raise ValueError(text)
         day = date.fromisoformat(text)
     except (TypeError, ValueError):
         raise QueryError(f"{name} {text!r} is not a date: write it as YYYY-MM-DD") from None

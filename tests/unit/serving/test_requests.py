@@ -238,3 +238,9 @@ def test_a_token_whose_batch_generation_a_rebuild_replaced_is_gone() -> None:
         check_page_current(token, _served(None), ISSUED, 3600)
     # Past the batch segment (reading the speed one): the rebuild does not matter.
     check_page_current(replace(token, index=1), rebuilt, ISSUED, 3600)
+
+
+@pytest.mark.parametrize("text", ["20260302", "2026-W10-1", "2026-061", "２026-03-02", "2026-3-2"])
+def test_a_day_is_yyyy_mm_dd_in_ascii_digits_only(text: str) -> None:
+    with pytest.raises(QueryError, match=r"is not a date: write it as YYYY-MM-DD$"):
+        parse_day(text)
