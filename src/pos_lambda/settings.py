@@ -498,6 +498,13 @@ class ServeSettings(_Section):
         "behind one address must share it); empty: a key generated once into "
         "$POS_STATE_DIR/serve/page.key.",
     )
+    page_token_max_age_seconds: int = Field(
+        default=3600,
+        ge=1,
+        description="A receipts page token older than this is refused with 410 Gone (start "
+        "the listing again); so is one whose batch version is no longer served (a rebuild "
+        "replaced it, and gc may have deleted its rows).",
+    )
     dead_letter_scan_limit: int = Field(
         default=100_000,
         ge=1,

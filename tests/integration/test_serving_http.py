@@ -87,7 +87,7 @@ def test_hostile_requests_get_422_never_a_5xx(store_102: Settings) -> None:
     stale = encode_page(
         PageToken((Segment("speed", date(2026, 3, 2), datetime(2026, 3, 2, tzinfo=UTC),
                            datetime(2026, 3, 3, tzinfo=UTC)),), 0, b"\xde\xad\xbe\xef", 102,
-                  date(2026, 3, 2)),
+                  date(2026, 3, 2), issued_at=datetime.now(UTC)),
         key,
     )  # fmt: skip
     with TestClient(create_app(store_102), raise_server_exceptions=False) as http:

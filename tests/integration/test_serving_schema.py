@@ -36,6 +36,7 @@ pytestmark = pytest.mark.integration
 MAX_EXAMPLES = 50
 CASES: Counter[str] = Counter()
 STATUSES: Counter[int] = Counter()
+FAILED_CHECKS: Counter[str] = Counter()  # by check; every failure also fails the test
 
 
 def _seed(cql: Any) -> None:
@@ -86,8 +87,17 @@ def test_every_operation_conforms_and_never_answers_5xx(case: Any) -> None:
     # document cannot say that 2026-02-30 is no date, that start must precede end, or
     # which page tokens this API signed; those schema-valid requests get the documented
     # 422.
-    response = case.call_and_validate(excluded_checks=[positive_data_acceptance])
+    # The document declares formats (date, date-time, the HH:MM pattern of `until`) and
+    # ranges, so most generated requests are well-formed and reach the handlers' own
+    # checks and the views instead of bouncing off a parse.
+    response = case.call()
     STATUSES[response.status_code] += 1
+    try:
+        case.validate_response(response, excluded_checks=[positive_data_acceptance])
+    except (AssertionError, BaseExceptionGroup) as exc:  # FailureGroup: a BaseExceptionGroup
+        for failure in getattr(exc, "exceptions", [exc]):
+            FAILED_CHECKS[type(failure).__name__] += 1
+        raise
 
 
 def test_the_run_generated_cases_for_every_operation(capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,7 +105,12 @@ def test_the_run_generated_cases_for_every_operation(capsys: pytest.CaptureFixtu
     and its requests got data (200), refusals (422) and unknown stores (404)."""
     with capsys.disabled():
         statuses = dict(sorted(STATUSES.items()))
-        print(f"\nschemathesis: {sum(CASES.values())} cases, statuses {statuses}")
+        server_errors = sum(n for s, n in STATUSES.items() if s >= 500)
+        print(
+            f"\nschemathesis: {sum(CASES.values())} cases, statuses {statuses}, "
+            f"server errors {server_errors}, checks failed {sum(FAILED_CHECKS.values())} "
+            f"{dict(FAILED_CHECKS)}"
+        )
         for operation, n in sorted(CASES.items()):
             print(f"  {operation}: {n}")
     paths = {f"GET {p}" for p in schema.raw_schema["paths"]}
@@ -103,3 +118,4 @@ def test_the_run_generated_cases_for_every_operation(capsys: pytest.CaptureFixtu
     assert min(CASES.values()) >= 25, CASES
     assert STATUSES[200] > 0 and STATUSES[404] > 0 and STATUSES[422] > 0, STATUSES
     assert not [s for s in STATUSES if s >= 500]
+    assert not FAILED_CHECKS

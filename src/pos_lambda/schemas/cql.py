@@ -276,12 +276,14 @@ SERVING_INDEXES = (
     (AGG_BATCH_TABLE, "day"),
     (AGG_BATCH_TABLE, "version"),
     (AGG_BATCH_TABLE, "operation_id"),
-    # Receipt status: a receipt's dead letters by the receipt number its value claims.
-    # The most selective column of the natural key, so one index: the rows it finds
-    # (the dead letters of every device that used that number: a handful) are narrowed
-    # to the store and device after the read. Index upkeep costs dead-letter writes only,
-    # a small share of the input; the receipt tables pay nothing.
+    # Receipt status: a receipt's dead letters by the natural key its value claims. All
+    # three columns, so SAI intersects them: a request reads this store's and device's
+    # rows only, never every device's that used the number (which a hostile producer
+    # could make arbitrarily many). Index upkeep costs dead-letter writes only, a small
+    # share of the input; the receipt tables pay nothing.
     (DEAD_LETTERS_TABLE, "transaction_id"),
+    (DEAD_LETTERS_TABLE, "operation_id"),
+    (DEAD_LETTERS_TABLE, "vendor_fiscal_module"),
 )
 
 

@@ -15,7 +15,8 @@
     pos-serve http [--port 8000]                      # HTTP API + dashboard (make serve)
 
 Every query takes `--format table|json` (or `--json`: JSON as the HTTP API answers it).
-Exit codes: 0 done, 2 bad arguments, 3 unknown store or receipt, 4 Cassandra unreachable.
+Exit codes: 0 done, 2 bad arguments (or a broken stores row), 3 unknown store or receipt, 4
+Cassandra unreachable.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from pos_lambda.serving import cookbook
-from pos_lambda.serving.errors import QueryError, Unavailable, UnknownStore
+from pos_lambda.serving.errors import BrokenStore, QueryError, Unavailable, UnknownStore
 from pos_lambda.serving.local_days import parse_until
 from pos_lambda.serving.local_week import DayComparison, HourCell, HourOfWeek
 from pos_lambda.serving.output import table, to_json
@@ -309,6 +310,8 @@ def _receipt_text(r: ReceiptStatus) -> str:
             f"dead letter at {d.kafka_topic} partition {d.kafka.partition} offset "
             f"{d.kafka.offset}: {d.reason}" + (f" ({d.detail})" if d.detail else "")
         )
+    if r.dead_letters_note:
+        lines.append(r.dead_letters_note)
     return "\n".join(lines)
 
 
@@ -334,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         print(_show(args, settings))
-    except QueryError as exc:
+    except (QueryError, BrokenStore) as exc:
         print(f"pos-serve {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except UnknownStore as exc:

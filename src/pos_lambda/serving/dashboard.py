@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from pos_lambda.serving.errors import QueryError, UnknownStore, UnregisteredStore
+from pos_lambda.serving.errors import BrokenStore, QueryError, UnknownStore, UnregisteredStore
 from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.model import Totals, Window
 from pos_lambda.serving.requests import FIRST_DAY
@@ -171,6 +171,10 @@ def _age(seconds: float | None) -> str:
     return str(timedelta(seconds=round(seconds)))
 
 
+# Dead letters a page load reads to count them by reason ("1000+" past it): a page
+# opened every few seconds must not scan POS_SERVE_DEAD_LETTER_SCAN_LIMIT (100k) rows
+# each time; /health and the metrics scrape count further.
+DASHBOARD_DEAD_LETTER_ROWS = 1000
 HEATMAP_DAYS = 28  # four of each weekday (fewer if POS_SERVE_MAX_RANGE_DAYS is lower)
 
 
@@ -186,11 +190,16 @@ class Shown:
     note: str | None = None  # why a local view fell back to UTC
 
 
-def _registered(serving: Serving, store: int) -> Store | None:
+def _registered(serving: Serving, store: int) -> tuple[Store | None, str | None]:
+    """(the store's registry entry or None, why a local view cannot be shown: the
+    registry's row of it is broken). A broken row degrades the page to UTC days with
+    the reason, the way an unregistered store does: the rest of the page still helps."""
     try:
-        return serving.store_entry(store)
+        return serving.store_entry(store), None
     except UnregisteredStore:
-        return None
+        return None, None
+    except BrokenStore as exc:
+        return None, str(exc)
 
 
 def in_progress_until(day: date, zone: tzinfo, now: datetime) -> time | None:
@@ -209,7 +218,14 @@ def _default_day(horizon: datetime | None, zone: tzinfo) -> date:
     return (ref - timedelta(microseconds=1)).astimezone(zone).date()
 
 
-def _day_of(serving: Serving, store: int, day: date, registered: Store | None, view: View) -> Shown:
+def _day_of(
+    serving: Serving,
+    store: int,
+    day: date,
+    registered: Store | None,
+    view: View,
+    broken: str | None = None,
+) -> Shown:
     if view == "local" and registered is not None:
         try:
             start, end = local_day_bounds(day, registered.zone)
@@ -220,7 +236,9 @@ def _day_of(serving: Serving, store: int, day: date, registered: Store | None, v
     start = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
     answer = serving.windows(store, start, start + timedelta(days=1))
     note = None
-    if view == "local":
+    if view == "local" and broken is not None:
+        note = f"{broken}: showing UTC days"
+    elif view == "local":
         note = (
             f"store {store} is not in the store registry, so it has no local day: showing "
             f"UTC days (add it with pos-stores add {store} --name ... --zone ... --hours ...)"
@@ -231,11 +249,11 @@ def _day_of(serving: Serving, store: int, day: date, registered: Store | None, v
 def page(serving: Serving, store: int | None, day: date | None, view: View = "local") -> str:
     """The page for (store, day) by local or UTC day; defaults: the day of the batch
     horizon (in the store's zone for a local view), the top store of that UTC day."""
-    health = serving.health()
+    health = serving.health(dead_letter_rows=DASHBOARD_DEAD_LETTER_ROWS)
     top = serving.top_stores(day or _default_day(health.horizon, UTC), 10)
     if store is None and top.stores:
         store = top.stores[0].operation_id
-    registered = _registered(serving, store) if store is not None else None
+    registered, broken = _registered(serving, store) if store is not None else (None, None)
     zone = registered.zone if registered is not None and view == "local" else UTC
     day = day or _default_day(health.horizon, zone)
     shown, missing = None, None
@@ -243,7 +261,7 @@ def page(serving: Serving, store: int | None, day: date | None, view: View = "lo
     comparison: DayComparison | None = None
     if store is not None:
         try:
-            shown = _day_of(serving, store, day, registered, view)
+            shown = _day_of(serving, store, day, registered, view, broken)
             if registered is not None:
                 days = min(HEATMAP_DAYS, serving.settings.serve.max_range_days)
                 first = max(day - timedelta(days=days - 1), FIRST_DAY)

@@ -1,8 +1,8 @@
 """What the serving layer refuses or cannot do, as exceptions each front door maps once.
 
-The HTTP app turns them into status codes (QueryError -> 422, UnknownStore -> 404,
-Unavailable -> 503), the CLI into exit codes; the message is written for the user
-and says what to change.
+The HTTP app turns them into status codes (QueryError -> 422, PageGone -> 410,
+UnknownStore -> 404, BrokenStore -> 409, Unavailable -> 503), the CLI into exit codes;
+the message is written for the user and says what to change.
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ class ServingError(Exception):
 
 class QueryError(ServingError):
     """A request the serving layer refuses (bad date, inverted or too large range, ...)."""
+
+
+class PageGone(QueryError):
+    """A page token this API issued that can no longer be honoured: older than the
+    documented maximum age, or naming a batch version that is no longer served."""
 
 
 class UnknownStore(ServingError):
@@ -32,6 +37,20 @@ class UnregisteredStore(UnknownStore):
             self,
             f"store {store} is not in the store registry, so its local day is unknown: "
             f"add it with pos-stores add {store} --name ... --zone ... --hours ...",
+        )
+        self.store = store
+
+
+class BrokenStore(ServingError):
+    """The store registry's row of this store breaks its rules (edited by hand: an
+    unknown zone, unreadable hours), so the store has no local day until it is fixed."""
+
+    def __init__(self, store: int, reason: str) -> None:
+        super().__init__(
+            f"the stores table's row of store {store} is broken ({reason}), so its local "
+            f"day is unknown: fix that row (in cqlsh: UPDATE stores SET time_zone = "
+            f"'Europe/Bratislava', opening_hours = {{'mon': '07:00-21:00', ...}} WHERE "
+            f"operation_id = {store}), or ask by UTC day meanwhile"
         )
         self.store = store
 

@@ -27,13 +27,15 @@ from pydantic import BaseModel, TypeAdapter
 from pos_lambda.adapters import metrics_http
 from pos_lambda.serving import dashboard
 from pos_lambda.serving.errors import (
+    BrokenStore,
+    PageGone,
     QueryError,
     ServingError,
     Unavailable,
     UnknownStore,
     UnregisteredStore,
 )
-from pos_lambda.serving.local_days import LocalDays, parse_until
+from pos_lambda.serving.local_days import UNTIL_PATTERN, LocalDays, parse_until
 from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.metrics import ServingCollector
 from pos_lambda.serving.model import (
@@ -57,7 +59,14 @@ from pos_lambda.serving.requests import (
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
 
-STATUS = {QueryError: 422, UnknownStore: 404, UnregisteredStore: 404, Unavailable: 503}
+STATUS = {
+    QueryError: 422,
+    PageGone: 410,
+    UnknownStore: 404,
+    UnregisteredStore: 404,
+    BrokenStore: 409,
+    Unavailable: 503,
+}
 
 DESCRIPTION = """\
 One exact answer per 15-minute window from the batch and speed views of the POS Lambda
@@ -71,8 +80,17 @@ YEARS = f"{FIRST_DAY.isoformat()}..{LAST_DAY.isoformat()}"
 StorePath = Annotated[
     int, Path(ge=0, le=STORE_MAX, description="the store (operation_id)", examples=[101])
 ]
+# Formats and patterns are declared (so that generated requests, Schemathesis's, are
+# well-formed and reach the handlers), not enforced by FastAPI: the handlers' own checks
+# answer 422 with a message that says what to write.
+DATE = {"format": "date"}
 DayPath = Annotated[
-    str, Path(description=f"a UTC day, YYYY-MM-DD, {YEARS}", examples=["2026-03-02"])
+    str,
+    Path(
+        description=f"a UTC day, YYYY-MM-DD, {YEARS}",
+        examples=["2026-03-02"],
+        json_schema_extra=DATE,
+    ),
 ]
 DevicePath = Annotated[
     int,
@@ -88,26 +106,44 @@ TransactionPath = Annotated[
     ),
 ]
 FirstLocalDay = Annotated[
-    str, Query(description=f"first local day of the store, {YEARS}", examples=["2026-03-02"])
+    str,
+    Query(
+        description=f"first local day of the store, {YEARS}",
+        examples=["2026-03-02"],
+        json_schema_extra=DATE,
+    ),
 ]
 LastLocalDay = Annotated[
-    str, Query(description=f"last local day, included, {YEARS}", examples=["2026-03-08"])
+    str,
+    Query(
+        description=f"last local day, included, {YEARS}",
+        examples=["2026-03-08"],
+        json_schema_extra=DATE,
+    ),
 ]
 LocalDayPath = Annotated[
     str,
-    Path(description=f"a local day of the store, YYYY-MM-DD, {YEARS}", examples=["2026-03-09"]),
+    Path(
+        description=f"a local day of the store, YYYY-MM-DD, {YEARS}",
+        examples=["2026-03-09"],
+        json_schema_extra=DATE,
+    ),
 ]
 PageSize = Annotated[int | None, Query(ge=1, le=1000)]
 PageParam = Annotated[
     str | None,
     Query(
         description="next_page of the previous answer for this store and day (a signed "
-        "token: anything else is refused with 422)"
+        "token: anything else is refused with 422; one older than "
+        "POS_SERVE_PAGE_TOKEN_MAX_AGE_SECONDS, or whose batch version is no longer served, "
+        "with 410: start the listing again)"
     ),
 ]
 INSTANT = (
     f"ISO-8601 with an offset, or a date (its UTC midnight), within the contract's years ({YEARS})"
 )
+# An instant: a date-time, or a date (its UTC midnight).
+INSTANT_FORMAT: dict[str, Any] = {"anyOf": [{"format": "date-time"}, {"format": "date"}]}
 
 
 class Problem(BaseModel):
@@ -117,13 +153,22 @@ class Problem(BaseModel):
 
 
 def _errors(*codes: int, html: bool = False) -> dict[int | str, dict[str, Any]]:
-    why = {404: "unknown store", 422: "invalid parameter", 503: "Cassandra unavailable"}
+    why = {
+        404: "unknown store",
+        409: "the store's row in the stores table is broken: fix it (the detail says how)",
+        410: "the page token has expired: start the listing again without page",
+        422: "invalid parameter",
+        503: "Cassandra unavailable",
+    }
     if html:
         return {c: {"description": why[c], "content": {"text/html": {}}} for c in codes}
     return {c: {"description": why[c], "model": Problem} for c in codes}
 
 
 JSON_ERRORS = _errors(404, 422, 503)
+LOCAL_ERRORS = _errors(404, 409, 422, 503)  # a store's local day: its registry row counts
+PAGED_ERRORS = _errors(404, 410, 422, 503)
+LOCAL_PAGED_ERRORS = _errors(404, 409, 410, 422, 503)
 
 
 def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
@@ -159,8 +204,22 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     @app.get("/stores/{store}/windows", tags=["aggregates"], responses=JSON_ERRORS)
     def windows(
         store: StorePath,
-        start: Annotated[str, Query(description=INSTANT, examples=["2026-03-02T00:00:00Z"])],
-        end: Annotated[str, Query(description=INSTANT, examples=["2026-03-03T00:00:00Z"])],
+        start: Annotated[
+            str,
+            Query(
+                description=INSTANT,
+                examples=["2026-03-02T00:00:00Z"],
+                json_schema_extra=INSTANT_FORMAT,
+            ),
+        ],
+        end: Annotated[
+            str,
+            Query(
+                description=INSTANT,
+                examples=["2026-03-03T00:00:00Z"],
+                json_schema_extra=INSTANT_FORMAT,
+            ),
+        ],
     ) -> WindowsAnswer:
         """A store's 15-minute windows starting in [start, end), each exactly once."""
         return lib.windows(store, parse_instant(start, "start"), parse_instant(end, "end"))
@@ -169,16 +228,26 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
     def days(
         store: StorePath,
         first: Annotated[
-            str, Query(description=f"first UTC day, {YEARS}", examples=["2026-03-01"])
+            str,
+            Query(
+                description=f"first UTC day, {YEARS}",
+                examples=["2026-03-01"],
+                json_schema_extra=DATE,
+            ),
         ],
         last: Annotated[
-            str, Query(description=f"last UTC day, included, {YEARS}", examples=["2026-03-02"])
+            str,
+            Query(
+                description=f"last UTC day, included, {YEARS}",
+                examples=["2026-03-02"],
+                json_schema_extra=DATE,
+            ),
         ],
     ) -> list[DayTotal]:
         """A store's daily totals; a day is final when the batch answered all its windows."""
         return lib.daily_totals(store, parse_day(first, "first"), parse_day(last, "last"))
 
-    @app.get("/stores/{store}/local-days", tags=["aggregates"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/local-days", tags=["aggregates"], responses=LOCAL_ERRORS)
     def local_days(
         store: StorePath,
         first: FirstLocalDay,
@@ -188,7 +257,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         it: each day the exact sum of its UTC windows (96; 92 or 100 on a DST day)."""
         return lib.local_days(store, parse_day(first, "first"), parse_day(last, "last"))
 
-    @app.get("/stores/{store}/hour-of-week", tags=["aggregates"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/hour-of-week", tags=["aggregates"], responses=LOCAL_ERRORS)
     def hour_of_week(
         store: StorePath,
         first: FirstLocalDay,
@@ -200,7 +269,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         return lib.hour_of_week(store, parse_day(first, "first"), parse_day(last, "last"))
 
     @app.get(
-        "/stores/{store}/local-days/{day}/week-before", tags=["aggregates"], responses=JSON_ERRORS
+        "/stores/{store}/local-days/{day}/week-before", tags=["aggregates"], responses=LOCAL_ERRORS
     )
     def week_before(
         store: StorePath,
@@ -212,6 +281,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
                 "15-minute boundary (a day in progress against the same hours a week "
                 "before); default: whole days",
                 examples=["14:30"],
+                json_schema_extra={"pattern": UNTIL_PATTERN},
             ),
         ] = None,
     ) -> DayComparison:
@@ -225,7 +295,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         """The day's stores by merged revenue, best first."""
         return lib.top_stores(parse_day(day), limit)
 
-    @app.get("/stores/{store}/days/{day}/receipts", tags=["receipts"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/days/{day}/receipts", tags=["receipts"], responses=PAGED_ERRORS)
     def receipts(
         store: StorePath, day: DayPath, page_size: PageSize = None, page: PageParam = None
     ) -> ReceiptPage:
@@ -233,7 +303,11 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         paging)."""
         return lib.receipts(store, parse_day(day), page_size, page)
 
-    @app.get("/stores/{store}/local-days/{day}/receipts", tags=["receipts"], responses=JSON_ERRORS)
+    @app.get(
+        "/stores/{store}/local-days/{day}/receipts",
+        tags=["receipts"],
+        responses=LOCAL_PAGED_ERRORS,
+    )
     def local_receipts(
         store: StorePath, day: LocalDayPath, page_size: PageSize = None, page: PageParam = None
     ) -> ReceiptPage:
@@ -247,7 +321,7 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         fixed."""
         return lib.store_day(store, parse_day(day))
 
-    @app.get("/stores/{store}/local-days/{day}/issues", tags=["receipts"], responses=JSON_ERRORS)
+    @app.get("/stores/{store}/local-days/{day}/issues", tags=["receipts"], responses=LOCAL_ERRORS)
     def local_store_day(store: StorePath, day: LocalDayPath) -> StoreDay:
         """The same for the store's local day: conflicts whose winner happened in it,
         fixes of the windows that start in it."""
@@ -304,7 +378,18 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         store: Annotated[int | None, Query(ge=0, le=STORE_MAX)] = None,
         day: Annotated[
             str | None,
-            Query(description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day"),
+            Query(
+                description=f"a day, YYYY-MM-DD, {YEARS}: the store's local day or a UTC day; "
+                "empty (the page's form with no day) is the default day",
+                # The form sends `day=` when its field is empty: that is the default too.
+                json_schema_extra={
+                    "anyOf": [
+                        {"type": "string", "format": "date"},
+                        {"type": "string", "maxLength": 0},
+                        {"type": "null"},
+                    ]
+                },
+            ),
         ] = None,
         view: Annotated[
             Literal["local", "utc"],

@@ -8,16 +8,17 @@ window is split or apportioned; a day is final when the batch answered all its w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, tzinfo
 from decimal import Decimal
 
 from pos_lambda.serving import merge
-from pos_lambda.serving.errors import QueryError, Unavailable, UnregisteredStore
+from pos_lambda.serving.errors import BrokenStore, QueryError, Unavailable, UnregisteredStore
 from pos_lambda.serving.model import Window
 from pos_lambda.stores.local_day import UnalignedDay, local_day_bounds, utc_windows
-from pos_lambda.stores.model import Store
+from pos_lambda.stores.model import Store, StoreError
 from pos_lambda.stores.registry import RegistryUnavailable, StoreRegistry
 
 
@@ -51,11 +52,16 @@ class LocalDays:
 
 
 def registered_store(registry: StoreRegistry, operation_id: int) -> Store:
-    """The store's registry entry; the serving errors when there is none or no registry."""
+    """The store's registry entry; the serving errors when there is none, no registry or
+    a row that breaks the registry's rules (`BrokenStore`: pos-alerts refuses to start on
+    one, the serving layer refuses the local days of that store only)."""
     try:
         store = registry.get(operation_id)
     except RegistryUnavailable as exc:
         raise Unavailable(str(exc)) from None
+    except StoreError as exc:
+        reason = str(exc).removeprefix(f"store {operation_id}: ")
+        raise BrokenStore(operation_id, reason) from None
     if store is None:
         raise UnregisteredStore(operation_id)
     return store
@@ -85,13 +91,20 @@ def by_local_day(
     return out
 
 
+# ASCII digits only: str.isdigit() and \d also take "²" or "٣", which int() then refuses
+# or reads as another digit.
+_UNTIL = re.compile(r"([0-9]{1,2}):([0-9]{2})")
+# The OpenAPI document's: the grid in one pattern (00:00 passes it, refused here).
+UNTIL_PATTERN = r"^((0?[0-9]|1[0-9]|2[0-3]):(00|15|30|45)|24:00)$"
+
+
 def parse_until(text: str) -> time | None:
     """A local wall-clock time "HH:MM" on a 15-minute boundary, 00:15..24:00, to cut a
     local day at; "24:00" is the whole day (None). QueryError for anything else."""
-    hours, sep, minutes = text.partition(":")
-    if not (sep and hours.isdigit() and minutes.isdigit() and len(minutes) == 2):
-        raise QueryError(f"until {text!r} is not a local time HH:MM")
-    h, m = int(hours), int(minutes)
+    clock = _UNTIL.fullmatch(text)
+    if clock is None:
+        raise QueryError(f"until {text!r} is not a local time HH:MM (ASCII digits), e.g. 14:30")
+    h, m = int(clock[1]), int(clock[2])
     if (h, m) == (24, 0):
         return None
     if not (0 <= h < 24 and m in (0, 15, 30, 45)) or (h, m) == (0, 0):

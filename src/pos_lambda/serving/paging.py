@@ -7,7 +7,8 @@ is: a forged one can make the server fail (ProtocolException) or the parser recu
 only what this API issued is ever used.
 
 The key: POS_SERVE_PAGE_KEY when set (every instance behind one address must share it);
-otherwise one generated once into $POS_STATE_DIR/serve/page.key (mode 0600), so that
+otherwise one generated once into $POS_STATE_DIR/serve/page.key (mode 0600, written
+whole to a temporary file and linked into place, so no reader sees it half-made), so that
 `pos-serve receipts --page` and `pos-serve http` on one machine accept each other's
 tokens and tokens survive a restart; otherwise (a read-only state dir) one per process.
 """
@@ -21,6 +22,9 @@ import hashlib
 import hmac
 import logging
 import os
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pos_lambda.settings import Settings
@@ -73,14 +77,42 @@ def page_key(settings: Settings) -> bytes:
         return os.urandom(KEY_BYTES)
 
 
-def _stored_key(path: Path) -> bytes:
+KEY_WAIT_SECONDS = 2.0  # how long a reader waits for a key file another process writes
+
+
+def _stored_key(
+    path: Path, wait: float = KEY_WAIT_SECONDS, sleep: Callable[[float], None] = time.sleep
+) -> bytes:
+    """The key in `path`, made there first if there is none.
+
+    Made whole, then linked into place: the key is written to a temporary file of its
+    own, and `os.link` puts it at `path` only if nothing is there (atomic, like O_EXCL,
+    but of a file already complete), so no reader ever sees a partial key from this
+    code. Of two processes starting together, one link wins and both read its key.
+    A file shorter than a key (one an older release was still writing between its
+    exclusive create and its write) is read again for up to `wait` seconds.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        # O_EXCL: of two processes starting together, one writes and both read it.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(KEY_BYTES))
-    key = path.read_bytes()
-    if len(key) != KEY_BYTES:
-        raise OSError(f"{path} holds {len(key)} bytes, not {KEY_BYTES}")
-    return key
+    if not path.exists():
+        fd, temp = tempfile.mkstemp(prefix=".page.key.", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(KEY_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileExistsError):  # another process linked first
+                os.link(temp, path)
+        finally:
+            os.unlink(temp)
+    waited = 0.0
+    while True:
+        key = path.read_bytes()
+        if len(key) == KEY_BYTES:
+            return key
+        if len(key) > KEY_BYTES or waited >= wait:
+            raise OSError(
+                f"{path} holds {len(key)} bytes, not {KEY_BYTES}: delete it and restart "
+                "(one is made again), or set POS_SERVE_PAGE_KEY"
+            )
+        sleep(0.05)
+        waited += 0.05

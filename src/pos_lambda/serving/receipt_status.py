@@ -13,8 +13,9 @@ pipeline does not know. The answer is one of:
 - `conflict`: accepted, and a copy with other content arrived too: both contents
   (the `conflicts` table keeps them side by side), the winner's counts;
 - `dead_letter`: no valid copy, but a record whose value claims this natural key was
-  refused, with its reason (found through the `transaction_id` SAI index of
-  `dead_letters`);
+  refused, with its reason (found through the SAI indexes of `dead_letters` on the
+  natural key's three columns: only this store's and device's rows are read, at most
+  `DEAD_LETTER_ROWS` of them, and the answer says so when there were more);
 - `unknown`: none of these (the HTTP API answers 404 with this status as its body).
 
 A receipt with a valid copy is never reported as a dead letter, even when an earlier
@@ -30,7 +31,7 @@ Cassandra adapter; unit tests use an in-memory fake) and `classify` decides, pur
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Literal, Protocol
@@ -38,6 +39,9 @@ from typing import Literal, Protocol
 from pos_lambda.serving.model import LineItem
 
 Status = Literal["accepted", "resend_absorbed", "conflict", "dead_letter", "unknown"]
+# Dead letters read per receipt: a producer that sends one receipt's key malformed again
+# and again must not make one status request read them all.
+DEAD_LETTER_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,8 @@ class ReceiptStatus:
     last_resend: KafkaCopy | None = None
     conflicts: list[ConflictingCopy] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    # Set when the receipt has more dead letters than one answer reads (DEAD_LETTER_ROWS).
+    dead_letters_note: str | None = None
 
 
 class ReceiptViews(Protocol):
@@ -145,8 +151,9 @@ class ReceiptViews(Protocol):
         """The receipt's conflicting copies (stored by its winner's UTC day)."""
         ...
 
-    def dead_letters_numbered(self, transaction_id: int) -> list[DeadLetter]:
-        """Dead letters whose value claims this receipt number, of any store or device."""
+    def dead_letters_of(self, key: ReceiptKey, limit: int) -> list[DeadLetter]:
+        """At most `limit` dead letters whose value claims this natural key (store,
+        device and receipt number: no other store's or device's rows are read)."""
         ...
 
 
@@ -216,8 +223,17 @@ def classify(
     )
 
 
-def look_up(key: ReceiptKey, views: ReceiptViews) -> ReceiptStatus:
-    """Read what the views hold of `key` (the shell's part) and classify it."""
+def look_up(key: ReceiptKey, views: ReceiptViews, limit: int = DEAD_LETTER_ROWS) -> ReceiptStatus:
+    """Read what the views hold of `key` (the shell's part) and classify it; at most
+    `limit` dead letters are read (one more, to know whether there were more)."""
     indexed = views.indexed_receipt(key)
     conflicts = views.conflicting_copies(key, indexed.day) if indexed is not None else []
-    return classify(key, indexed, conflicts, views.dead_letters_numbered(key.transaction_id))
+    dead = views.dead_letters_of(key, limit + 1)
+    answer = classify(key, indexed, conflicts, dead[:limit])
+    if len(dead) <= limit:
+        return answer
+    note = (
+        f"more than {limit} dead letters claim {key}: the first {limit} read are shown "
+        "(the dead_letters table has them all)"
+    )
+    return replace(answer, dead_letters_note=note)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pos_lambda.schemas.contract import LIMITS
 from pos_lambda.serving import paging
-from pos_lambda.serving.errors import QueryError
-from pos_lambda.serving.model import Segment
+from pos_lambda.serving.errors import PageGone, QueryError
+from pos_lambda.serving.model import Pointer, Segment, receipts_partition
 
 STORE_MAX = 2**31 - 1  # operation_id is a CQL int (src/pos_lambda/schemas/contract.py)
 DEVICE_MAX = 2**31 - 1  # vendor_fiscal_module: a CQL int
@@ -44,9 +45,16 @@ def check_instant(at: datetime, name: str) -> datetime:
     return at
 
 
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
 def parse_day(text: str, name: str = "day") -> date:
     """A UTC day as YYYY-MM-DD, within the contract's years."""
     try:
+        # Only that shape, ASCII digits: date.fromisoformat also takes 20260302 and
+        # 2026-W10-1, which the OpenAPI document's `date` format does not.
+        if not _DAY.fullmatch(text):
+            raise ValueError(text)
         day = date.fromisoformat(text)
     except (TypeError, ValueError):
         raise QueryError(f"{name} {text!r} is not a date: write it as YYYY-MM-DD") from None
@@ -160,6 +168,7 @@ def check_limit(value: int, name: str, maximum: int) -> int:
 # issued for, ever reaches Cassandra as a paging state.
 PHASES = ("batch", "speed")
 NOT_OURS = "page is not a token this API returned: pass next_page of the previous answer"
+STALE = "page has expired, start the listing again (ask without page)"
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,9 @@ class PageToken:
     store: int
     day: date
     zone: str | None = None
+    # When this token was issued (whole seconds, UTC): past POS_SERVE_PAGE_TOKEN_MAX_AGE_
+    # SECONDS it is refused with 410, as is one whose batch version is no longer served.
+    issued_at: datetime = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def encode_page(token: PageToken, key: bytes) -> str:
@@ -189,6 +201,7 @@ def encode_page(token: PageToken, key: bytes) -> str:
             "o": token.store,
             "d": token.day.isoformat(),
             "z": token.zone,
+            "t": int(token.issued_at.timestamp()),
         },
         separators=(",", ":"),
     )
@@ -229,8 +242,11 @@ def decode_page(text: str, key: bytes, store: int, day: date, local: bool = Fals
             int(raw["o"]),
             date.fromisoformat(raw["d"]),
             None if zone is None else str(zone),
+            datetime.fromtimestamp(int(raw["t"]), UTC),
         )
-    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
+    except KeyError:  # signed, but by a release before tokens carried their issue time
+        raise PageGone(STALE + ": it was issued by an earlier release") from None
+    except (ValueError, TypeError, OverflowError, OSError, binascii.Error, UnicodeDecodeError):
         raise QueryError(NOT_OURS) from None
     if not 0 <= token.index < len(token.segments):
         raise QueryError(NOT_OURS)
@@ -241,3 +257,32 @@ def decode_page(text: str, key: bytes, store: int, day: date, local: bool = Fals
             "next_page of the previous answer for this one"
         )
     return token
+
+
+def check_page_current(
+    token: PageToken, served: Pointer, now: datetime, max_age_seconds: int
+) -> None:
+    """`PageGone` when `token` is older than `max_age_seconds` or a batch segment it has
+    still to read names a version the pointer `served` no longer serves for its day (a
+    rebuild switched the day to another generation, and `gc` deletes the old one's rows:
+    resuming would read a deleted partition and silently return fewer rows). A commit of
+    the same generation (a fold moving `delta_version`) keeps the token good: its
+    segments stay readable and the token keeps its own bound."""
+    age = (now - token.issued_at).total_seconds()
+    if age > max_age_seconds:
+        raise PageGone(
+            f"{STALE}: it was issued {age:.0f} s ago, and a page token is good for "
+            f"{max_age_seconds} s (POS_SERVE_PAGE_TOKEN_MAX_AGE_SECONDS)"
+        )
+    for segment in token.segments[token.index :]:
+        if segment.source != "batch" or segment.ref is None:
+            continue
+        read = receipts_partition(segment.ref)[0]
+        current = served.days.get(segment.day)
+        now_served = receipts_partition(current.receipts_ref)[0] if current else None
+        if now_served != read:
+            raise PageGone(
+                f"{STALE}: the batch version it reads for {segment.day.isoformat()} "
+                f"({read}) is no longer served (now {now_served or 'none'}: a rebuild "
+                "replaced it)"
+            )

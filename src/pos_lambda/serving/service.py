@@ -47,6 +47,7 @@ from pos_lambda.serving.requests import (
     check_day,
     check_device,
     check_limit,
+    check_page_current,
     check_store,
     check_transaction,
     day_range,
@@ -219,12 +220,20 @@ class Serving:
         # A first page checks the registry (a local day) before the views.
         span = self._day_span(store, day, local) if token is None else None
         self.require_store(store)
+        now = self._clock()
         if span is not None:
             zone, start, end = span
             utc_days = TimeRange(start, end).days
             pointer = self.views.pointer(utc_days[0], utc_days[-1])
             segments = tuple(merge.receipt_segments(pointer, start, end))
-            token = PageToken(segments, 0, None, store, day, zone if local else None)
+            token = PageToken(segments, 0, None, store, day, zone if local else None, now)
+        else:
+            assert token is not None
+            # A resumed listing: refused (410) when too old, or when a batch version it
+            # still has to read is no longer served (a rebuild, then gc, deletes it).
+            days = [g.day for g in token.segments[token.index :]]
+            served = self.views.pointer(min(days), max(days))
+            check_page_current(token, served, now, self.settings.serve.page_token_max_age_seconds)
         assert token is not None
         # The day as the first page cut it, even if the store's zone was edited since.
         zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
@@ -236,7 +245,9 @@ class Serving:
             if state is None:  # this segment is done: go on with the next one
                 index += 1
         following = (
-            encode_page(replace(token, index=index, paging_state=state), self.page_key())
+            encode_page(
+                replace(token, index=index, paging_state=state, issued_at=now), self.page_key()
+            )
             if index < len(token.segments)
             else None
         )
@@ -280,15 +291,19 @@ class Serving:
         key = ReceiptKey(check_store(store), check_device(device), check_transaction(transaction))
         return receipt_status.look_up(key, self.views)
 
-    def health(self, runs: int = 5) -> Health:
-        """Batch horizon and its age, the last runs, speed progress, dead letters."""
+    def health(self, runs: int = 5, dead_letter_rows: int | None = None) -> Health:
+        """Batch horizon and its age, the last runs, speed progress, dead letters (by
+        reason, over at most `dead_letter_rows` rows, and never more than
+        POS_SERVE_DEAD_LETTER_SCAN_LIMIT)."""
         check_limit(runs, "runs", MAX_RUNS)
+        scan = self.settings.serve.dead_letter_scan_limit
+        if dead_letter_rows is not None:
+            # The setting caps it: the dashboard's own bound never makes a page fail.
+            scan = min(check_limit(dead_letter_rows, "dead_letter_rows", 2**31), scan)
         now = self._clock()
         today = now.date()
         pointer = self.views.pointer(today, today)
-        reasons, truncated = self.views.dead_letter_reasons(
-            self.settings.serve.dead_letter_scan_limit
-        )
+        reasons, truncated = self.views.dead_letter_reasons(scan)
         by_reason = Counter(contract.reason_code(r) for r in reasons)
         return Health(
             checked_at=now,

@@ -92,8 +92,8 @@ STATEMENTS = {
     "dead_letter_reasons": f"SELECT reason FROM {cql.DEAD_LETTERS_TABLE} "
     "WHERE kafka_topic = ? AND kafka_partition = ?",
     # Receipt status (pos_lambda.serving.receipt_status): one row by full primary key,
-    # one clustering prefix of a store-day's conflicts, the dead letters of one receipt
-    # number through its SAI index (src/pos_lambda/schemas/cql.py).
+    # one clustering prefix of a store-day's conflicts, the dead letters of one natural
+    # key through its SAI indexes (src/pos_lambda/schemas/cql.py).
     "receipt_key": f"SELECT * FROM {cql.RECEIPT_KEYS_TABLE} WHERE operation_id = ? "
     "AND vendor_fiscal_module = ? AND key_bucket = ? AND transaction_id = ?",
     "receipt_conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? "
@@ -101,9 +101,13 @@ STATEMENTS = {
     "receipt_conflicts_batch": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} "
     "WHERE operation_id = ? AND winner_day = ? AND version = ? AND vendor_fiscal_module = ? "
     "AND transaction_id = ?",
+    # The three columns are SAI-indexed: an intersection, so another store's or device's
+    # dead letters of the same number are not read; LIMIT bounds one key's (a hostile
+    # producer can send one receipt malformed without end).
     "receipt_dead_letters": "SELECT kafka_topic, kafka_partition, kafka_offset, kafka_timestamp, "
     f"reason, detail, operation_id, vendor_fiscal_module, transaction_id "
-    f"FROM {cql.DEAD_LETTERS_TABLE} WHERE transaction_id = ?",
+    f"FROM {cql.DEAD_LETTERS_TABLE} WHERE transaction_id = ? AND operation_id = ? "
+    "AND vendor_fiscal_module = ? LIMIT ?",
 }
 
 
@@ -485,7 +489,7 @@ class Views:
             for r in rows
         ]
 
-    def dead_letters_numbered(self, transaction_id: int) -> list[DeadLetter]:
+    def dead_letters_of(self, key: ReceiptKey, limit: int) -> list[DeadLetter]:
         return [
             DeadLetter(
                 operation_id=r.operation_id,
@@ -496,7 +500,13 @@ class Views:
                 reason=r.reason or "unknown",
                 detail=r.detail,
             )
-            for r in self.rows("receipt_dead_letters", transaction_id)
+            for r in self.rows(
+                "receipt_dead_letters",
+                key.transaction_id,
+                key.operation_id,
+                key.vendor_fiscal_module,
+                limit,
+            )
         ]
 
     def dead_letter_reasons(self, limit: int) -> tuple[list[str], bool]:

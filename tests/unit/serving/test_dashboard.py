@@ -10,7 +10,7 @@ from typing import Any
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.serving import dashboard
-from pos_lambda.serving.errors import UnregisteredStore
+from pos_lambda.serving.errors import BrokenStore, UnregisteredStore
 from pos_lambda.serving.local_days import local_day_totals
 from pos_lambda.serving.local_week import compare, hour_of_week
 from pos_lambda.serving.merge import merge_windows, totals
@@ -66,7 +66,11 @@ class FakeServing:
 
     settings = Settings()
 
-    def health(self) -> Health:
+    def __init__(self) -> None:
+        self.dead_letter_rows: list[int | None] = []
+
+    def health(self, dead_letter_rows: int | None = None) -> Health:
+        self.dead_letter_rows.append(dead_letter_rows)
         return Health(
             checked_at=HORIZON + timedelta(hours=2),
             horizon=HORIZON,
@@ -105,6 +109,7 @@ class FakeServing:
 def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     fake: Any = FakeServing()
     html = dashboard.page(fake, None, None)
+    assert fake.dead_letter_rows == [1000]  # a page load counts 1,000 dead letters at most
     assert 'Store 101 · 2026-03-02 <span class="sub">(UTC)</span>' in html
     assert "store 101 is not in the store registry, so it has no local day: showing UTC" in html
     assert 'id="heatmap"' not in html and 'id="week-before"' not in html
@@ -118,6 +123,28 @@ def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     assert "pos-speed-views" in html and "committed" in html
     # Nothing to run or fetch: no scripts, no external stylesheets, fonts or images.
     assert "<script" not in html and not re.search(r'(src|href)="https?:', html)
+
+
+class FakeBrokenServing(FakeServing):
+    """Store 101's row in the stores table edited by hand into an unknown zone."""
+
+    def store_entry(self, store: int) -> Store:
+        raise BrokenStore(store, "time zone 'Mars/Olympus_Mons' is unknown")
+
+
+def test_a_broken_stores_row_shows_utc_days_with_what_to_fix() -> None:
+    fake: Any = FakeBrokenServing()
+    html = dashboard.page(fake, 101, None)
+    assert 'Store 101 · 2026-03-02 <span class="sub">(UTC)</span>' in html
+    assert (
+        "the stores table&#39;s row of store 101 is broken (time zone &#39;Mars/Olympus_Mons&#39; "
+        "is unknown), so its local day is unknown: fix that row (in cqlsh: UPDATE stores SET "
+        "time_zone = &#39;Europe/Bratislava&#39;, opening_hours = {&#39;mon&#39;: "
+        "&#39;07:00-21:00&#39;, ...} WHERE operation_id = 101), or ask by UTC day meanwhile: "
+        "showing UTC days"
+    ) in html
+    assert len(re.findall(r'<rect class="bar"', html)) == 96
+    assert 'id="heatmap"' not in html and 'id="week-before"' not in html
 
 
 # New York springs forward on Sunday 8 March 2026: its local day is
@@ -262,7 +289,7 @@ def test_the_heatmap_asks_no_more_days_than_a_request_may_span() -> None:
 
 def test_a_day_in_progress_is_compared_up_to_the_same_local_time() -> None:
     class Live(FakeLocalServing):
-        def health(self) -> Health:  # the wall clock: 8 March 14:40 UTC, 10:40 EDT
+        def health(self, dead_letter_rows: int | None = None) -> Health:  # 10:40 EDT
             return replace(super().health(), checked_at=datetime(2026, 3, 8, 14, 40, tzinfo=UTC))
 
     fake: Any = Live()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
 import pytest
+from fastapi.testclient import TestClient
 
-from pos_lambda.serving.errors import QueryError, UnregisteredStore
+from pos_lambda.serving.errors import BrokenStore, QueryError, UnregisteredStore
+from pos_lambda.serving.http import create_app
 from pos_lambda.serving.local_days import local_day_totals, parse_until, until_instant
 from pos_lambda.serving.merge import merge_windows
 from pos_lambda.serving.model import (
@@ -24,6 +27,7 @@ from pos_lambda.serving.model import (
 )
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
+from pos_lambda.stores import registry
 from pos_lambda.stores.model import Store, parse_week
 from pos_lambda.stores.registry import InMemoryStores
 
@@ -245,6 +249,24 @@ def test_until_is_a_local_time_on_the_window_grid() -> None:
             parse_until(bad)
 
 
+@pytest.mark.parametrize("text", ["\u00b2:00", "1\u00b2:00", "14:\u00b30", "\u0661\u0664:30",
+                                  "\uff11\uff14:30", "14:30\n", " 14:30"])  # fmt: skip
+def test_until_takes_ascii_digits_only(text: str) -> None:
+    # "²".isdigit() is True and int("²") raises; int("١٤") is 14: both refused alike.
+    with pytest.raises(QueryError, match=r"is not a local time HH:MM \(ASCII digits\)"):
+        parse_until(text)
+
+
+def test_http_answers_422_for_a_superscript_until() -> None:
+    serving, _ = _serving(SPEED)
+    with TestClient(create_app(serving.settings, serving)) as http:
+        r = http.get("/stores/102/local-days/2026-03-09/week-before", params={"until": "\u00b2:00"})
+    assert (r.status_code, r.json()) == (
+        422,
+        {"detail": "until '\u00b2:00' is not a local time HH:MM (ASCII digits), e.g. 14:30"},
+    )
+
+
 def test_a_day_cut_at_until_counts_the_windows_that_start_before_it() -> None:
     # Kathmandu 2 March, until 12:00 local = 06:15 UTC: the 06:00 UTC window (4 receipts,
     # 11:45 local) counts, the 18:00 UTC one (23:45 local) does not.
@@ -259,3 +281,115 @@ def test_a_day_cut_at_until_counts_the_windows_that_start_before_it() -> None:
     ny = merge_windows(103, at(8, 5), at(9, 4), Pointer(None), [], [])
     [spring] = local_day_totals(NEW_YORK, [date(2026, 3, 8)], ny, time(3, 0))
     assert spring.windows == 8
+
+
+class BrokenRegistry(InMemoryStores):
+    """Store 102's row edited by hand into an unknown zone: read back through the
+    Cassandra adapter's own row check (`registry._store`), as `CassandraStores.get` does."""
+
+    def get(self, operation_id: int) -> Store | None:
+        if operation_id != 102:
+            return super().get(operation_id)
+        row = SimpleNamespace(operation_id=102, name="Thamel", time_zone="Mars/Olympus_Mons",
+                              opening_hours={"mon": "07:00-21:00"})  # fmt: skip
+        return registry._store(row)
+
+
+BROKEN = (
+    "the stores table's row of store 102 is broken (time zone 'Mars/Olympus_Mons' is unknown: "
+    "use an IANA name such as Europe/Bratislava, Asia/Kathmandu or UTC), so its local day is "
+    "unknown: fix that row (in cqlsh: UPDATE stores SET time_zone = 'Europe/Bratislava', "
+    "opening_hours = {'mon': '07:00-21:00', ...} WHERE operation_id = 102), or ask by UTC "
+    "day meanwhile"
+)
+
+
+def test_a_broken_stores_row_is_refused_with_what_to_fix() -> None:
+    serving = Serving(Settings(), stores=BrokenRegistry([NEW_YORK]))
+    serving.views = FakeViews(SPEED)  # type: ignore[assignment]
+    with pytest.raises(BrokenStore) as refused:
+        serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))
+    assert str(refused.value) == BROKEN
+    # The broken store by UTC day is answered all the same: 4 + 3 + 70 speed receipts.
+    assert serving.daily_totals(102, date(2026, 3, 2), date(2026, 3, 2))[0].receipt_count == 77
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/stores/102/local-days?first=2026-03-02&last=2026-03-02",
+        "/stores/102/hour-of-week?first=2026-03-02&last=2026-03-02",
+        "/stores/102/local-days/2026-03-09/week-before",
+        "/stores/102/local-days/2026-03-02/receipts",
+        "/stores/102/local-days/2026-03-02/issues",
+    ],
+)
+def test_http_answers_409_for_a_broken_stores_row(path: str) -> None:
+    serving = Serving(Settings(), stores=BrokenRegistry([NEW_YORK]))
+    serving.views = FakeViews(SPEED)  # type: ignore[assignment]
+    with TestClient(create_app(serving.settings, serving)) as http:
+        r = http.get(path)
+    assert (r.status_code, r.json()) == (409, {"detail": BROKEN})
+
+
+def test_a_listing_resumed_after_a_rebuild_or_too_late_answers_410() -> None:
+    # Store 102's UTC day 1 March: the batch (generation gen-a, as of table version 12)
+    # answers up to 20:00, the speed view after it. Two receipts before, one after: the
+    # first page's token is in the middle of the batch segment.
+    served = Pointer(at(1, 20), {date(2026, 3, 1): DayVersion(date(2026, 3, 1), "v1",
+                                                              at(1, 20), "gen-a", 12)})  # fmt: skip
+    now = [datetime(2026, 3, 5, 9, tzinfo=UTC)]
+    serving = Serving(Settings(), clock=lambda: now[0], stores=InMemoryStores([KATHMANDU]))
+    rows = [receipt(at(1, 19), 1), receipt(at(1, 19, 30), 2), receipt(at(1, 21), 3)]
+    views = FakeReceiptViews(rows, served)
+    serving.views = views  # type: ignore[assignment]
+    serving._page_key = bytes(32)
+    first = serving.receipts(102, date(2026, 3, 1), page_size=1)
+    assert first.next_page is not None
+    with TestClient(create_app(serving.settings, serving)) as http:
+        url = f"/stores/102/days/2026-03-01/receipts?page_size=1&page={first.next_page}"
+        # A fold of the same generation commits (table version 12 -> 13): still good.
+        views._pointer = Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
+            date(2026, 3, 1), "v2", at(1, 21), "gen-a", 13)})  # fmt: skip
+        assert http.get(url).status_code == 200
+        # A rebuild switches the day to generation gen-b (gc deletes gen-a's rows later).
+        views._pointer = Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
+            date(2026, 3, 1), "v3", at(1, 21), "gen-b", 14)})  # fmt: skip
+        gone = http.get(url)
+        assert (gone.status_code, gone.json()) == (410, {"detail": (
+            "page has expired, start the listing again (ask without page): the batch version "
+            "it reads for 2026-03-01 (gen-a) is no longer served (now gen-b: a rebuild "
+            "replaced it)")})  # fmt: skip
+        # Served again (say, the rebuild rolled back), but an hour and a second later.
+        views._pointer = served
+        now[0] += timedelta(seconds=3601)
+        late = http.get(url)
+        assert (late.status_code, late.json()["detail"]) == (410, (
+            "page has expired, start the listing again (ask without page): it was issued "
+            "3601 s ago, and a page token is good for 3600 s "
+            "(POS_SERVE_PAGE_TOKEN_MAX_AGE_SECONDS)"))  # fmt: skip
+
+
+def test_health_scans_the_dead_letters_it_is_asked_for_within_the_setting() -> None:
+    class HealthViews(FakeViews):
+        scans: ClassVar[list[int]] = []  # a class of this test's own
+
+        def dead_letter_reasons(self, limit: int) -> tuple[list[str], bool]:
+            self.scans.append(limit)
+            return ["invalid_json"] * min(limit, 3), limit < 3
+
+        def batch_runs(self, limit: int) -> list[Any]:
+            return []
+
+        def speed_progress(self, now: datetime) -> list[Any]:
+            return []
+
+    serving = Serving(Settings(serve_dead_letter_scan_limit=500))
+    views = HealthViews([])
+    serving.views = views  # type: ignore[assignment]
+    assert serving.health().dead_letters.total == 3
+    assert serving.health(dead_letter_rows=2).dead_letters.truncated is True
+    serving.health(dead_letter_rows=1000)  # the setting caps what a caller asks
+    assert views.scans == [500, 2, 500]
+    with pytest.raises(QueryError, match="dead_letter_rows must be between 1 and"):
+        serving.health(dead_letter_rows=0)

@@ -125,9 +125,13 @@ class FakeViews:
         self.asked.append(f"conflicts {winner_day}")
         return self.conflicts.get((key, winner_day), [])
 
-    def dead_letters_numbered(self, transaction_id: int) -> list[DeadLetter]:
-        self.asked.append(f"dead letters {transaction_id}")
-        return [d for d in self.dead if d.transaction_id == transaction_id]
+    def dead_letters_of(self, key: ReceiptKey, limit: int) -> list[DeadLetter]:
+        self.asked.append(f"dead letters {key.operation_id}/{key.vendor_fiscal_module}/"
+                          f"{key.transaction_id} limit {limit}")  # fmt: skip
+        ident = (key.operation_id, key.vendor_fiscal_module, key.transaction_id)
+        own = [d for d in self.dead
+               if (d.operation_id, d.vendor_fiscal_module, d.transaction_id) == ident]  # fmt: skip
+        return own[:limit]
 
     def close(self) -> None:
         """What Serving.close calls (the real adapter closes its session)."""
@@ -136,11 +140,28 @@ class FakeViews:
 def test_look_up_reads_conflicts_by_the_winners_day_only_for_an_indexed_receipt() -> None:
     views = FakeViews({KEY: INDEXED}, {(KEY, DAY): [CONFLICT]})
     assert look_up(KEY, views).status == "conflict"
-    assert views.asked == ["index", f"conflicts {DAY}", "dead letters 42"]
+    assert views.asked == ["index", f"conflicts {DAY}", "dead letters 1/7/42 limit 101"]
 
     other = FakeViews(dead=[dead(1, 7, 43, 1)])
     assert look_up(ReceiptKey(1, 7, 43), other).status == "dead_letter"
-    assert other.asked == ["index", "dead letters 43"]
+    assert other.asked == ["index", "dead letters 1/7/43 limit 101"]
+
+
+def test_the_dead_letters_read_are_capped_and_the_answer_says_so() -> None:
+    # A producer sent receipt 43 malformed 5 times; the answer reads at most 3.
+    views = FakeViews(dead=[dead(1, 7, 43, n) for n in range(5)])
+    answer = look_up(ReceiptKey(1, 7, 43), views, limit=3)
+    assert views.asked == ["index", "dead letters 1/7/43 limit 4"]
+    assert (answer.status, [d.kafka.offset for d in answer.dead_letters]) == (
+        "dead_letter", [0, 1, 2],
+    )  # fmt: skip
+    assert answer.dead_letters_note == (
+        "more than 3 dead letters claim receipt 43 of device 7 in store 1: the first 3 read "
+        "are shown (the dead_letters table has them all)"
+    )
+    exactly = look_up(ReceiptKey(1, 7, 43), FakeViews(dead=[dead(1, 7, 43, n) for n in range(3)]),
+                      limit=3)  # fmt: skip
+    assert (len(exactly.dead_letters), exactly.dead_letters_note) == (3, None)
 
 
 @pytest.fixture

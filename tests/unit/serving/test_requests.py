@@ -2,16 +2,19 @@ from __future__ import annotations
 
 import base64
 import re
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from pos_lambda.serving.errors import QueryError
-from pos_lambda.serving.model import Segment
+from pos_lambda.serving import paging
+from pos_lambda.serving.errors import PageGone, QueryError
+from pos_lambda.serving.model import DayVersion, Pointer, Segment
 from pos_lambda.serving.requests import (
     PageToken,
     TimeRange,
     check_limit,
+    check_page_current,
     check_store,
     day_range,
     decode_page,
@@ -95,12 +98,14 @@ def test_page_tokens_round_trip_and_garbage_is_refused() -> None:
 
 
 def test_a_token_is_signed_payload_dot_mac() -> None:
-    token = PageToken((SPEED,), 0, None, 101, DAY)
+    issued = datetime(2026, 3, 2, 10, 5, tzinfo=UTC)
+    token = PageToken((SPEED,), 0, None, 101, DAY, issued_at=issued)
     payload, mac = encode_page(token, KEY).split(".")
     assert base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)) == (
         b'{"g":[["speed","2026-03-02","2026-03-02T10:00:00+00:00","2026-03-03T00:00:00+00:00",'
-        b'null]],"i":0,"s":null,"o":101,"d":"2026-03-02","z":null}'
+        b'null]],"i":0,"s":null,"o":101,"d":"2026-03-02","z":null,"t":1772445900}'
     )
+    assert decode_page(encode_page(token, KEY), KEY, 101, DAY).issued_at == issued
     assert len(base64.urlsafe_b64decode(mac + "==")) == 16
 
 
@@ -189,3 +194,53 @@ def test_a_range_of_python_datetimes_outside_the_years_is_refused() -> None:
         TimeRange.checked(datetime(2026, 3, 2, tzinfo=UTC), far, 31)
     with pytest.raises(QueryError, match="start 1970-01-01T00:00:00\\+00:00 is outside"):
         TimeRange.checked(datetime(1970, 1, 1, tzinfo=UTC), datetime(1970, 1, 2, tzinfo=UTC), 31)
+
+
+def test_a_signed_token_without_an_issue_time_is_gone() -> None:
+    # What an earlier release signed: no "t". Start again, not "not ours".
+    raw = (b'{"g":[["speed","2026-03-02","2026-03-02T10:00:00+00:00","2026-03-03T00:00:00+00:00",'
+           b'null]],"i":0,"s":null,"o":101,"d":"2026-03-02","z":null}')  # fmt: skip
+    with pytest.raises(PageGone, match=r"^page has expired, start the listing again \(ask "
+                       r"without page\): it was issued by an earlier release$"):  # fmt: skip
+        decode_page(paging.sign(raw, KEY), KEY, 101, DAY)
+
+
+ISSUED = datetime(2026, 3, 2, 10, 5, tzinfo=UTC)
+GEN_A = Segment("batch", DAY, T10 - timedelta(hours=10), T10, "gen-a@12")
+
+
+def _served(ref_of_day: DayVersion | None) -> Pointer:
+    return Pointer(T10, {DAY: ref_of_day} if ref_of_day else {})
+
+
+def test_a_token_within_its_age_and_version_is_current() -> None:
+    token = PageToken((GEN_A, SPEED), 0, b"s", 101, DAY, issued_at=ISSUED)
+    # The same generation, folded further since (delta_version 12 -> 15): still readable.
+    same = _served(DayVersion(DAY, "v9", T10, "gen-a", 15))
+    check_page_current(token, same, ISSUED + timedelta(seconds=3600), 3600)
+
+
+def test_a_token_past_its_max_age_is_gone() -> None:
+    token = PageToken((SPEED,), 0, None, 101, DAY, issued_at=ISSUED)
+    with pytest.raises(PageGone, match=r"^page has expired, start the listing again \(ask "
+                       r"without page\): it was issued 3601 s ago, and a page token is good "
+                       r"for 3600 s \(POS_SERVE_PAGE_TOKEN_MAX_AGE_SECONDS\)$"):  # fmt: skip
+        check_page_current(token, _served(None), ISSUED + timedelta(seconds=3601), 3600)
+
+
+def test_a_token_whose_batch_generation_a_rebuild_replaced_is_gone() -> None:
+    token = PageToken((GEN_A, SPEED), 0, b"s", 101, DAY, issued_at=ISSUED)
+    rebuilt = _served(DayVersion(DAY, "v10", T10, "gen-b", 20))
+    with pytest.raises(PageGone, match=r"the batch version it reads for 2026-03-02 \(gen-a\) "
+                       r"is no longer served \(now gen-b: a rebuild replaced it\)$"):  # fmt: skip
+        check_page_current(token, rebuilt, ISSUED, 3600)
+    with pytest.raises(PageGone, match=r"\(gen-a\) is no longer served \(now none"):
+        check_page_current(token, _served(None), ISSUED, 3600)
+    # Past the batch segment (reading the speed one): the rebuild does not matter.
+    check_page_current(replace(token, index=1), rebuilt, ISSUED, 3600)
+
+
+@pytest.mark.parametrize("text", ["20260302", "2026-W10-1", "2026-061", "２026-03-02", "2026-3-2"])
+def test_a_day_is_yyyy_mm_dd_in_ascii_digits_only(text: str) -> None:
+    with pytest.raises(QueryError, match=r"is not a date: write it as YYYY-MM-DD$"):
+        parse_day(text)
