@@ -30,7 +30,9 @@ the previous versions. What keeps `final` right whoever calls it:
   another and lost gets `CommitConflict` and commits nothing;
 - a pinned run is served only when asked (`take_over`: the operator's deliberate
   rollback, rebuilt as a generation so that later folds continue from it).
-Bookkeeping (status, counts, table version) goes to `batch_runs`.
+Bookkeeping (status, counts, table version) goes to `batch_runs`. Every decision above
+(the mode, the refusals, the versions, which days move, the horizon) is the pure plan's
+(src/pos_lambda/batch_layer/plan.py); this module reads, writes and commits what it says.
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ generation (nothing points to it yet), its conflicts, and its share of the aggre
 and counts into a scratch Delta table under the data dir (`_partials`, one partition
 per chunk, replaced when a chunk runs again). The commit sums the shares per window,
 writes the generation's aggregates, and points every day at it in one conditional
-write, with the table version the folds continue from.
+write, with the table version the folds continue from (`switch`; what it commits, and
+whether it must first fold what the hourly runs committed after its snapshot, is the
+pure plan's: src/pos_lambda/batch_layer/plan.py).
 """
 
 from __future__ import annotations
