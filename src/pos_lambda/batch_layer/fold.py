@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +45,8 @@ from pyspark.sql import functions as F
 from pos_lambda.adapters import cassandra, master_dataset
 from pos_lambda.adapters.driver_lookup import DriverLookup, local_frame, spark_value
 from pos_lambda.batch_layer.interval import Interval
-from pos_lambda.batch_layer.store import BatchStore, DayCommit, Folded, PointerState
+from pos_lambda.batch_layer.plan import fold_days, fold_version
+from pos_lambda.batch_layer.store import BatchStore, DayCommit, PointerState
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.views import records
@@ -102,20 +103,6 @@ def key_bucket() -> Any:
     return F.floor(F.col("transaction_id") / cql.KEY_BUCKET_SIZE).cast("long")
 
 
-def day_coverage(day: date, end: datetime) -> datetime:
-    """How far into `day` a run that counts every record archived before `end` makes
-    it final: to its end, or to `end` within it; nothing for a day that starts later."""
-    start = datetime.combine(day, time(0), tzinfo=end.tzinfo)
-    return max(start, min(start + timedelta(days=1), end))
-
-
-def version_key(folded: Folded, upto: int) -> str:
-    """The aggregates' version of the fold of table versions (after, upto] into a
-    generation: the same fold (a rerun after a kill) rewrites the same rows; the same
-    versions folded into another generation (a rebuild's catch-up) write their own."""
-    return f"f{upto}-{folded.table_id.replace('-', '')[:8]}-{folded.version}-{folded.generation}"
-
-
 def fold(
     spark: SparkSession,
     settings: Settings,
@@ -129,7 +116,7 @@ def fold(
     returns what to commit (the caller commits)."""
     assert read.folded is not None
     folded = read.folded
-    version = version_key(folded, upto)
+    version = fold_version(folded, upto)
     generation = folded.generation
     keyspace = settings.cassandra.keyspace
     thresholds = (
@@ -139,7 +126,7 @@ def fold(
     if upto == folded.version:  # nothing archived since the last commit
         if crash_after_receipts is not None:  # no receipts to write: die before the commit
             crash_after_receipts()
-        return Folding(version, 0, 0, 0, 0, 0, 0, 0, _days(read, interval, [], version, {}, {}))
+        return Folding(version, 0, 0, 0, 0, 0, 0, 0, fold_days(read, interval, [], version, {}, {}))
     new = master_dataset.added(spark, settings, folded.version, upto)
     checked = records.check(records.from_archive(new), native_first=True).persist()
     try:
@@ -238,34 +225,8 @@ def _fold_checked(
         conflicts=conflicts,
         beyond_speed_bound=int(tally["beyond"]),
         aggregate_rows=aggregate_rows,
-        days=_days(read, interval, touched, version, per_day, aggs_per_day),
+        days=fold_days(read, interval, touched, version, per_day, aggs_per_day),
     )
-
-
-def _days(
-    read: PointerState,
-    interval: Interval,
-    touched: list[date],
-    version: str,
-    new_receipts: dict[date, int],
-    aggregate_rows: dict[date, int],
-) -> list[DayCommit]:
-    """The pointer rows to write: every touched day on the fold's version, every other
-    day of the interval on its served version (or the fold's, empty, if none), each
-    covered as far as the run's end makes it final, never less than it was."""
-    out = []
-    for day in sorted({*touched, *interval.days}):
-        served = read.days.get(day)
-        covered = day_coverage(day, interval.end)
-        if served is not None:
-            covered = max(covered, served.covered_until)
-        if day in touched or served is None:
-            day_version, day_rows = version, aggregate_rows.get(day, 0)
-        else:
-            day_version, day_rows = served.version, served.aggregate_rows
-        receipts = (served.receipt_count if served else 0) + new_receipts.get(day, 0)
-        out.append(DayCommit(day, covered, receipts, day_rows, day_version))
-    return out
 
 
 def _committed_aggregates(

@@ -30,7 +30,9 @@ the previous versions. What keeps `final` right whoever calls it:
   another and lost gets `CommitConflict` and commits nothing;
 - a pinned run is served only when asked (`take_over`: the operator's deliberate
   rollback, rebuilt as a generation so that later folds continue from it).
-Bookkeeping (status, counts, table version) goes to `batch_runs`.
+Bookkeeping (status, counts, table version) goes to `batch_runs`. Every decision above
+(the mode, the refusals, the versions, which days move, the horizon) is the pure plan's
+(src/pos_lambda/batch_layer/plan.py); this module reads, writes and commits what it says.
 """
 
 from __future__ import annotations
@@ -39,22 +41,23 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pos_lambda.adapters import cassandra, master_dataset
 from pos_lambda.batch_layer import fold as folding
+from pos_lambda.batch_layer import plan
 from pos_lambda.batch_layer.interval import Interval
+from pos_lambda.batch_layer.plan import Mode
+from pos_lambda.batch_layer.plan import TableReplaced as TableReplaced  # job's API
 from pos_lambda.batch_layer.store import (
+    BatchPointer,
     BatchStore,
     CommitConflict,
-    DayCommit,
-    Folded,
     NothingToDo,
     PointerState,
-    advancing,
 )
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import contract, cql
@@ -73,7 +76,7 @@ LATE_THRESHOLD_US = int(contract.LATE_THRESHOLD.total_seconds() * 1_000_000)
 @dataclass(frozen=True)
 class RunResult:
     run_id: uuid.UUID
-    mode: str  # fold, build or pinned
+    mode: Mode  # a str: prints as "fold", "build" or "pinned"
     version: str
     delta_version: int
     horizon: datetime
@@ -112,9 +115,7 @@ def run(
     ended, NothingToDo before the master dataset exists, TableReplaced when the master
     dataset is another table and `new_table` is not given, CommitConflict when another
     run committed while this one computed."""
-    interval.ensure_ended(_now())
-    if take_over and delta_version is None:
-        raise ValueError("take_over is for a run pinned to a table version (delta_version)")
+    plan.check_request(interval, delta_version, take_over, _now())
     if not master_dataset.exists(spark, settings):
         raise NothingToDo(
             f"no master dataset yet: {settings.master_dataset_dir} is not a Delta table; "
@@ -166,52 +167,21 @@ def _dispatch(
     new_table: bool = False,
 ) -> RunResult:
     table_id = master_dataset.table_id(spark, settings)
-    replaced = read.folded is not None and read.folded.table_id != table_id
-    if replaced and not new_table:
-        assert read.folded is not None
-        raise TableReplaced(
-            f"the master dataset at {settings.master_dataset_dir} is another Delta table "
-            f"({table_id}) than the one the batch views count ({read.folded.table_id}, up to "
-            f"its version {read.folded.version}). If it replaced the old one on purpose (a "
-            "restore, a move), take it over with `pos-batch run --new-table` (a build from "
-            "it then serves every day); otherwise point POS_DATA_DIR at the counted table"
-        )
-    if new_table and not replaced:
-        raise TableReplaced(
-            f"--new-table: the master dataset is the table the views count ({table_id}): "
-            "nothing to take over"
-        )
-    if delta_version is not None and not take_over:
-        return _recompute(spark, settings, interval, delta_version, "pinned", run_id, store, read)
-    if delta_version is None:
-        reason = _why_build(spark, settings, read, table_id)
-        if reason is None:
-            return _fold(spark, settings, interval, run_id, store, read, table_id)
-        log.info("building a new generation of the views from every record: %s", reason)
-    if not master_dataset.change_feed_enabled(spark, settings):
-        # From now on, folds read only what the archiver adds (the feed starts here).
-        master_dataset.enable_change_feed(spark, settings)
+    plan.check_table(read, table_id, new_table, str(settings.master_dataset_dir))
+    # Asked only of an unpinned run (a pinned one never folds): DESCRIBE DETAIL is a job.
+    change_feed = delta_version is None and master_dataset.change_feed_enabled(spark, settings)
+    mode, reason = plan.choose_mode(read, table_id, delta_version, take_over, change_feed)
+    if mode is Mode.FOLD:
+        return _fold(spark, settings, interval, run_id, store, read, table_id)
+    if mode is Mode.BUILD:
+        if reason is not None:
+            log.info("building a new generation of the views from every record: %s", reason)
+        if not (change_feed or master_dataset.change_feed_enabled(spark, settings)):
+            # From now on, folds read only what the archiver adds (the feed starts here).
+            master_dataset.enable_change_feed(spark, settings)
     return _recompute(
-        spark, settings, interval, delta_version, "build", run_id, store, read, replaced
+        spark, settings, interval, delta_version, mode, run_id, store, read, new_table
     )
-
-
-class TableReplaced(RuntimeError):
-    """The master dataset is another Delta table than the one the views count: a silent
-    build would compare table versions of two tables; the operator decides."""
-
-
-def _why_build(
-    spark: SparkSession, settings: Settings, read: PointerState, table_id: str
-) -> str | None:
-    """Why this run cannot fold (None: it can)."""
-    if read.folded is None:
-        return "no committed generation yet (a first run, or views of an older release)"
-    if read.folded.table_id != table_id:
-        return f"the master dataset is another table ({table_id}, was {read.folded.table_id})"
-    if not master_dataset.change_feed_enabled(spark, settings):
-        return "the master dataset does not record its change data feed"
-    return None
 
 
 def _fold(
@@ -232,20 +202,20 @@ def _fold(
         upto,
         read.folded.generation,
     )
-    store.record_run(run_id, {"version": folding.version_key(read.folded, upto)})
+    target = plan.fold_target(read, upto, table_id)
+    store.record_run(run_id, {"version": target.version})
     done = folding.fold(
         spark, settings, store, interval, read, upto, _crash_point(settings, "after_receipts")
     )
-    horizon = max(interval.end, read.horizon) if read.horizon else interval.end
+    decided = plan.fold_commit(read, interval, target, done.days)
     _pause_before_commit(settings)
-    marker = Folded(read.folded.generation, upto, table_id)
-    store.commit(run_id, upto, done.days, horizon, _now(), read, marker)
+    _commit(store, run_id, read, decided)
     result = RunResult(
         run_id=run_id,
-        mode="fold",
+        mode=Mode.FOLD,
         version=done.version,
         delta_version=upto,
-        horizon=horizon,
+        horizon=decided.horizon,
         input_rows=done.input_rows,
         invalid_rows=done.invalid_rows,
         receipts=done.receipts,
@@ -261,7 +231,15 @@ def _fold(
     return result
 
 
-def _record_done(store: BatchStore, result: RunResult, status: str) -> None:
+def _commit(
+    store: BatchPointer, run_id: uuid.UUID, read: PointerState, decided: plan.Commit
+) -> None:
+    store.commit(
+        run_id, decided.table_version, decided.days, decided.horizon, _now(), read, decided.folded
+    )
+
+
+def _record_done(store: BatchPointer, result: RunResult, status: str) -> None:
     store.record_run(
         result.run_id,
         {
@@ -288,36 +266,6 @@ def _crash_point(settings: Settings, point: str) -> Callable[[], None] | None:
     return (lambda: failpoints.hit(name)) if failpoints.is_armed(name) else None
 
 
-def _days_to_move(
-    days: list[DayCommit], read: PointerState, table_version: int, mode: str, take_over: bool
-) -> list[DayCommit]:
-    """The days whose pointer this run moves to its version (logs the others)."""
-    if mode == "pinned":
-        log.info(
-            "pinned to table version %d: the version is written for inspection and "
-            "comparison; the pointer stays (`--take-over` serves it)",
-            table_version,
-        )
-        return []
-    if take_over:
-        log.warning(
-            "--take-over: serving a generation read at table version %d for %d day(s), "
-            "whatever the pointer names now",
-            table_version,
-            len(days),
-        )
-        return days
-    moving = advancing(days, read.days, table_version)
-    if len(moving) < len(days):
-        log.info(
-            "left %d day(s) on the versions already served: they cover them further, or "
-            "were read from a newer table version (%s)",
-            len(days) - len(moving),
-            ", ".join(str(d.day) for d in days if d not in moving),
-        )
-    return moving
-
-
 def _pause_before_commit(settings: Settings) -> None:
     """Testing only (POS_BATCH_PAUSE_BEFORE_COMMIT): await the file, to stage a race."""
     Failpoints.from_settings(settings.faults).hit("batch.before_commit")
@@ -335,7 +283,7 @@ def _recompute(
     settings: Settings,
     interval: Interval,
     delta_version: int | None,
-    mode: str,
+    mode: Mode,
     run_id: uuid.UUID,
     store: BatchStore,
     read: PointerState,
@@ -345,17 +293,11 @@ def _recompute(
     generation of every day (`build`), or the interval's days under their own version
     (`pinned`, served with take_over: then a generation too). A build from a new table
     moves every day (the served table versions are another table's)."""
-    take_over = mode == "build" and (delta_version is not None or new_table)
     snap = master_dataset.snapshot(spark, settings, delta_version)
-    table8 = snap.table_id.replace("-", "")[:8]
-    if mode == "build":
-        # The same build input, the same name (a rerun after a kill rewrites the same
-        # rows); a take-over's of its own, apart from a generation folds have grown.
-        version = f"g{snap.version}-{table8}" + (f"-t{run_id.hex[:8]}" if take_over else "")
-        lo, hi = None, None
-    else:
-        version = interval.version_key(snap.table_id, snap.version)
-        lo, hi = interval.recompute_start, interval.end
+    target = plan.recompute_target(
+        mode, interval, snap.version, snap.table_id, delta_version, new_table, run_id
+    )
+    version, lo, hi = target.version, target.since, target.until
     log.info("run %s (%s): %s at table version %d", run_id, mode, version, snap.version)
     # Known before any row is written, so `pos-batch gc` spares a version being written.
     store.record_run(run_id, {"version": version, "delta_version": snap.version})
@@ -426,7 +368,7 @@ def _recompute(
         if int(dup["c"]):
             folding.upsert_conflicts(conflicts_of(duplicates), ks, version, snap.version)
         index_rows = 0
-        if mode == "build":
+        if mode is Mode.BUILD:
             # Every key's winner, for the folds that continue from this generation.
             index = resolution.ranked.where(F.col("_copy_rank") == 1).select(
                 F.lit(version).alias(folding.GENERATION),
@@ -447,34 +389,19 @@ def _recompute(
                 f"version {version}: wrote {receipts} receipts and {aggregate_rows} aggregate "
                 f"rows but read back {got[0]} and {got[1]}; not committing"
             )
-        if mode == "build":
-            covered = sorted({*per_day, *aggs_per_day, *read.days, *interval.days})
-        else:
-            covered = interval.days
-        days = [
-            DayCommit(
-                day,
-                _coverage(day, interval, mode, take_over, read),
-                per_day.get(day, (0, 0))[0],
-                aggs_per_day.get(day, 0),
-                version,
-            )
-            for day in covered
-        ]
-        moving = _days_to_move(days, read, snap.version, mode, take_over)
-        horizon = max(interval.end, read.horizon) if read.horizon else interval.end
-        if moving:
+        decided = plan.recompute_commit(
+            target, read, interval, {d: n for d, (n, _) in per_day.items()}, aggs_per_day
+        )
+        _log_left(target, decided, snap.version)
+        if decided.days:
             _pause_before_commit(settings)
-            folded = Folded(version, snap.version, snap.table_id) if mode == "build" else None
-            store.commit(run_id, snap.version, moving, horizon, _now(), read, folded)
-        else:
-            horizon = read.horizon or horizon
+            _commit(store, run_id, read, decided)
         result = RunResult(
             run_id=run_id,
             mode=mode,
             version=version,
             delta_version=snap.version,
-            horizon=horizon,
+            horizon=decided.horizon,
             input_rows=int(stats["input"]),
             invalid_rows=int(stats["invalid"]),
             receipts=receipts,
@@ -482,28 +409,36 @@ def _recompute(
             conflicts=int(dup["c"]),
             beyond_speed_bound=sum(b for _, b in per_day.values()),
             aggregate_rows=aggregate_rows,
-            days_committed=len(moving),
+            days_committed=len(decided.days),
             view_rows_written=receipts + aggregate_rows + int(dup["c"]),
             index_rows_written=index_rows,
         )
-        _record_done(store, result, "committed" if moving else "written")
+        _record_done(store, result, "committed" if decided.days else "written")
         return result
     finally:
         for df in (checked, winners, duplicates, aggregates):
             df.unpersist()
 
 
-def _coverage(
-    day: date, interval: Interval, mode: str, take_over: bool, read: PointerState
-) -> datetime:
-    """How far into `day` this run's version is final. A pinned run: its interval's
-    rule. A build counts every record archived before the interval's end, on every day;
-    it keeps a day's coverage where an earlier commit took it further, except when it
-    takes over (a deliberate rollback to an older table version)."""
-    if mode == "pinned":
-        return interval.covered_until(day)
-    covered = folding.day_coverage(day, interval.end)
-    served = read.days.get(day)
-    if served is not None and not take_over:
-        covered = max(covered, served.covered_until)
-    return covered
+def _log_left(target: plan.RecomputeTarget, decided: plan.Commit, table_version: int) -> None:
+    """Why days the run computed stay on the versions served (or why all move)."""
+    if target.mode is Mode.PINNED:
+        log.info(
+            "pinned to table version %d: the version is written for inspection and "
+            "comparison; the pointer stays (`--take-over` serves it)",
+            table_version,
+        )
+    elif target.take_over:
+        log.warning(
+            "--take-over: serving a generation read at table version %d for %d day(s), "
+            "whatever the pointer names now",
+            table_version,
+            len(decided.days),
+        )
+    elif decided.left:
+        log.info(
+            "left %d day(s) on the versions already served: they cover them further, or "
+            "were read from a newer table version (%s)",
+            len(decided.left),
+            ", ".join(str(d.day) for d in decided.left),
+        )

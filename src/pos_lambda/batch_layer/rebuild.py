@@ -24,7 +24,9 @@ generation (nothing points to it yet), its conflicts, and its share of the aggre
 and counts into a scratch Delta table under the data dir (`_partials`, one partition
 per chunk, replaced when a chunk runs again). The commit sums the shares per window,
 writes the generation's aggregates, and points every day at it in one conditional
-write, with the table version the folds continue from.
+write, with the table version the folds continue from (`switch`; what it commits, and
+whether it must first fold what the hourly runs committed after its snapshot, is the
+pure plan's: src/pos_lambda/batch_layer/plan.py).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +45,17 @@ from pyspark.sql import functions as F
 
 from pos_lambda.adapters import cassandra, master_dataset
 from pos_lambda.batch_layer import fold as folding
-from pos_lambda.batch_layer.interval import END_TOLERANCE, Interval
+from pos_lambda.batch_layer import plan as commit_plan
+from pos_lambda.batch_layer.interval import Interval
+from pos_lambda.batch_layer.plan import RebuildError as RebuildError  # rebuild's API
+from pos_lambda.batch_layer.plan import generation_of as generation_of
 from pos_lambda.batch_layer.store import (
+    BatchPointer,
     BatchStore,
     CommitConflict,
     DayCommit,
     Folded,
     PointerState,
-    Served,
 )
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
@@ -64,10 +70,6 @@ SWITCH_RETRIES = 3  # catch-ups when an hourly fold commits during the switch
 COUNTS = ("input", "invalid", "receipts", "duplicates", "conflicts", "beyond")
 
 
-class RebuildError(RuntimeError):
-    """A rebuild that cannot go on (a chunk missing at the commit, a misplaced key)."""
-
-
 @dataclass(frozen=True)
 class ChunkResult:
     chunk: int
@@ -77,32 +79,14 @@ class ChunkResult:
     counts: dict[str, int]
 
 
-def generation_of(delta_version: int, table_id: str, rebuild_id: str | None = None) -> str:
-    """The generation a rebuild at this table version writes. Every step of one rebuild
-    names the same `rebuild_id` (the plan draws it), so a rerun of a step writes the same
-    generation, and a second rebuild at the same table version a new one; without an id
-    (steps run by hand), the table version's own name, refused once it was served."""
-    name = f"r{delta_version}-{table_id.replace('-', '')[:8]}"
-    return name if rebuild_id is None else f"{name}-{rebuild_id}"
-
-
 def new_rebuild_id() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def ensure_unserved(store: BatchStore, generation: str) -> None:
-    """Refuse to write into a generation that is served, or was ever committed: its rows
-    would show at once (or be mixed with the old ones), and rows the new rule no longer
-    produces would never go away."""
-    read = store.state()
-    if (read.folded is not None and read.folded.generation == generation) or (
-        generation in store.committed_versions()
-    ):
-        raise RebuildError(
-            f"generation {generation} has been committed already: a rebuild at a table "
-            "version already served writes a new generation. Run `pos-batch rebuild` "
-            "(it names its own), or give every step the same new --rebuild-id"
-        )
+def ensure_unserved(store: BatchPointer, generation: str) -> None:
+    """Refuse to write into a generation that is served, or was ever committed
+    (`plan.refuse_committed_generation` says why)."""
+    commit_plan.refuse_committed_generation(store.state(), store.committed_versions(), generation)
 
 
 def key_bucket(key: tuple[Column, Column, Column], chunks: int) -> Column:
@@ -263,12 +247,7 @@ def commit(
     now, so a rebuild never makes final what the hourly runs had not); never in the
     future. `new_table`: the master dataset is another Delta table than the one the
     views count (a restore, a move), and this rebuild deliberately takes it over."""
-    now = datetime.now(UTC)
-    if end is not None and end > now + END_TOLERANCE:
-        raise RebuildError(
-            f"--end {end.isoformat()} is in the future (now {now.isoformat()}): a rebuild "
-            "makes the days final up to its end, so it only runs over time that has passed"
-        )
+    commit_plan.ensure_end_passed(end, datetime.now(UTC))
     run_id = uuid.uuid1()
     snap = master_dataset.snapshot(spark, settings, delta_version)
     generation = generation_of(snap.version, snap.table_id, rebuild_id)
@@ -325,8 +304,15 @@ def commit(
             "the commit"
         )
     with BatchStore(settings) as store:
-        committed = _switch(
-            spark, settings, store, run_id, snap, generation, per_day, end, new_table
+        committed = switch(
+            store,
+            run_id,
+            Folded(generation, snap.version, snap.table_id),
+            per_day,
+            end,
+            new_table,
+            str(settings.master_dataset_dir),
+            lambda window, view, upto: folding.fold(spark, settings, store, window, view, upto),
         )
         store.record_run(
             run_id,
@@ -363,93 +349,50 @@ class Switched:
     caught_up_receipts: int
 
 
-def _switch(
-    spark: SparkSession,
-    settings: Settings,
-    store: BatchStore,
+def switch(
+    store: BatchPointer,
     run_id: uuid.UUID,
-    snap: Any,
-    generation: str,
+    rebuilt: Folded,
     per_day: dict[date, tuple[int, int]],
     end: datetime | None,
     new_table: bool,
+    where: str,
+    catch_up: Callable[[Interval, PointerState, int], folding.Folding],
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> Switched:
-    """Point every day at the generation in one conditional write. The hourly folds may
-    have committed table versions after the rebuild's while it ran: those records are
-    folded into the generation first (the same fold, on the generation's index), or the
-    switch would take the served views back to an older table version. A fold that
-    commits meanwhile makes the switch lose its compare-and-set: read again, catch up
-    again, up to SWITCH_RETRIES times."""
-    counted = Folded(generation, snap.version, snap.table_id)
+    """Point every day at the generation `rebuilt` (what it counts: the rebuild's
+    snapshot) in one conditional write. The hourly folds may have committed table
+    versions after the rebuild's while it ran: those records are folded into the
+    generation first (`catch_up(window, view, upto)`: the same fold, on the generation's
+    index), or the switch would take the served views back to an older table version
+    (`plan.switch` decides). A fold that commits meanwhile makes the switch lose its
+    compare-and-set: read again, catch up again, up to SWITCH_RETRIES times."""
+    counted = rebuilt
     caught_up = 0
     # Days an earlier catch-up folded into the generation: on their fold's aggregates
     # version from then on (a later catch-up adds to those, not to the rebuild's own).
     folded_days: dict[date, DayCommit] = {}
     for attempt in range(SWITCH_RETRIES + 1):
         read = store.state()
-        if read.folded is not None and read.folded.table_id != snap.table_id and not new_table:
-            raise RebuildError(
-                f"the batch views count another Delta table ({read.folded.table_id}, up to "
-                f"version {read.folded.version}) than the master dataset now at "
-                f"{settings.master_dataset_dir} ({snap.table_id}): if it replaced the old "
-                "one on purpose (a restore, a move), take it over with --new-table"
-            )
-        until = end or read.horizon or _window_floor(datetime.now(UTC))
-        days = _rebuilt_days(read, per_day, generation, until, snap.version)
-        days = sorted({**{d.day: d for d in days}, **folded_days}.values(), key=lambda d: d.day)
-        if (
-            read.folded is not None
-            and read.folded.table_id == snap.table_id
-            and read.folded.version > counted.version
-        ):
+        step = commit_plan.switch(read, counted, per_day, folded_days, end, now(), new_table, where)
+        days = step.days
+        if step.catch_up is not None:
             log.info(
                 "rebuild %s: the hourly runs committed table versions (%d, %d] meanwhile: "
                 "folding them into the generation before the switch",
-                generation, counted.version, read.folded.version,
+                rebuilt.generation, counted.version, step.catch_up.upto,
             )  # fmt: skip
-            ours = PointerState(
-                {d.day: Served(d.covered_until, counted.version, d.version, d.receipt_count,
-                               d.aggregate_rows) for d in days},
-                read.horizon, read.commits, counted,
-            )  # fmt: skip
-            window = Interval(until - timedelta(minutes=15), until)
-            done = folding.fold(spark, settings, store, window, ours, read.folded.version)
+            done = catch_up(step.catch_up.window, step.catch_up.view, step.catch_up.upto)
             caught_up += done.receipts
             folded_days |= {d.day: d for d in done.days}
-            days = sorted({**{d.day: d for d in days}, **folded_days}.values(),
-                          key=lambda d: d.day)  # fmt: skip
-            counted = Folded(generation, read.folded.version, snap.table_id)
-        horizon = max(until, read.horizon) if read.horizon else until
+            days = commit_plan.merged(days, folded_days)
+            counted = step.catch_up.counted
         try:
-            store.commit(run_id, counted.version, days, horizon, datetime.now(UTC), read, counted)
+            store.commit(run_id, counted.version, days, step.horizon, now(), read, counted)
         except CommitConflict as exc:
             if attempt == SWITCH_RETRIES:
                 raise
-            log.warning("rebuild %s: %s; catching up again", generation, exc)
+            log.warning("rebuild %s: %s; catching up again", rebuilt.generation, exc)
             continue
-        return Switched(horizon, counted.version, len(days), caught_up)
+        return Switched(step.horizon, counted.version, len(days), caught_up)
     raise AssertionError("unreachable")
-
-
-def _rebuilt_days(
-    read: PointerState,
-    per_day: dict[date, tuple[int, int]],
-    generation: str,
-    until: datetime,
-    delta_version: int,
-) -> list[DayCommit]:
-    """Every day the generation or the pointer knows, on the generation's aggregates,
-    final as far as `until` makes it or an earlier commit took it."""
-    days = []
-    for day in sorted({*per_day, *read.days}):
-        covered = folding.day_coverage(day, until)
-        served = read.days.get(day)
-        if served is not None:
-            covered = max(covered, served.covered_until)
-        receipts, rows = per_day.get(day, (0, 0))
-        days.append(DayCommit(day, covered, receipts, rows, generation))
-    return days
-
-
-def _window_floor(at: datetime) -> datetime:
-    return at.replace(minute=at.minute - at.minute % 15, second=0, microsecond=0)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pos_lambda.batch_layer import runs
 from pos_lambda.schemas import cql
@@ -103,7 +103,50 @@ def _utc(t: datetime) -> datetime:
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
+class BatchPointer(Protocol):
+    """The port to the pointer and the runs' bookkeeping, as the batch shells use it
+    (job.py, rebuild.py, cleanup.py, quality_report.py). `BatchStore` is the adapter
+    (Cassandra); tests/support/memory_batch_store.py the in-memory fake of the unit tests,
+    with the same conditional commit. The views' rows are not behind it: Spark writes
+    those (`pos_lambda.adapters.cassandra`)."""
+
+    def state(self) -> PointerState:
+        """The pointer as it is now (days, horizon, commit counter, folded mark)."""
+        ...
+
+    def commit(
+        self,
+        run_id: uuid.UUID,
+        delta_version: int,
+        days: list[DayCommit],
+        horizon: datetime,
+        committed_at: datetime,
+        read: PointerState,
+        folded: Folded | None = None,
+    ) -> None:
+        """Every day of `days` and the horizon (and `folded`) at once, if the commit
+        counter is still `read.commits`; else CommitConflict, and nothing is written."""
+        ...
+
+    def record_run(self, run_id: uuid.UUID, fields: Mapping[str, Any]) -> None: ...
+
+    def run(self, run_id: uuid.UUID) -> runs.BatchRun | None: ...
+
+    def runs_since(self, since: datetime) -> list[runs.BatchRun]: ...
+
+    def run_versions(self) -> list[tuple[str, datetime]]:
+        """(version, last progress) of every run that chose its version."""
+        ...
+
+    def committed_versions(self) -> set[str]:
+        """Every version a run ever committed."""
+        ...
+
+
 class BatchStore:
+    """The Cassandra adapter of `BatchPointer` (and the driver session the fold's
+    lookups and `pos-batch gc` use)."""
+
     def __init__(self, settings: Settings) -> None:
         from pos_lambda.adapters import cassandra_client
 
