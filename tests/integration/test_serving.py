@@ -345,6 +345,9 @@ def test_cookbook_queries_run_against_the_views(pipeline: Pipeline) -> None:
     version = p.cql.execute(
         "SELECT version FROM batch_views WHERE view_name = 'batch' AND day = '2026-03-02'"
     ).one()
+    generation = p.cql.execute(
+        "SELECT generation FROM batch_views WHERE view_name = 'batch' LIMIT 1"
+    ).one()
     partition = p.cql.execute("SELECT DISTINCT kafka_topic, kafka_partition FROM dead_letters")
     receipt = p.cql.execute(
         "SELECT vendor_fiscal_module, transaction_id FROM receipts_by_store_day "
@@ -356,6 +359,7 @@ def test_cookbook_queries_run_against_the_views(pipeline: Pipeline) -> None:
         "store": p.stores[0],
         "day": "2026-03-02",
         "version": version.version,
+        "generation": generation.generation,
         "topic": p.settings.topics.transactions,
         "partition": partition.one().kafka_partition,
         "device": receipt.vendor_fiscal_module,

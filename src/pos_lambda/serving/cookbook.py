@@ -71,12 +71,14 @@ RECIPES = (
         "SELECT vendor_fiscal_module, transaction_id, differs, happened_at, winner_happened_at,\n"
         "       revenue, winner_revenue, kafka_offset, winner_kafka_offset\n"
         f"  FROM {{keyspace}}.{cql.CONFLICTS_TABLE} WHERE operation_id = {{store}} "
-        "AND winner_day = '{day}';\n"
-        "-- the speed layer's; the batch's, of the day's served generation (the pointer's\n"
-        "-- `generation`; rows with master_version <= its delta_version), where it answers:\n"
+        "AND winner_day = '{day}';",
+    ),
+    Recipe(
+        "the batch's conflicting copies of a store-day, where it answers (the pointer's "
+        "generation; rows with master_version <= the day's delta_version)",
         "SELECT transaction_id, differs, revenue, winner_revenue, master_version\n"
         f"  FROM {{keyspace}}.{cql.CONFLICTS_BATCH_TABLE} WHERE operation_id = {{store}} "
-        "AND winner_day = '{day}' AND version = '<generation>';",
+        "AND winner_day = '{day}' AND version = '{generation}';",
     ),
     Recipe(
         "dead letters of one Kafka partition",
@@ -148,6 +150,7 @@ EXAMPLE: dict[str, Any] = {
     "store": 101,
     "day": "2026-03-02",
     "version": "d12-5f3c9a1e-20260228T0000Z-20260302T0900Z",
+    "generation": "g12-5f3c9a1e",
     "topic": "pos.transactions",
     "partition": 0,
     "device": 7,
