@@ -29,6 +29,7 @@ from enum import StrEnum
 
 from pos_lambda.batch_layer.interval import END_TOLERANCE, Interval
 from pos_lambda.batch_layer.store import DayCommit, Folded, PointerState, Served, advancing
+from pos_lambda.views.windows import window_start
 
 
 class Mode(StrEnum):
@@ -346,11 +347,6 @@ def ensure_end_passed(end: datetime | None, now: datetime) -> None:
         )
 
 
-def window_floor(at: datetime) -> datetime:
-    """The start of the 15-minute window `at` falls in."""
-    return at.replace(minute=at.minute - at.minute % 15, second=0, microsecond=0)
-
-
 @dataclass(frozen=True)
 class CatchUp:
     """A fold of table versions (counted.version, upto] into the rebuild's generation,
@@ -408,9 +404,9 @@ def switch(
             f"{where} ({counted.table_id}): if it replaced the old "
             "one on purpose (a restore, a move), take it over with --new-table"
         )
-    until = end or read.horizon or window_floor(now)
+    until = end or read.horizon or window_start(now)
     days = merged(rebuilt_days(read, per_day, counted.generation, until), caught_up_days)
-    horizon = max(until, read.horizon) if read.horizon else until
+    horizon = advanced_horizon(until, read)
     catch_up = None
     if (
         read.folded is not None
