@@ -28,6 +28,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 Consistency = Literal[
     "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE"
 ]
+# The Paxos phase of a lightweight transaction (`... IF ...`): across data centres, or
+# within the local one.
+SerialConsistency = Literal["SERIAL", "LOCAL_SERIAL"]
 
 
 def is_loopback(host: str) -> bool:
@@ -168,7 +171,22 @@ class CassandraSettings(_Section):
         ),
     )
     write_consistency: Consistency = Field(
-        default="LOCAL_QUORUM", description="Every write (Spark connector and driver sessions)."
+        default="LOCAL_QUORUM",
+        description="Every write (Spark connector and driver sessions), and the commit phase "
+        "of a lightweight transaction (the batch pointer, the processors' leases).",
+    )
+    serial_consistency: SerialConsistency = Field(
+        default="LOCAL_SERIAL",
+        description="The Paxos phase of every lightweight transaction (the batch pointer's "
+        "commit, the leases), and the batch layer's read of the pointer before it decides "
+        "(a SERIAL read finishes a Paxos round a dead coordinator left half done). "
+        "docs/consistency.md lists every statement's level.",
+    )
+    audit_consistency: Consistency = Field(
+        default="ALL",
+        description="Every read of `pos-audit`: the final proof reads every replica, so a "
+        "replica that missed a write cannot hide it (it fails rather than guess while a "
+        "node is down).",
     )
     local_dc: str = Field(
         default="",

@@ -34,6 +34,13 @@ def existing_topics(
         ) from exc
 
 
+def topic_config(replication_factor: int) -> dict[str, str]:
+    """A replicated topic acknowledges a write (acks=all, as every producer here uses) once
+    two replicas hold it, so one broker lost loses nothing and one broker down stops
+    nothing. Below 3 replicas, or at the broker's default (-1), the broker decides."""
+    return {"min.insync.replicas": "2"} if replication_factor >= 3 else {}
+
+
 def create_topics(
     bootstrap: str,
     topics: dict[str, int],
@@ -49,7 +56,12 @@ def create_topics(
 
     existing = existing_topics(bootstrap, security=security)
     new = [
-        NewTopic(t, num_partitions=n, replication_factor=replication_factor)
+        NewTopic(
+            t,
+            num_partitions=n,
+            replication_factor=replication_factor,
+            config=topic_config(replication_factor),
+        )
         for t, n in topics.items()
         if t not in existing
     ]

@@ -60,6 +60,11 @@ class Sources:
     """Cassandra reads of one keyspace; `close()` when done."""
 
     def __init__(self, settings: Settings) -> None:
+        # The final proof reads every replica (POS_CASSANDRA_AUDIT_CONSISTENCY, ALL): a
+        # replica that missed a write must not hide it.
+        settings = settings.with_overrides(
+            cassandra_read_consistency=settings.cassandra.audit_consistency
+        )
         self.settings = settings
         self.serving = Serving(settings)
         self.views = self.serving.views

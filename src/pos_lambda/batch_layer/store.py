@@ -150,6 +150,7 @@ class BatchStore:
     def __init__(self, settings: Settings) -> None:
         from pos_lambda.adapters import cassandra_client
 
+        self.settings = settings
         self._cluster = cassandra_client.cluster(settings, writes=True)
         self.session: Any = self._cluster.connect(settings.cassandra.keyspace)
 
@@ -213,14 +214,21 @@ class BatchStore:
         return {r.version for r in rows if r.version and r.status == "committed"}
 
     def state(self) -> PointerState:
-        """The pointer as it is now: one read of the partition (days, horizon, counter)."""
-        rows = self.session.execute(
+        """The pointer as it is now: one read of the partition (days, horizon, counter).
+
+        A run decides on this read, so it is a SERIAL read: one that finishes any Paxos
+        round on the pointer a dead coordinator left half done, rather than read past it."""
+        from cassandra import ConsistencyLevel
+        from cassandra.query import SimpleStatement
+
+        read = SimpleStatement(
             f"SELECT day, covered_until, delta_version, version, receipt_count, "
             f"aggregate_rows, horizon, "
             f"commits, generation, folded_version, folded_table "
             f"FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s",
-            [VIEW_NAME],
-        ).all()
+            consistency_level=getattr(ConsistencyLevel, self.settings.cassandra.serial_consistency),
+        )
+        rows = self.session.execute(read, [VIEW_NAME]).all()
         days = {
             r.day.date(): Served(
                 _utc(r.covered_until),

@@ -165,3 +165,111 @@ def test_the_speed_queries_run_in_fair_pools_of_their_own(tmp_path: Path) -> Non
     views, archiver = pools[views_job.QUERY_NAME], pools[archiver_job.QUERY_NAME]
     assert views["minShare"] == "2"
     assert int(views["weight"]) > int(archiver["weight"])
+
+
+def test_a_cluster_node_replicates_internal_topics_and_never_elects_an_unclean_leader(
+    tmp_path: Path,
+) -> None:
+    from pos_lambda_dev.runtime import cluster
+
+    nodes = cluster.kafka_nodes(cluster.Layout())
+    assert [n.host for n in nodes] == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    props = _props(kafka_service.render_node_properties(nodes[1], tmp_path, 4))
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == (
+        "1@127.0.0.1:19093,2@127.0.0.2:19093,3@127.0.0.3:19093"
+    )
+    assert props["listeners"] == "PLAINTEXT://127.0.0.2:19092,CONTROLLER://127.0.0.2:19093"
+    assert props["offsets.topic.replication.factor"] == "3"
+    assert props["transaction.state.log.replication.factor"] == "3"
+    assert props["transaction.state.log.min.isr"] == "2"
+    assert props["default.replication.factor"] == "3"
+    assert props["min.insync.replicas"] == "2"
+    assert props["unclean.leader.election.enable"] == "false"
+    # The single node keeps replication factor 1 everywhere.
+    alone = _props(kafka_service.render_server_properties(Settings(), tmp_path))
+    assert alone["min.insync.replicas"] == "1"
+    assert alone["default.replication.factor"] == "1"
+
+
+def test_a_cluster_cassandra_node_has_its_own_address_one_token_and_quick_conviction(
+    tmp_path: Path,
+) -> None:
+    from pos_lambda_dev.runtime import cluster
+
+    nodes = cluster.cassandra_nodes(cluster.Layout())
+    assert [n.jmx_port for n in nodes] == [17199, 17299, 17399]
+    assert [n.initial_token for n in nodes] == [
+        -9223372036854775808,
+        -3074457345618258603,
+        3074457345618258602,
+    ]
+    yaml = cassandra_service.render_node_yaml(nodes[2], tmp_path)
+    assert "listen_address: 127.0.0.3\n" in yaml
+    assert "native_transport_port: 19042\n" in yaml
+    assert "storage_port: 17000\n" in yaml
+    assert 'seeds: "127.0.0.1:17000,127.0.0.2:17000,127.0.0.3:17000"' in yaml
+    assert "num_tokens: 1\ninitial_token: 3074457345618258602\n" in yaml
+    assert "phi_convict_threshold: 5\n" in yaml
+    assert "auto_bootstrap: false\n" in yaml
+    opts = cassandra_service.node_jvm_options(nodes[2], tmp_path, Path("/j/jamm.jar"))
+    assert "-Dcassandra.jmx.local.port=17399" in opts
+    assert "-Dcassandra.unsafesystem=true" in opts
+    assert "-Xmx512M" in opts
+    # The single node keeps its vnodes and its durable system tables.
+    alone = cassandra_service.render_cassandra_yaml(Settings(), tmp_path)
+    assert "num_tokens: 16\n" in alone and "phi_convict_threshold" not in alone
+    assert "-Dcassandra.unsafesystem=true" not in cassandra_service.jvm_options(
+        Settings(), tmp_path, Path("/j/jamm.jar")
+    )
+
+
+def test_the_cluster_is_reached_by_settings_alone() -> None:
+    from pos_lambda_dev.runtime import cluster
+
+    on_cluster = cluster.client_settings(Settings(), cluster.Layout())
+    assert on_cluster.bootstrap_servers == "127.0.0.1:19092,127.0.0.2:19092,127.0.0.3:19092"
+    assert on_cluster.cassandra_contact_points == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert on_cluster.cassandra.port == 19042
+    assert on_cluster.topics.replication_factor == 3
+    assert on_cluster.cassandra.replication_factor == 3
+    assert cluster.shell_exports(cluster.Layout()).splitlines()[0] == (
+        "export POS_KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:19092,127.0.0.2:19092,127.0.0.3:19092"
+    )
+
+
+def test_replicated_topics_acknowledge_at_two_in_sync_replicas() -> None:
+    from pos_lambda.adapters.kafka_admin import topic_config
+
+    assert topic_config(3) == {"min.insync.replicas": "2"}
+    assert topic_config(1) == {}
+    assert topic_config(-1) == {}
+
+
+def test_the_keyspace_uses_network_topology_at_the_configured_factor() -> None:
+    from pos_lambda.schemas import cql
+
+    assert cql.keyspace_ddl("pos", 3) == (
+        "CREATE KEYSPACE IF NOT EXISTS pos WITH replication = "
+        "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}"
+    )
+
+
+def test_lightweight_transactions_and_the_audit_have_their_own_levels() -> None:
+    s = Settings()
+    assert s.cassandra.serial_consistency == "LOCAL_SERIAL"
+    assert s.cassandra.audit_consistency == "ALL"
+    with pytest.raises(ValidationError):
+        Settings(cassandra_serial_consistency="QUORUM")
+
+
+def test_driver_sessions_run_lightweight_transactions_at_the_serial_level() -> None:
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+
+    from pos_lambda.adapters import cassandra_client
+
+    built = cassandra_client.cluster(Settings(cassandra_serial_consistency="SERIAL"))
+    profile = built.profile_manager.profiles[EXEC_PROFILE_DEFAULT]
+    assert profile.serial_consistency_level == ConsistencyLevel.SERIAL
+    assert profile.consistency_level == ConsistencyLevel.LOCAL_QUORUM

@@ -9,6 +9,7 @@ apply the schema and create topics: the local development runtime (package
     pos-infra jars | schema | topics
     pos-infra airflow up|down|status|env   # local Airflow 3 (not part of `up`)
     pos-infra spark up|down|status         # local Spark standalone master + worker
+    pos-infra cluster up|down|status|env|wipe  # 3 Kafka + 3 Cassandra nodes, 127.0.0.1-3
     pos-infra cassandra-role [--role pos]  # a secured cluster: the pipeline's role
 
 `schema`, `topics` and `cassandra-role` are the product's own provisioning
@@ -36,6 +37,7 @@ from pos_lambda.settings import Settings, is_loopback, load_settings
 from pos_lambda_dev.runtime import (
     airflow_service,
     cassandra_service,
+    cluster,
     jars,
     kafka_service,
     spark_service,
@@ -146,6 +148,39 @@ def cmd_spark(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if state.startswith("ready") else 1
 
 
+def cmd_cluster(settings: Settings, args: argparse.Namespace) -> int:
+    layout = cluster.Layout()
+    if args.action == "up":
+        jars.fetch(settings)
+        _say("cluster: starting 3 Kafka (KRaft) and 3 Cassandra nodes on 127.0.0.1-3 ...")
+        took = cluster.up(settings, layout, say=_say)
+        on_cluster = cluster.client_settings(settings, layout)
+        n = schema_apply.apply_cql(on_cluster)
+        _say(f"cassandra: schema applied at replication factor 3 ({n} statements)")
+        created = schema_apply.create_topics(on_cluster)
+        _say(f"kafka: topics {'created ' + ', '.join(created) if created else 'present'}")
+        _say(f'cluster: up in {took:.1f}s; point a shell at it: eval "$(pos-infra cluster env)"')
+        return 0
+    if args.action == "down":
+        stopped = cluster.down(settings)
+        _say(f"cluster: {'stopped ' + ', '.join(stopped) if stopped else 'was not running'}")
+        return 0
+    if args.action == "env":
+        print(cluster.shell_exports(layout), end="")
+        return 0
+    if args.action == "wipe":
+        cluster.wipe(settings)
+        _say(f"cluster: deleted {cluster.root(settings)}")
+        return 0
+    lines = cluster.status(settings, layout)
+    for name, state in lines:
+        print(f"{name:<12} {state}")
+    all_up = all(state.startswith("running") for _, state in lines[:-2]) and all(
+        state.startswith(f"{cluster.NODES}/") for _, state in lines[-2:]
+    )
+    return 0 if all_up else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pos-infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -185,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
         "POS_SPARK_MASTER=spark://127.0.0.1:7077): up, down, status",
     )
     spark.add_argument("action", choices=["up", "down", "status"])
+    cluster_cmd = sub.add_parser(
+        "cluster",
+        help="a replicated cluster on this machine: 3 KRaft brokers and 3 Cassandra nodes on "
+        "127.0.0.1-3 (replication factor 3; docs/cluster.md): up (also schema and topics), "
+        "down, status (exit 1 unless every node is up), env (export lines that point the "
+        "pipeline at it), wipe (delete a stopped cluster's data)",
+    )
+    cluster_cmd.add_argument("action", choices=["up", "down", "status", "env", "wipe"])
     return parser
 
 
@@ -198,6 +241,7 @@ COMMANDS = {
     "airflow": cmd_airflow,
     "cassandra-role": cmd_cassandra_role,
     "spark": cmd_spark,
+    "cluster": cmd_cluster,
 }
 
 

@@ -61,31 +61,55 @@ def process(settings: Settings) -> ManagedProcess:
     return ManagedProcess.in_state_dir("kafka", paths(settings).root, marker="kafka.Kafka")
 
 
+@dataclass(frozen=True)
+class KafkaNode:
+    """One KRaft node (broker and controller in one process) as this machine runs it."""
+
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+    voters: str  # controller.quorum.voters: id@host:port of every controller
+    replicas: int  # replication factor of topics and internal topics: 1 alone, 3 in a cluster
+
+
+def single_node(settings: Settings) -> KafkaNode:
+    host, cport = settings.bind_host, settings.kafka.controller_port
+    return KafkaNode(1, host, settings.kafka.port, cport, f"1@{host}:{cport}", replicas=1)
+
+
 def render_server_properties(settings: Settings, data_dir: Path) -> str:
-    host = settings.bind_host
+    return render_node_properties(single_node(settings), data_dir, settings.topics.partitions)
+
+
+def render_node_properties(node: KafkaNode, data_dir: Path, partitions: int) -> str:
+    host = node.host
+    # A replicated cluster keeps acknowledged writes when one node goes: acks=all waits
+    # for two in-sync replicas of three, and a replica that missed writes never leads.
+    min_isr = 2 if node.replicas >= 3 else 1
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{host}:{settings.kafka.controller_port}",
-        "listeners": f"PLAINTEXT://{host}:{settings.kafka.port},"
-        f"CONTROLLER://{host}:{settings.kafka.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{settings.kafka.port}",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": node.voters,
+        "listeners": f"PLAINTEXT://{host}:{node.port},CONTROLLER://{host}:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{node.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(data_dir),
-        "num.partitions": str(settings.topics.partitions),
-        # One node: every internal topic must accept replication factor 1, or the
+        "num.partitions": str(partitions),
+        # Every internal topic must accept the cluster's replication factor, or the
         # transaction coordinator and consumer groups never become available.
-        "offsets.topic.replication.factor": "1",
+        "offsets.topic.replication.factor": str(node.replicas),
         "offsets.topic.num.partitions": "4",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(node.replicas),
+        "transaction.state.log.min.isr": str(min_isr),
         "transaction.state.log.num.partitions": "4",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "default.replication.factor": "1",
-        "min.insync.replicas": "1",
+        "share.coordinator.state.topic.replication.factor": str(node.replicas),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
+        "default.replication.factor": str(node.replicas),
+        "min.insync.replicas": str(min_isr),
+        "unclean.leader.election.enable": "false",
         # Consumers in tests join alone; do not wait 3 s for company.
         "group.initial.rebalance.delay.ms": "0",
         # Topics are created explicitly with their partition counts (infra.topics).
@@ -130,7 +154,7 @@ def new_cluster_id(draw: Callable[[], uuid.UUID] = uuid.uuid4) -> str:
             return cid
 
 
-def _cluster_id(kp: KafkaPaths) -> str:
+def stored_cluster_id(kp: KafkaPaths) -> str:
     if kp.cluster_id.exists():
         return kp.cluster_id.read_text().strip()
     cid = new_cluster_id()
@@ -146,11 +170,14 @@ def _classpath(settings: Settings) -> str:
     return str(jars / "*")
 
 
-def _java_argv(settings: Settings, java: Path, kp: KafkaPaths, main: list[str]) -> list[str]:
+def java_argv(
+    settings: Settings, java: Path, kp: KafkaPaths, main: list[str], heap: str | None = None
+) -> list[str]:
+    heap = heap or settings.kafka.heap
     return [
         str(java),
-        f"-Xms{settings.kafka.heap}",
-        f"-Xmx{settings.kafka.heap}",
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
         "-Djava.awt.headless=true",
@@ -163,13 +190,16 @@ def _java_argv(settings: Settings, java: Path, kp: KafkaPaths, main: list[str]) 
     ]
 
 
-def format_storage(settings: Settings, java: Path, kp: KafkaPaths) -> None:
-    """Format the KRaft log directories once, with the cluster id kept in `kp`."""
+def format_storage(
+    settings: Settings, java: Path, kp: KafkaPaths, cluster_id: str | None = None
+) -> None:
+    """Format the KRaft log directories once, with the cluster id kept in `kp` (or the
+    one every node of a cluster shares)."""
     import subprocess
 
     if (kp.data / "meta.properties").exists():
         return
-    argv = _java_argv(
+    argv = java_argv(
         settings,
         java,
         kp,
@@ -178,7 +208,7 @@ def format_storage(settings: Settings, java: Path, kp: KafkaPaths) -> None:
         [
             "kafka.tools.StorageTool",
             "format",
-            f"--cluster-id={_cluster_id(kp)}",
+            f"--cluster-id={cluster_id or stored_cluster_id(kp)}",
             f"--config={kp.config}",
         ],
     )
@@ -215,7 +245,7 @@ def start(settings: Settings) -> float:
     java = find_java17(settings.java_home)
     write_config_files(settings, kp)
     format_storage(settings, java, kp)
-    argv = _java_argv(settings, java, kp, ["kafka.Kafka", str(kp.config)])
+    argv = java_argv(settings, java, kp, ["kafka.Kafka", str(kp.config)])
     return launch_until_ready(proc, argv, lambda: is_ready(settings), READY_TIMEOUT_S)
 
 
