@@ -29,7 +29,7 @@ CASSANDRA_MAIN = "org.apache.cassandra.service.CassandraDaemon"
 MIN_FREE_DISK = 1024 * 2**20
 
 # From Cassandra 5.0's conf/jvm17-server.options: the JDK internals it reaches into.
-_JDK17_MODULE_FLAGS = [
+JDK17_MODULE_FLAGS = [
     f"--add-exports={m}=ALL-UNNAMED"
     for m in (
         "java.base/jdk.internal.misc",
@@ -201,7 +201,7 @@ def node_jvm_options(node: CassandraNode, root: Path, jamm: Path) -> list[str]:
         "-Djava.net.preferIPv4Stack=true",
         "-Djdk.attach.allowAttachSelf=true",
         f"-javaagent:{jamm}",
-        *_JDK17_MODULE_FLAGS,
+        *JDK17_MODULE_FLAGS,
         "-Dcassandra-foreground=yes",
         f"-Dcassandra.config=file://{root / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={root}",

@@ -334,3 +334,41 @@ def wipe(settings: Settings) -> None:
     ):
         raise ServiceError("cluster: stop it first (`pos-infra cluster down`)")
     shutil.rmtree(root(settings), ignore_errors=True)
+
+
+def nodetool(settings: Settings, layout: Layout, node_id: int, *args: str) -> str:
+    """Run Cassandra's nodetool (in `cassandra-all`) against one node over JMX; its output.
+
+    Fault tests use it for what the CQL protocol cannot do: turn hinted handoff off or
+    on (`disablehandoff`), drop stored hints (`truncatehints`), flush."""
+    import subprocess
+
+    java = find_java17(settings.java_home)
+    classpath, _ = cassandra_service.jar_classpath(settings)
+    quiet = root(settings) / "nodetool" / "logback.xml"
+    quiet.parent.mkdir(parents=True, exist_ok=True)
+    quiet.write_text('<configuration><root level="WARN"/></configuration>\n')
+    argv = [
+        str(java),
+        f"-Dlogback.configurationFile={quiet}",
+        # The client's own module flags (Cassandra's jvm17-clients.options): the tool
+        # loads the server's utility classes.
+        *cassandra_service.JDK17_MODULE_FLAGS,
+        "-Xmx128m",
+        f"-Dcassandra.logdir={root(settings) / 'nodetool'}",
+        "-cp",
+        classpath,
+        "org.apache.cassandra.tools.NodeTool",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(layout.cassandra_jmx_ports[node_id - 1]),
+        *args,
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise ServiceError(
+            f"nodetool {' '.join(args)} on cassandra-{node_id} failed:\n"
+            f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        )
+    return done.stdout
