@@ -66,7 +66,7 @@ def test_a_stale_replica_read_at_one_counts_a_resend_that_local_quorum_does_not(
     on_cluster: Settings, layout: cluster.Layout
 ) -> None:
     base = on_cluster  # the cluster's processes are managed through the same state dir
-    node1, node2, node3 = layout.hosts
+    node1, _, node3 = layout.hosts
     # Node 3 goes away, and nobody keeps hints for it: back, it holds nothing of batch 1.
     for n in (1, 2):
         cluster.nodetool(base, layout, n, "disablehandoff")
@@ -102,4 +102,3 @@ def test_a_stale_replica_read_at_one_counts_a_resend_that_local_quorum_does_not(
     assert _window(on_cluster, QUORUM_STORE, "ALL") == (3, 3 * REVENUE)
     # Receipt 2 lost and receipt 1 counted again: 2 where the producer sent 3.
     assert _window(on_cluster, ONE_LEVEL_STORE, "ALL") == (2, 2 * REVENUE)
-
