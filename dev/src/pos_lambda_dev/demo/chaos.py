@@ -462,6 +462,19 @@ def gather(
     )
 
 
+def restore_faults(
+    chaos: Chaos, registry: Mapping[str, faults.Fault[Any]] = faults.BY_NAME
+) -> None:
+    """Each planned fault undoes what it may have left (once per fault, in plan order);
+    one that cannot is said, and the others still run."""
+    planned = dict.fromkeys(faults.named(p.kind, registry) for p in chaos.plan.faults)
+    for fault in planned:
+        try:
+            fault.restore(chaos)
+        except Exception as exc:
+            chaos.say(f"cleanup: could not undo {fault.name}: {exc}")
+
+
 def _cleanup(chaos: Chaos) -> None:
     from pos_lambda_dev.runtime import cassandra_service, kafka_service
 
@@ -470,6 +483,7 @@ def _cleanup(chaos: Chaos) -> None:
     for proc in chaos.procs:
         if proc.poll() is None:
             stop_gracefully(proc, 60)
+    restore_faults(chaos)
     # A failure between a kill and its start must not leave the machine without them.
     for name, svc in (("Kafka", kafka_service), ("Cassandra", cassandra_service)):
         try:

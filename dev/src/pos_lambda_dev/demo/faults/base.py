@@ -1,11 +1,13 @@
 """What a fault of the chaos run is: a name and a label, how it is struck, how its
-recovery is awaited, and what it records (`Survived`).
+recovery is awaited, what it records (`Survived`), and what a failed run must undo.
 
 The run (`pos_lambda_dev.demo.chaos.strike`) calls `strike`, then `await_recovery` with
 what `strike` returned (a pid, offsets, a time: whatever the recovery compares with),
 and files the record as a `figures.Outcome`. Both get the run's context (`Chaos`:
 settings, processes and their watch, logs, deadline) and raise `StepFailed` when the
-fault cannot be made or the pipeline does not recover within `--step-timeout`.
+fault cannot be made or the pipeline does not recover within `--step-timeout`. The
+run's cleanup calls `restore` of every planned fault, struck or not, even after a
+failure.
 """
 
 from __future__ import annotations
@@ -42,3 +44,9 @@ class Fault(ABC, Generic[Made]):
     @abstractmethod
     def await_recovery(self, run: Chaos, made: Made) -> Survived:
         """Wait until the pipeline works again after `made`; say how."""
+
+    def restore(self, run: Chaos) -> None:  # most faults leave nothing behind
+        """Undo what the fault may have left if the run failed between its strike and
+        its recovery (a node still stopped, a process paused). Harmless when there is
+        nothing to undo. The run's cleanup already starts Kafka and Cassandra again and
+        stops every process it started."""
