@@ -33,7 +33,7 @@ def test_every_planned_fault_name_resolves_to_exactly_one_fault() -> None:
     assert len(names) == len(set(names)) == 11
     for name in figures.STREAM_FAULTS:
         assert [f for f in faults.FAULTS if f.name == name] == [faults.named(name)]
-    with pytest.raises(KeyError, match="no fault named 'disk_full'"):
+    with pytest.raises(LookupError, match="no fault named 'disk_full'"):
         faults.named("disk_full")
 
 
@@ -161,3 +161,8 @@ def test_a_fault_that_cannot_undo_itself_does_not_stop_the_others(tmp_path: Path
     chaos.restore_faults(run, {"stuck": Stuck(), "fake": fake})
     assert said == ["cleanup: could not undo stuck: node still paused"]
     assert fake.restored == 1
+    run.plan = figures.Plan([figures.Planned("gone", 0.1), figures.Planned("fake", 0.2)])
+    said.clear()
+    chaos.restore_faults(run, {"fake": fake})  # a name no fault has: said, not raised
+    assert said == ["cleanup: could not undo gone: no fault named 'gone'; faults: fake"]
+    assert fake.restored == 2

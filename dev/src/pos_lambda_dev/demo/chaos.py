@@ -466,13 +466,12 @@ def restore_faults(
     chaos: Chaos, registry: Mapping[str, faults.Fault[Any]] = faults.BY_NAME
 ) -> None:
     """Each planned fault undoes what it may have left (once per fault, in plan order);
-    one that cannot is said, and the others still run."""
-    planned = dict.fromkeys(faults.named(p.kind, registry) for p in chaos.plan.faults)
-    for fault in planned:
+    one that cannot is said, and the others still run: a cleanup never raises."""
+    for kind in dict.fromkeys(p.kind for p in chaos.plan.faults):
         try:
-            fault.restore(chaos)
+            faults.named(kind, registry).restore(chaos)
         except Exception as exc:
-            chaos.say(f"cleanup: could not undo {fault.name}: {exc}")
+            chaos.say(f"cleanup: could not undo {kind}: {exc}")
 
 
 def _cleanup(chaos: Chaos) -> None:

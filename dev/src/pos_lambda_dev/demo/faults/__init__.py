@@ -70,7 +70,7 @@ def named(name: str, registry: Mapping[str, Fault[Any]] = BY_NAME) -> Fault[Any]
     try:
         return registry[name]
     except KeyError:
-        raise KeyError(f"no fault named {name!r}; faults: {', '.join(registry)}") from None
+        raise LookupError(f"no fault named {name!r}; faults: {', '.join(registry)}") from None
 
 
 __all__ = ["BY_NAME", "FAULTS", "SCHEDULE", "Fault", "Survived", "named"]
