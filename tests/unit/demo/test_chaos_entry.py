@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pos_lambda_dev.demo import chaos
+from pos_lambda_dev.demo.faults import oversized_malformed
 
 ROOT = Path("/repo")
 TEST = "/repo/tests/e2e/test_chaos.py"
@@ -62,7 +63,7 @@ def test_the_oversized_messages_count_in_the_ledgers_summary() -> None:
         "malformed_kinds": {"broken_json": 25},
     }  # fmt: skip
     faults = [{"malformed_kind": "oversized_message"}] * 3
-    assert chaos.with_oversized(summary, faults) == {
+    assert oversized_malformed.with_oversized(summary, faults) == {
         "messages": 5_094, "faults": {"malformed": 28, "resend": 30},
         "malformed_kinds": {"broken_json": 25, "oversized_message": 3},
     }  # fmt: skip

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from pos_lambda.producer.simulation import OutgoingMessage
-from pos_lambda_dev.demo import chaos, figures
+from pos_lambda_dev.demo import chaos, chaos_context, figures
+from pos_lambda_dev.demo.faults import alerts_kill
 
 
 class Exited:
@@ -35,13 +36,13 @@ def test_a_crash_point_not_reached_is_armed_again(
         started.append((Exited(), env))
         return started[-1][0]
 
-    monkeypatch.setattr(chaos, "start_logged", start_logged)
+    monkeypatch.setattr(chaos_context, "start_logged", start_logged)
     said: list[str] = []
     # No settings: watch and start_alerts read none (start_logged is faked), and the
     # committed offsets read at a kill fail quietly to None.
-    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), said.append,
+    run: Any = chaos_context.Chaos(None, None, argparse.Namespace(logs=tmp_path), said.append,
                            figures.Plan([]))  # fmt: skip
-    monkeypatch.setattr(run, "_alerts_committed", lambda: {0: 41})
+    monkeypatch.setattr(run, "alerts_committed", lambda: {0: 41})
 
     def crash_point() -> tuple[str | None, str | None]:
         env = started[-1][1]
@@ -78,13 +79,13 @@ def test_the_first_conflicting_copies_are_held_back_until_their_originals_are_se
     sent = [("receipt", 10), ("resend", 10), ("receipt", 11), ("conflict", 10),
             ("receipt", 12), ("conflict", 11), ("conflict", 12)]  # fmt: skip
     messages = [_message(kind, n, t) for n, (kind, t) in enumerate(sent)]
-    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), print,
+    run: Any = chaos_context.Chaos(None, None, argparse.Namespace(logs=tmp_path), print,
                            figures.Plan([]))  # fmt: skip
-    stream = chaos.hold_back_conflicts(run, messages, 2)
+    stream = alerts_kill.hold_back(run, messages, 2)
     assert [m.timestamp_ms for m in stream] == [0, 1, 2, 4, 6]  # the rest, in order
     # Copy of 10 after the stream's first message (10's original), of 11 after its third.
     assert [(m.timestamp_ms, after) for m, after in run.held] == [(3, 1), (5, 3)]
-    assert chaos.hold_back_conflicts(run, messages, 0) == messages and run.held == []
+    assert alerts_kill.hold_back(run, messages, 0) == messages and run.held == []
 
 
 def test_an_airflow_fault_runs_the_dag_over_the_hours_the_stream_has_passed(
@@ -96,10 +97,10 @@ def test_an_airflow_fault_runs_the_dag_over_the_hours_the_stream_has_passed(
     t0 = int(datetime(2026, 11, 18, tzinfo=UTC).timestamp() * 1000)
     # Sent every 20 minutes of simulated time: 12 messages span 4 hours.
     messages = [OutgoingMessage(b"k", b"v", t0 + i * hour_ms // 3, "receipt") for i in range(12)]
-    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), print,
+    run: Any = chaos_context.Chaos(None, None, argparse.Namespace(logs=tmp_path), print,
                            figures.Plan([]))  # fmt: skip
     run.interval = (datetime(2026, 11, 18, tzinfo=UTC), datetime(2026, 11, 18, 4, tzinfo=UTC))
-    run.stream = chaos.Counting(messages)
+    run.stream = chaos_context.Counting(messages)
     assert run.passed_hours() == run.interval  # nothing sent yet: the whole interval
     run.stream.sent = 2  # the last one sent at 00:20: not a whole hour passed
     assert run.passed_hours() == run.interval
@@ -118,13 +119,13 @@ def test_the_receipts_processor_is_started_again_whenever_it_exits(
         started.append((Exited(), argv, env))
         return started[-1][0]
 
-    monkeypatch.setattr(chaos, "start_logged", start_logged)
+    monkeypatch.setattr(chaos_context, "start_logged", start_logged)
     said: list[str] = []
-    run: Any = chaos.Chaos(None, None, argparse.Namespace(logs=tmp_path), said.append,
+    run: Any = chaos_context.Chaos(None, None, argparse.Namespace(logs=tmp_path), said.append,
                            figures.Plan([]))  # fmt: skip
     run.start_receipts()
     first, argv, env = started[-1]
-    assert argv == [str(chaos.VENV_BIN / "pos-receipts"), "run"]
+    assert argv == [str(chaos_context.VENV_BIN / "pos-receipts"), "run"]
     # Its own namespace, like the alerts'.
     assert env["POS_TOPIC_RECEIPTS"] == "chaos.receipts"
     assert env["POS_RECEIPTS_GROUP_ID"] == "chaos-receipts"
@@ -151,7 +152,7 @@ def test_the_receipts_processor_is_started_again_whenever_it_exits(
 def test_a_group_is_past_the_offsets_at_a_kill_when_none_is_behind_and_one_ahead(
     now: dict[int, int], past: bool
 ) -> None:
-    assert chaos.committed_past({0: 10, 1: 20}, now) is past
+    assert chaos_context.committed_past({0: 10, 1: 20}, now) is past
 
 
 def _messages(n: int) -> list[OutgoingMessage]:
@@ -161,7 +162,7 @@ def _messages(n: int) -> list[OutgoingMessage]:
 def test_the_stream_waits_at_a_fault_point_until_the_fault_is_released() -> None:
     import threading
 
-    stream = chaos.Counting(_messages(10), holds=(4, 7))
+    stream = chaos_context.Counting(_messages(10), holds=(4, 7))
     taken: list[bytes] = []
     at_hold = threading.Event()
 
@@ -185,10 +186,10 @@ def test_the_stream_waits_at_a_fault_point_until_the_fault_is_released() -> None
 
 
 def test_a_stopped_stream_ends_at_its_hold() -> None:
-    stream = chaos.Counting(_messages(5), holds=(2,))
+    stream = chaos_context.Counting(_messages(5), holds=(2,))
     stream.stop.set()
     assert list(stream) == []
-    stream = chaos.Counting(_messages(5), holds=(2,))
+    stream = chaos_context.Counting(_messages(5), holds=(2,))
     it = iter(stream)
     assert [next(it).value, next(it).value] == [b"0", b"1"]
     stream.stop.set()
@@ -213,8 +214,8 @@ class _Clock:
 
 def test_the_stream_paces_itself_from_each_hold_on(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock(100.0)
-    monkeypatch.setattr(chaos.time, "sleep", clock.sleep)
-    stream = chaos.Counting(_messages(6), rate=2.0, holds=(3,), clock=clock)
+    monkeypatch.setattr(chaos_context.time, "sleep", clock.sleep)
+    stream = chaos_context.Counting(_messages(6), rate=2.0, holds=(3,), clock=clock)
     stream.release(3)  # opened before the producer gets there: no wait
     assert len(list(stream)) == 6
     # 2 messages/s: slots at 0, 0.5, 1.0 s and so on, no catching up.
@@ -223,8 +224,8 @@ def test_the_stream_paces_itself_from_each_hold_on(monkeypatch: pytest.MonkeyPat
 
 def test_a_hold_starts_the_pace_again_instead_of_a_burst(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = _Clock(0.0)
-    monkeypatch.setattr(chaos.time, "sleep", clock.sleep)
-    stream = chaos.Counting(_messages(4), rate=1.0, holds=(2,), clock=clock)
+    monkeypatch.setattr(chaos_context.time, "sleep", clock.sleep)
+    stream = chaos_context.Counting(_messages(4), rate=1.0, holds=(2,), clock=clock)
 
     def wait_a_minute(_timeout: float | None = None) -> bool:
         clock.now += 60.0

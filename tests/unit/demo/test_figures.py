@@ -26,12 +26,12 @@ def test_the_plan_is_seeded_spread_out_and_inside_the_stream() -> None:
     assert kinds.count("receipts_kill") == 1
 
 
-def test_every_fault_kind_has_a_label_and_a_method_that_makes_it() -> None:
-    from pos_lambda_dev.demo import chaos
+def test_every_fault_kind_has_a_label_and_a_fault_that_makes_it() -> None:
+    from pos_lambda_dev.demo import faults
 
     for kind in set(figures.STREAM_FAULTS):
         assert kind in figures.LABELS
-        assert callable(getattr(chaos.Chaos, kind))
+        assert faults.named(kind).name == kind
 
 
 def test_a_plan_can_put_every_fault_at_the_streams_start() -> None:

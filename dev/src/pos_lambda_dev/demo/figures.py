@@ -12,27 +12,13 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pos_lambda_dev.demo.faults import FAULTS, SCHEDULE
 from pos_lambda_dev.demo.story import Audited, n
 
-# What strikes while the stream is produced (the alerts kills are the processor's own
-# crash point, armed; the receipts kill is a kill -9 from outside).
-STREAM_FAULTS = ("speed_kill", "speed_kill", "speed_kill", "kafka_restart",
-                 "cassandra_restart", "batch_kill", "cassandra_outage", "oversized_malformed",
-                 "foreign_alert", "alerts_kill", "alerts_kill", "receipts_kill",
-                 "airflow_scheduler_kill", "batch_beside_dag")  # fmt: skip
-LABELS = {
-    "speed_kill": "kill -9 of the speed-layer driver (mid micro-batch)",
-    "kafka_restart": "Kafka broker hard restart (kill -9, start)",
-    "cassandra_restart": "Cassandra restart (kill -9, start)",
-    "cassandra_outage": "Cassandra down longer than the speed layer's retries",
-    "oversized_malformed": "oversized malformed messages (over the contract's 64 KiB)",
-    "foreign_alert": "a foreign record on the alerts topic",
-    "alerts_kill": "kill -9 of the alerts processor mid-transaction",
-    "receipts_kill": "kill -9 of the receipts processor (the deduplicated topic)",
-    "batch_kill": "kill -9 of the batch job mid-write",
-    "airflow_scheduler_kill": "kill -9 of the Airflow scheduler during a DAG run",
-    "batch_beside_dag": "a manual batch run beside the DAG's run of the same hours",
-}
+# What strikes while the stream is produced, and how the table names each fault: both
+# from the faults' registry (pos_lambda_dev.demo.faults), where each fault is defined.
+STREAM_FAULTS = tuple(f.name for f in SCHEDULE)
+LABELS = {f.name: f.label for f in FAULTS}
 # Where in the stream (fractions of its messages) the faults strike by default: after
 # the start, before the end, so that every one strikes while the stream flows.
 DEFAULT_WINDOW = (0.05, 0.85)
