@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status test-cluster cluster-up cluster-down schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-pure test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
+.PHONY: help setup jars up down status test-cluster chaos-cluster cluster-up cluster-down schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-pure test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -94,7 +94,11 @@ test-integration: setup ## run the integration tests only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 test-cluster: setup ## the replicated-cluster tests: starts 3 Kafka + 3 Cassandra nodes on 127.0.0.1-3
-	$(PY) -m pytest -m cluster tests/cluster $(PYTEST_ARGS)
+	$(PY) -m pytest -m "cluster and not e2e" tests/cluster $(PYTEST_ARGS)
+
+CLUSTER_CHAOS_ARGS ?=
+chaos-cluster: setup ## chaos on the replicated cluster: a node of each kind killed or frozen under load, audit at ALL (docs/chaos-cluster.md)
+	$(PY) -m pytest -m cluster tests/cluster/test_chaos_cluster.py -s --cluster-chaos-args='$(CLUSTER_CHAOS_ARGS)' $(PYTEST_ARGS)
 
 cluster-up: setup ## start a replicated cluster: 3 KRaft brokers + 3 Cassandra nodes (docs/cluster.md)
 	$(VENV)/bin/pos-infra cluster up

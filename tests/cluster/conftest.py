@@ -18,6 +18,15 @@ from pos_lambda.settings import Settings, load_settings
 from pos_lambda_dev.runtime import cluster, jars
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster-chaos-args",
+        default="",
+        help="arguments of the cluster chaos run (cluster_chaos.build_parser: --count, "
+        "--rate, --down-seconds, ...)",
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.cluster)

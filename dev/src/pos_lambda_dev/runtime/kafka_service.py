@@ -29,6 +29,9 @@ from pos_lambda_dev.runtime.process import (
 )
 
 READY_TIMEOUT_S = 120.0
+# Partitions of `__transaction_state`: a transactional id's coordinator leads partition
+# abs(hash(id)) % this (the cluster chaos finds it so).
+TRANSACTION_STATE_PARTITIONS = 4
 MIN_FREE_DISK = 512 * 2**20
 
 
@@ -104,7 +107,7 @@ def render_node_properties(node: KafkaNode, data_dir: Path, partitions: int) -> 
         "offsets.topic.num.partitions": "4",
         "transaction.state.log.replication.factor": str(node.replicas),
         "transaction.state.log.min.isr": str(min_isr),
-        "transaction.state.log.num.partitions": "4",
+        "transaction.state.log.num.partitions": str(TRANSACTION_STATE_PARTITIONS),
         "share.coordinator.state.topic.replication.factor": str(node.replicas),
         "share.coordinator.state.topic.min.isr": str(min_isr),
         "default.replication.factor": str(node.replicas),
