@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from operator import itemgetter
 from types import SimpleNamespace
 from typing import Any
@@ -75,15 +75,16 @@ def _body(statement: str) -> str:
 
 def tables() -> dict[str, Table]:
     """Every table of the keyspace's DDL (schemas/cql.py), by name."""
-    found: dict[str, Table] = {}
+    ddl = cql.table_ddl("ks")
     indexed: dict[str, set[str]] = {}
-    for statement in cql.table_ddl("ks"):
-        if statement.startswith("CREATE INDEX"):
-            on = re.search(r" ON ks\.(\w+) \((\w+)\)", statement)
-            assert on is not None, statement
+    for statement in ddl:
+        on = re.match(r"CREATE INDEX .* ON ks\.(\w+) \((\w+)\)", statement)
+        if on is not None:
             indexed.setdefault(on[1], set()).add(on[2])
+    found: dict[str, Table] = {}
+    for statement in ddl:
         if not statement.startswith("CREATE TABLE"):
-            continue
+            continue  # a user type (its values are the caller's objects) or an index
         name = statement.split("(", 1)[0].split()[-1].removeprefix("ks.")
         columns: dict[str, str] = {}
         static: set[str] = set()
@@ -105,10 +106,15 @@ def tables() -> dict[str, Table]:
             c.split()[0] for c in _split(order[1] if order else "") if c.endswith(" DESC")
         }
         found[name] = Table(
-            name, columns, partition, tuple(key[1:]), frozenset(descending), frozenset(static),
-            frozenset(),
-        )  # fmt: skip
-    return {name: replace(t, indexed=frozenset(indexed.get(name, ()))) for name, t in found.items()}
+            name,
+            columns,
+            partition,
+            clustering=tuple(key[1:]),
+            descending=frozenset(descending),
+            static=frozenset(static),
+            indexed=frozenset(indexed.get(name, ())),
+        )
+    return found
 
 
 _SELECT = re.compile(
@@ -149,7 +155,7 @@ class Select:
             tuple(table.columns) if found["columns"] == "*" else tuple(_split(found["columns"]))
         )
         where = []
-        for part in (found["where"] or "").split(" AND ") if found["where"] else []:
+        for part in found["where"].split(" AND ") if found["where"] else []:
             condition = _CONDITION.match(part.strip())
             if condition is None:
                 raise ValueError(f"a condition this fake does not read: {part!r}")
