@@ -48,7 +48,7 @@ def one_round(
     from pos_lambda.adapters.view_store import ConnectorStore
     from pos_lambda.schemas import contract, cql
     from pos_lambda.speed_layer import views_batch
-    from pos_lambda.speed_layer.batch_plan import Thresholds
+    from pos_lambda.speed_layer.batch_plan import Route, Thresholds
     from pos_lambda.views import records
 
     t: Timings = {}
@@ -112,7 +112,7 @@ def one_round(
     setattr(views_batch, "decide_batch", decide)  # noqa: B010
     try:
         inner_start = time.perf_counter()
-        counts = job._process_checked(checked, collect_keys=False)
+        counts = job._process_checked(checked, Route(native_first, collect_keys=False))
         inner = time.perf_counter() - inner_start
     finally:
         setattr(views_batch, "decide_batch", real_decide)  # noqa: B010

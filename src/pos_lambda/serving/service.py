@@ -13,7 +13,8 @@
         serving.compare_week_before(102, date(2026, 3, 2)).revenue_change_percent
 
 Each method validates its input (`QueryError`), reads what it needs through
-`serving.store.Views` and answers with the pure merge of `serving.merge`. A store no
+the `serving.ports.ServingViews` port (`serving.store.Views`: Cassandra's reads, unless
+another is given) and answers with the pure merge of `serving.merge`. A store no
 view has ever held raises `UnknownStore`; Cassandra trouble raises `Unavailable`.
 """
 
@@ -40,6 +41,7 @@ from pos_lambda.serving.model import (
     Window,
     WindowsAnswer,
 )
+from pos_lambda.serving.ports import ServingViews
 from pos_lambda.serving.receipt_status import ReceiptKey, ReceiptStatus
 from pos_lambda.serving.requests import (
     PageToken,
@@ -77,9 +79,10 @@ class Serving:
         settings: Settings,
         clock: Callable[[], datetime] = _now,
         stores: StoreRegistry | None = None,
+        views: ServingViews | None = None,
     ) -> None:
         self.settings = settings
-        self.views = Views(settings)
+        self.views = views or Views(settings)
         self.stores = stores or CassandraStores(settings, writes=False)
         self._clock = clock
         self._known: set[int] = set()  # stores never disappear from the views

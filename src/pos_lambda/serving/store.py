@@ -1,5 +1,10 @@
 """The serving layer's only I/O: reads of the views through cassandra-driver.
 
+`Views` (the `pos_lambda.serving.ports.ServingViews` adapter) maps rows to the plain
+rows of `pos_lambda.serving.model`; it reads them through the `Statements` port, which
+`CassandraStatements` runs on Cassandra (unit tests: on tables in memory built from the
+same DDL, tests/support/memory_views.py).
+
 Prepared statements only (prepared once per connection), single-partition reads for
 a store's days, and Storage-Attached Index reads (Cassandra 5 SAI, declared in
 src/pos_lambda/schemas/cql.py) where a question crosses stores: "which stores sold on day D" reads
@@ -17,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas import cql
@@ -163,8 +168,37 @@ def _content(r: Any, prefix: str) -> Content:
     )
 
 
-class Views:
-    """Reads of the views; connects lazily and again after a failed connect."""
+class Statements(Protocol):
+    """What `Views` reads through (the port): the named statements of `STATEMENTS`, each
+    bound to its parameters in order. A row has the selected columns as attributes, as
+    the driver's rows do. `CassandraStatements` runs them on Cassandra; unit tests run
+    them on tables in memory built from the same DDL (tests/support/memory_views.py)."""
+
+    def rows(self, name: str, *params: Any) -> list[Any]:
+        """All rows of one statement."""
+        ...
+
+    def many(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """Independent statements (run concurrently where that helps); results in order."""
+        ...
+
+    def page(
+        self, name: str, params: tuple[Any, ...], fetch_size: int, paging_state: bytes | None
+    ) -> tuple[list[Any], bytes | None]:
+        """One page of at most `fetch_size` rows from `paging_state` (None: the first),
+        and the state of the next page (None: no more rows)."""
+        ...
+
+    def scan(self, name: str, params: tuple[Any, ...], fetch_size: int) -> Iterator[Any]:
+        """Every row, read `fetch_size` at a time as the caller iterates: a caller that
+        stops early reads no further page."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class CassandraStatements:
+    """`Statements` on Cassandra; connects lazily and again after a failed connect."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -263,6 +297,37 @@ class Views:
             futures = [session.execute_async(bound) for session, bound in prepared]
             return [list(f.result()) for f in futures]
 
+    def page(
+        self, name: str, params: tuple[Any, ...], fetch_size: int, paging_state: bytes | None
+    ) -> tuple[list[Any], bytes | None]:
+        session, bound = self._run(name, *params, fetch_size=fetch_size)
+        with self._errors(), self._paging_refused(paging_state):
+            result = session.execute(bound, paging_state=paging_state)
+            return list(result.current_rows), result.paging_state
+
+    def scan(self, name: str, params: tuple[Any, ...], fetch_size: int) -> Iterator[Any]:
+        session, bound = self._run(name, *params, fetch_size=fetch_size)
+        with self._errors():
+            yield from session.execute(bound)  # the driver pages transparently
+
+
+class Views:
+    """The views as `pos_lambda.serving.model` rows (the `ServingViews` port), read
+    through `statements`: Cassandra's, from `settings`, unless given."""
+
+    def __init__(self, settings: Settings, statements: Statements | None = None) -> None:
+        self.statements = statements or CassandraStatements(settings)
+
+    def close(self) -> None:
+        self.statements.close()
+
+    def rows(self, name: str, *params: Any) -> list[Any]:
+        return self.statements.rows(name, *params)
+
+    def many(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """Run independent reads concurrently; results in call order."""
+        return self.statements.many(calls)
+
     # --- the batch pointer ------------------------------------------------------
 
     def pointer(self, first: date, last: date) -> Pointer:
@@ -336,10 +401,7 @@ class Views:
                 statement, args = "receipts_generation", (*args, served_upto)
         else:
             statement, args = "receipts_speed", (store, g.day, g.start, g.end)
-        session, bound = self._run(statement, *args, fetch_size=fetch_size)
-        with self._errors(), self._paging_refused(paging_state):
-            result = session.execute(bound, paging_state=paging_state)
-            rows = list(result.current_rows)
+        rows, following = self.statements.page(statement, args, fetch_size, paging_state)
         source: Source = g.source
         return [
             Receipt(
@@ -358,7 +420,7 @@ class Views:
                 final=source == "batch",
             )
             for r in rows
-        ], result.paging_state
+        ], following
 
     # --- conflicts and fixes ------------------------------------------------------------
 
@@ -514,12 +576,11 @@ class Views:
         partitions = self.rows("dead_letter_partitions")
         reasons: list[str] = []
         for p in partitions:
-            session, bound = self._run(
-                "dead_letter_reasons", p.kafka_topic, p.kafka_partition, fetch_size=5000
+            scanned = self.statements.scan(
+                "dead_letter_reasons", (p.kafka_topic, p.kafka_partition), fetch_size=5000
             )
-            with self._errors():
-                for r in session.execute(bound):  # the driver pages transparently
-                    if len(reasons) >= limit:
-                        return reasons, True
-                    reasons.append(r.reason or "unknown")
+            for r in scanned:
+                if len(reasons) >= limit:
+                    return reasons, True
+                reasons.append(r.reason or "unknown")
         return reasons, False

@@ -10,15 +10,18 @@ The paths (measured: docs/speed-performance.md):
   many receipts per partition (a backlog: `bucket_reads_from` per key bucket);
 - writes: by the driver's CQL session for a micro-batch of fewer than
   `driver_writes_below` Kafka records, else the connector's.
-Whether a micro-batch validates natively first and collects its keys depends on the
-previous one's size (`modes`): a micro-batch's own size is known only once it is read.
+Whether a micro-batch validates natively first and collects its keys is decided before
+it is read, from its expected size (`batch_size` in views_job: the checkpoint's offsets,
+else the previous micro-batch's); its reads and writes, once its first Spark job counted
+it. One function decides both (`route`): the driver reads only what it collected keys
+for, and both sides of that bargain stand on one threshold.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cache
 from typing import Any
@@ -144,11 +147,22 @@ class Reads(Enum):
 
 
 @dataclass(frozen=True)
-class Route:
-    """The paths of one micro-batch's reads and writes."""
+class Counted:
+    """What a micro-batch's first Spark job found, before any stored row is read."""
 
-    reads: Reads
-    driver_writes: bool
+    counts: BatchCounts  # its valid and invalid records
+    buckets: int  # its receipts' receipt_keys partitions (estimated unless keys collected)
+
+
+@dataclass(frozen=True)
+class Route:
+    """A micro-batch's paths: how it is taken (decided before it is read) and, once it is
+    counted, how its stored rows are read and its rows written."""
+
+    native_first: bool  # validate natively first (records.check)
+    collect_keys: bool  # its first Spark job collects the keys, for the driver's reads
+    reads: Reads | None = None  # None until the micro-batch is counted
+    driver_writes: bool = False
 
     @property
     def one_partition(self) -> bool:
@@ -159,35 +173,35 @@ class Route:
         return self.reads is Reads.DRIVER and self.driver_writes
 
 
-def route(counts: BatchCounts, buckets: int, keys_collected: bool, limits: Thresholds) -> Route:
-    """The paths of a micro-batch of these counts (valid and invalid records), its
-    (estimated) receipt_keys partitions, and whether its keys were collected."""
-    if keys_collected and counts.valid_rows < limits.driver_reads_below:
+def route(limits: Thresholds, before: int | Route, counted: Counted | None = None) -> Route:
+    """A micro-batch's route (pure), from what is known `before` it is read and, once its
+    first Spark job `counted` it, from its counts (None: not yet, only how to take it).
+
+    `before` is the Kafka records it is expected to hold (its own count, read from the
+    checkpoint's offset log by `records_between`, or when that is unknown the previous
+    micro-batch's: backlogs come in runs of micro-batches), or the route it was already
+    taken on (a warm-up's chosen route, a test's).
+    """
+    if isinstance(before, Route):
+        taken = Route(before.native_first, before.collect_keys)
+    else:
+        taken = Route(
+            native_first=before >= limits.native_check_from,
+            collect_keys=before < limits.driver_reads_below,
+        )
+    if counted is None:
+        return taken
+    valid = counted.counts.valid_rows
+    # The driver reads only the keys it collected: a micro-batch expected large but
+    # found small has none, and takes the connector's join.
+    if taken.collect_keys and valid < limits.driver_reads_below:
         reads = Reads.DRIVER
-    elif counts.valid_rows / max(buckets, 1) < limits.bucket_reads_from:
+    elif valid / max(counted.buckets, 1) < limits.bucket_reads_from:
         reads = Reads.BY_RECEIPT
     else:
         reads = Reads.BY_PARTITION
-    records_in = counts.valid_rows + counts.invalid_rows
-    return Route(reads, driver_writes=records_in < limits.driver_writes_below)
-
-
-@dataclass(frozen=True)
-class Modes:
-    """How to take the next micro-batch, from the previous one's size."""
-
-    native_first: bool  # validate natively first (records.check)
-    collect_keys: bool  # its first Spark job collects the keys, for the driver's reads
-
-
-def modes(records: int, limits: Thresholds) -> Modes:
-    """A micro-batch's modes for `records` Kafka records: its own count, read from the
-    checkpoint's offset log (`records_between`), or when that is unknown the previous
-    micro-batch's (backlogs come in runs of micro-batches)."""
-    return Modes(
-        native_first=records >= limits.native_check_from,
-        collect_keys=records < limits.driver_reads_below,
-    )
+    records_in = valid + counted.counts.invalid_rows
+    return replace(taken, reads=reads, driver_writes=records_in < limits.driver_writes_below)
 
 
 # --- a micro-batch's size before it is read ------------------------------------------------

@@ -28,6 +28,7 @@ from pos_lambda.speed_layer.batch_plan import (
     RECEIPT_KEY,
     STORE_DAY,
     BatchKeys,
+    Counted,
     Reads,
     Route,
     Thresholds,
@@ -127,22 +128,22 @@ class ViewsBatch:
         the stored rows it needs, for the driver to read them."""
         checked = records.check(batch, native_first).persist()
         try:
-            return self._process_checked(checked, collect_keys)
+            return self._process_checked(checked, Route(native_first, collect_keys))
         finally:
             checked.unpersist()
 
-    def _process_checked(self, checked: DataFrame, collect_keys: bool) -> BatchCounts:
+    def _process_checked(self, checked: DataFrame, taken: Route) -> BatchCounts:
         # Each Spark job costs a fixed overhead per micro-batch: the counts come from
         # one pass over the (persisted) checked batch, and so do the keys, if collected.
         keys: BatchKeys | None = None
-        if collect_keys:
+        if taken.collect_keys:
             keys = batch_keys(checked.select(*read_keys()).collect())
             counts, buckets = BatchCounts(keys.valid_rows, keys.invalid_rows), keys.buckets
         else:
             found = checked.agg(*stats()).collect()[0]  # a global aggregate: one row
             counts = BatchCounts(int(found["valid"]), int(found["invalid"]))
             buckets = int(found["buckets"])
-        paths = route(counts, buckets, keys is not None, self.limits)
+        paths = route(self.limits, taken, Counted(counts, buckets))
         write = self._writes(paths)
         if counts.valid_rows:
             driver_keys = keys if paths.reads is Reads.DRIVER else None

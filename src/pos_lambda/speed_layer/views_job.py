@@ -57,8 +57,8 @@ from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV, warm_up
 from pos_lambda.speed_layer.batch_plan import (
     Thresholds,
     logged_offsets,
-    modes,
     records_between,
+    route,
 )
 from pos_lambda.speed_layer.listening import RunCloser
 from pos_lambda.speed_layer.progress import ProgressRecorder
@@ -110,7 +110,7 @@ def start(
     def on_batch(batch: DataFrame, batch_id: int) -> None:
         nonlocal previous_records
         size = batch_size(checkpoint, batch_id)
-        how = modes(previous_records if size is None else size, limits)
+        how = route(limits, previous_records if size is None else size)
         counts = job.process(batch, how.native_first, how.collect_keys)
         previous_records = counts.valid_rows + counts.invalid_rows
         recorder.add_counts(QUERY_NAME, batch_id, counts)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -23,13 +22,15 @@ from pos_lambda.serving.model import (
     Fix,
     Pointer,
     Receipt,
-    Segment,
+    receipts_partition,
 )
+from pos_lambda.serving.receipt_status import DeadLetter, KafkaCopy
 from pos_lambda.serving.service import Serving
 from pos_lambda.settings import Settings
 from pos_lambda.stores import registry
 from pos_lambda.stores.model import Store, parse_week
-from pos_lambda.stores.registry import InMemoryStores
+from pos_lambda.stores.registry import InMemoryStores, StoreRegistry
+from tests.support.memory_views import MemoryKeyspace, memory_views
 
 KATHMANDU = Store.create(102, "Thamel", "Asia/Kathmandu", parse_week(["daily=07:00-21:00"]))
 NEW_YORK = Store.create(103, "SoHo", "America/New_York", parse_week(["daily=07:00-22:00"]))
@@ -95,40 +96,32 @@ def test_a_missing_window_is_a_bug_not_a_zero() -> None:
         local_day_totals(KATHMANDU, [date(2026, 3, 2)], rows)
 
 
-class FakeViews:
-    """The reads `Serving.local_days` makes, over literal rows (unit tests only)."""
-
-    def __init__(self, speed: Sequence[Aggregate]) -> None:
-        self.speed = list(speed)
-        self.asked: list[list[date]] = []
-
-    def store_known(self, store: int) -> bool:
-        return any(r.operation_id == store for r in self.speed)
-
-    def pointer(self, first: date, last: date) -> Pointer:
-        return Pointer(None)
-
-    def store_days(self, store: int, days: list[date], pointer: Pointer) -> tuple[Any, Any]:
-        self.asked.append(days)
-        return [], [r for r in self.speed if r.window_start.date() in days]
-
-    def close(self) -> None:
-        pass
+def _keyspace(speed: Sequence[Aggregate]) -> MemoryKeyspace:
+    """The views in memory with these speed rows, no batch version committed."""
+    keyspace = MemoryKeyspace()
+    keyspace.aggregates(speed=speed)
+    return keyspace
 
 
-def _serving(speed: Sequence[Aggregate]) -> tuple[Serving, FakeViews]:
-    serving = Serving(Settings(), stores=InMemoryStores([KATHMANDU, NEW_YORK]))
-    views = FakeViews(speed)
-    serving.views = views  # type: ignore[assignment]
-    return serving, views
+def _serving(
+    speed: Sequence[Aggregate], stores: StoreRegistry | None = None, **settings: Any
+) -> tuple[Serving, MemoryKeyspace]:
+    keyspace = _keyspace(speed)
+    serving = Serving(
+        Settings(**settings),
+        stores=stores or InMemoryStores([KATHMANDU, NEW_YORK]),
+        views=memory_views(keyspace),
+    )
+    return serving, keyspace
 
 
 def test_the_service_answers_in_the_registered_zone() -> None:
-    serving, views = _serving(SPEED)
+    serving, keyspace = _serving(SPEED)
     answer = serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))
     assert (answer.name, answer.time_zone, len(answer.days)) == ("Thamel", "Asia/Kathmandu", 1)
     assert (answer.days[0].receipt_count, answer.days[0].revenue) == (16, Decimal("114.70"))
-    assert views.asked == [[date(2026, 3, 1), date(2026, 3, 2)]]  # two UTC partitions
+    # Two UTC partitions of the speed view.
+    assert keyspace.reads_of("speed_day") == [(102, date(2026, 3, 1)), (102, date(2026, 3, 2))]
 
 
 def test_the_service_refuses_unregistered_stores_and_long_ranges() -> None:
@@ -146,29 +139,17 @@ def receipt(ts: datetime, txn: int) -> Receipt:
     return Receipt(ts, 7, txn, 1, Decimal("1.00"), False, [], 0, txn, "speed", False)
 
 
-class FakeReceiptViews(FakeViews):
-    """Receipts by UTC day partition, paged by an offset carried as the paging state."""
-
-    def __init__(self, receipts: Sequence[Receipt], pointer: Pointer) -> None:
-        super().__init__([agg(102, at(1, 18, 15), 1, "1.00")])
-        self.rows, self._pointer = sorted(receipts, key=lambda r: r.happened_at), pointer
-        self.reads: list[tuple[str, date]] = []
-
-    def pointer(self, first: date, last: date) -> Pointer:
-        return self._pointer
-
-    def receipts(
-        self, store: int, segment: Segment, fetch_size: int, paging_state: bytes | None
-    ) -> tuple[list[Receipt], bytes | None]:
-        self.reads.append((segment.source, segment.day))
-        rows = [
-            replace(r, source=segment.source)
-            for r in self.rows
-            if r.happened_at.date() == segment.day and segment.start <= r.happened_at < segment.end
-        ]
-        first = int(paging_state or b"0")
-        end = first + fetch_size
-        return rows[first:end], (str(end).encode() if end < len(rows) else None)
+def _receipts_keyspace(receipts: Sequence[Receipt], pointer: Pointer) -> MemoryKeyspace:
+    """Store 102's receipts in the speed view and in the batch partition the pointer's
+    days name (each side serves its own part of a day: the listing reads both), paged
+    by the fake's offsets."""
+    keyspace = _keyspace([agg(102, at(1, 18, 15), 1, "1.00")])
+    keyspace.pointer(pointer)
+    keyspace.receipts(102, receipts)
+    for v in pointer.days.values():
+        version, served_upto = receipts_partition(v.receipts_ref)
+        keyspace.batch_receipts(102, version, receipts, master_version=served_upto or 0)
+    return keyspace
 
 
 def test_a_local_days_receipts_page_across_two_utc_days_and_the_batch_seam() -> None:
@@ -177,9 +158,10 @@ def test_a_local_days_receipts_page_across_two_utc_days_and_the_batch_seam() -> 
     times = [at(1, 18, 14), at(1, 18, 15), at(1, 19, 59), at(1, 20), at(1, 23, 59),
              at(2, 0), at(2, 18, 14), at(2, 18, 15)]  # fmt: skip
     rows = [receipt(t, n) for n, t in enumerate(times)]
-    serving = Serving(Settings(), stores=InMemoryStores([KATHMANDU, NEW_YORK]))
-    views = FakeReceiptViews(rows, POINTER)
-    serving.views = views  # type: ignore[assignment]
+    keyspace = _receipts_keyspace(rows, POINTER)
+    serving = Serving(
+        Settings(), stores=InMemoryStores([KATHMANDU, NEW_YORK]), views=memory_views(keyspace)
+    )
     serving._page_key = bytes(32)
     seen: list[Receipt] = []
     page = serving.local_receipts(102, date(2026, 3, 2), page_size=2)
@@ -198,6 +180,9 @@ def test_a_local_days_receipts_page_across_two_utc_days_and_the_batch_seam() -> 
     assert [r.transaction_id for r in seen] == [1, 2, 3, 4, 5, 6]  # each once, in time order
     assert [r.source for r in seen] == ["batch", "batch", "speed", "speed", "speed", "speed"]
     assert pages == 3
+    # The batch's part from its version's partition, the rest from the speed view's.
+    read = {name for name, _ in keyspace.log if name.startswith("receipts_")}
+    assert read == {"receipts_batch", "receipts_speed"}
     with pytest.raises(QueryError, match="issued for store 102 on local day 2026-03-02, not "
                                          "store 102 on UTC day"):  # fmt: skip
         serving.receipts(102, date(2026, 3, 2), page=serving.local_receipts(
@@ -208,24 +193,19 @@ def test_a_local_days_receipts_page_across_two_utc_days_and_the_batch_seam() -> 
 
 
 def test_a_local_days_issues_are_those_of_its_utc_range() -> None:
-    def conflict(winner: datetime) -> Conflict:
+    def conflict(winner: datetime, offset: int) -> Conflict:
         return Conflict(7, 1, ["revenue"], winner, winner, Decimal("2.00"), Decimal("1.00"),
-                        0, 2, 0, 1)  # fmt: skip
+                        0, offset, 0, 1)  # fmt: skip
 
     def fix(ws: datetime) -> Fix:
         return Fix(ws, "v1", 1, 2, 1, Decimal("1.00"), Decimal("2.00"), Decimal("1.00"), 1, 0,
                    0, None)  # fmt: skip
 
-    class IssueViews(FakeViews):
-        def conflicts(self, store: int, day: date) -> list[Conflict]:
-            return [conflict(t) for t in (at(1, 18), at(1, 18, 15), at(2, 18, 15))
-                    if t.date() == day]  # fmt: skip
-
-        def fixes(self, store: int, day: date) -> list[Fix]:
-            return [fix(t) for t in (at(1, 18), at(2, 18)) if t.date() == day]
-
-    serving = Serving(Settings(), stores=InMemoryStores([KATHMANDU, NEW_YORK]))
-    serving.views = IssueViews([agg(102, at(1, 18, 15), 1, "1.00")])  # type: ignore[assignment]
+    serving, keyspace = _serving([agg(102, at(1, 18, 15), 1, "1.00")])
+    # Copies at Kafka offsets 2, 3, 4 (one row each), by their winner's UTC day.
+    winners = (at(1, 18), at(1, 18, 15), at(2, 18, 15))
+    keyspace.conflicts(102, [conflict(t, 2 + n) for n, t in enumerate(winners)])
+    keyspace.fixes(102, [fix(at(1, 18)), fix(at(2, 18))])
     local = serving.local_store_day(102, date(2026, 3, 2))
     assert [c.winner_happened_at for c in local.conflicts] == [at(1, 18, 15)]
     assert [f.window_start for f in local.fixes] == [at(2, 18)]
@@ -305,8 +285,7 @@ BROKEN = (
 
 
 def test_a_broken_stores_row_is_refused_with_what_to_fix() -> None:
-    serving = Serving(Settings(), stores=BrokenRegistry([NEW_YORK]))
-    serving.views = FakeViews(SPEED)  # type: ignore[assignment]
+    serving, _ = _serving(SPEED, BrokenRegistry([NEW_YORK]))
     with pytest.raises(BrokenStore) as refused:
         serving.local_days(102, date(2026, 3, 2), date(2026, 3, 2))
     assert str(refused.value) == BROKEN
@@ -325,8 +304,7 @@ def test_a_broken_stores_row_is_refused_with_what_to_fix() -> None:
     ],
 )
 def test_http_answers_409_for_a_broken_stores_row(path: str) -> None:
-    serving = Serving(Settings(), stores=BrokenRegistry([NEW_YORK]))
-    serving.views = FakeViews(SPEED)  # type: ignore[assignment]
+    serving, _ = _serving(SPEED, BrokenRegistry([NEW_YORK]))
     with TestClient(create_app(serving.settings, serving)) as http:
         r = http.get(path)
     assert (r.status_code, r.json()) == (409, {"detail": BROKEN})
@@ -339,29 +317,33 @@ def test_a_listing_resumed_after_a_rebuild_or_too_late_answers_410() -> None:
     served = Pointer(at(1, 20), {date(2026, 3, 1): DayVersion(date(2026, 3, 1), "v1",
                                                               at(1, 20), "gen-a", 12)})  # fmt: skip
     now = [datetime(2026, 3, 5, 9, tzinfo=UTC)]
-    serving = Serving(Settings(), clock=lambda: now[0], stores=InMemoryStores([KATHMANDU]))
     rows = [receipt(at(1, 19), 1), receipt(at(1, 19, 30), 2), receipt(at(1, 21), 3)]
-    views = FakeReceiptViews(rows, served)
-    serving.views = views  # type: ignore[assignment]
+    keyspace = _receipts_keyspace(rows, served)
+    serving = Serving(
+        Settings(),
+        clock=lambda: now[0],
+        stores=InMemoryStores([KATHMANDU]),
+        views=memory_views(keyspace),
+    )
     serving._page_key = bytes(32)
     first = serving.receipts(102, date(2026, 3, 1), page_size=1)
     assert first.next_page is not None
     with TestClient(create_app(serving.settings, serving)) as http:
         url = f"/stores/102/days/2026-03-01/receipts?page_size=1&page={first.next_page}"
         # A fold of the same generation commits (table version 12 -> 13): still good.
-        views._pointer = Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
-            date(2026, 3, 1), "v2", at(1, 21), "gen-a", 13)})  # fmt: skip
+        keyspace.pointer(Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
+            date(2026, 3, 1), "v2", at(1, 21), "gen-a", 13)}))  # fmt: skip
         assert http.get(url).status_code == 200
         # A rebuild switches the day to generation gen-b (gc deletes gen-a's rows later).
-        views._pointer = Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
-            date(2026, 3, 1), "v3", at(1, 21), "gen-b", 14)})  # fmt: skip
+        keyspace.pointer(Pointer(at(1, 21), {date(2026, 3, 1): DayVersion(
+            date(2026, 3, 1), "v3", at(1, 21), "gen-b", 14)}))  # fmt: skip
         gone = http.get(url)
         assert (gone.status_code, gone.json()) == (410, {"detail": (
             "page has expired, start the listing again (ask without page): the batch version "
             "it reads for 2026-03-01 (gen-a) is no longer served (now gen-b: a rebuild "
             "replaced it)")})  # fmt: skip
         # Served again (say, the rebuild rolled back), but an hour and a second later.
-        views._pointer = served
+        keyspace.pointer(served)
         now[0] += timedelta(seconds=3601)
         late = http.get(url)
         assert (late.status_code, late.json()["detail"]) == (410, (
@@ -371,25 +353,19 @@ def test_a_listing_resumed_after_a_rebuild_or_too_late_answers_410() -> None:
 
 
 def test_health_scans_the_dead_letters_it_is_asked_for_within_the_setting() -> None:
-    class HealthViews(FakeViews):
-        scans: ClassVar[list[int]] = []  # a class of this test's own
+    def scanned(serving: Serving, rows: int | None = None) -> tuple[int, bool]:
+        found = serving.health(dead_letter_rows=rows).dead_letters
+        return found.total, found.truncated
 
-        def dead_letter_reasons(self, limit: int) -> tuple[list[str], bool]:
-            self.scans.append(limit)
-            return ["invalid_json"] * min(limit, 3), limit < 3
-
-        def batch_runs(self, limit: int) -> list[Any]:
-            return []
-
-        def speed_progress(self, now: datetime) -> list[Any]:
-            return []
-
-    serving = Serving(Settings(serve_dead_letter_scan_limit=500))
-    views = HealthViews([])
-    serving.views = views  # type: ignore[assignment]
-    assert serving.health().dead_letters.total == 3
-    assert serving.health(dead_letter_rows=2).dead_letters.truncated is True
-    serving.health(dead_letter_rows=1000)  # the setting caps what a caller asks
-    assert views.scans == [500, 2, 500]
+    five = [DeadLetter(1, 7, 40 + n, "pos.transactions", KafkaCopy(0, n, None), "invalid_json",
+                       None) for n in range(5)]  # fmt: skip
+    serving, keyspace = _serving([], serve_dead_letter_scan_limit=4)
+    keyspace.dead_letters(five)
+    assert scanned(serving) == (4, True)  # the setting's 4 of the 5
+    assert scanned(serving, 2) == (2, True)
+    assert scanned(serving, 1000) == (4, True)  # the setting caps what a caller asks
+    everything, more = _serving([], serve_dead_letter_scan_limit=500)
+    more.dead_letters(five)
+    assert scanned(everything) == (5, False)
     with pytest.raises(QueryError, match="dead_letter_rows must be between 1 and"):
         serving.health(dead_letter_rows=0)

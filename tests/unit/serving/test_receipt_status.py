@@ -1,5 +1,6 @@
-"""Receipt status: the pure classification on literal rows, and the front doors over an
-in-memory fake of the views (the `ReceiptViews` port), no Cassandra.
+"""Receipt status: the pure classification on literal rows, `look_up` over a recording
+fake of its `ReceiptViews` port, and the front doors (HTTP, CLI) over the views in memory
+(tests/support/memory_views.py), no Cassandra.
 
 Store 1, device 7, receipt 42, happened 2026-03-02 09:03 UTC; its first copy at Kafka
 partition 2 offset 10.
@@ -31,6 +32,7 @@ from pos_lambda.serving.receipt_status import (
     look_up,
 )
 from pos_lambda.settings import Settings
+from tests.support.memory_views import MemoryKeyspace, memory_views
 
 KEY = ReceiptKey(1, 7, 42)
 DAY = date(2026, 3, 2)
@@ -133,9 +135,6 @@ class FakeViews:
                if (d.operation_id, d.vendor_fiscal_module, d.transaction_id) == ident]  # fmt: skip
         return own[:limit]
 
-    def close(self) -> None:
-        """What Serving.close calls (the real adapter closes its session)."""
-
 
 def test_look_up_reads_conflicts_by_the_winners_day_only_for_an_indexed_receipt() -> None:
     views = FakeViews({KEY: INDEXED}, {(KEY, DAY): [CONFLICT]})
@@ -166,9 +165,11 @@ def test_the_dead_letters_read_are_capped_and_the_answer_says_so() -> None:
 
 @pytest.fixture
 def serving(tmp_path: Path) -> Serving:
-    lib = Serving(Settings(state_dir=tmp_path))
-    lib.views = FakeViews({KEY: INDEXED}, dead=[dead(1, 7, 43, 1)])  # type: ignore[assignment]
-    return lib
+    """The library over the views in memory: receipt 42 indexed, receipt 43 a dead letter."""
+    keyspace = MemoryKeyspace()
+    keyspace.indexed(KEY, INDEXED)
+    keyspace.dead_letters([dead(1, 7, 43, 1)])
+    return Serving(Settings(state_dir=tmp_path), views=memory_views(keyspace))
 
 
 def test_http_answers_a_status_and_404_with_a_body_for_unknown(serving: Serving) -> None:
