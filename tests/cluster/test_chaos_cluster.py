@@ -15,6 +15,7 @@ from pos_lambda_dev.demo import cluster_chaos, cluster_faults
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(3600)
 def test_every_layer_stays_exact_with_one_node_of_a_kind_away(
     request: pytest.FixtureRequest,
 ) -> None:

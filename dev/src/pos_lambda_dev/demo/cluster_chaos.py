@@ -290,8 +290,8 @@ class ClusterRun:
         views = total(
             lambda: steps.checkpoint_offsets(s.checkpoint_dir / "views", s.topics.transactions)
         )
-        receipts = total(lambda: steps.committed(s, s.receipts.group_id, s.topics.transactions))
-        alerts = total(lambda: steps.committed(s, s.alerts.group_id, s.topics.transactions))
+        receipts = total(lambda: _committed(s, s.receipts.group_id))
+        alerts = total(lambda: _committed(s, s.alerts.group_id))
         return Sample(time.monotonic(), views, receipts, alerts)
 
     def sampler(self) -> threading.Thread:
@@ -316,6 +316,24 @@ class ClusterRun:
                 if pid is not None:
                     total += _rss_mib(pid)
             self.memory_mib[kind] = max(self.memory_mib[kind], total)
+
+
+def _committed(settings: Settings, group: str) -> dict[int, int]:
+    """The group's committed input offsets; librdkafka's lines about the node that is
+    away go to the run's log, not the terminal."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+
+    config = ConfluentClients.from_settings(settings).offsets_reader_config(group)
+    consumer = Consumer(config | {"logger": logging.getLogger("pos.chaos.sampler")})
+    try:
+        topic = settings.topics.transactions
+        md = consumer.list_topics(topic, timeout=10)
+        tps = [TopicPartition(topic, p) for p in sorted(md.topics[topic].partitions)]
+        return {tp.partition: max(tp.offset, 0) for tp in consumer.committed(tps, timeout=10)}
+    finally:
+        consumer.close()
 
 
 def _rss_mib(pid: int) -> int:
@@ -457,13 +475,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         messages, summary, (first, last) = _prepare(crun)
         crun.start_all()
         sampler = crun.sampler()
-        stream = Counting(messages, args.rate)
+        # The stream waits after its first messages until the speed layer has committed
+        # them: its start-up (a few minutes under this load) must not eat the stream.
+        first_batch = min(200, len(messages))
+        stream = Counting(messages, args.rate, holds=(first_batch,))
         producer = _produce(crun, stream)
         say(
             f"stream: {len(messages):,} messages at {args.rate:.0f}/s; awaiting the first "
             "views commit"
         )
         await_or_fail(crun.committed_once, args.step_timeout, "the speed layer's first commit")
+        stream.release(first_batch)
         for fault in cluster_faults.FAULTS:
             crun.hold(args.settle_seconds)
             if not producer.is_alive():
