@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
-NaturalKey = tuple[int, int, int]
+from pos_lambda.schemas.contract import NaturalKey
+
 WindowKey = tuple[int, datetime]  # (operation_id, window_start UTC)
 
 # The simulator's malformed kinds (src/pos_lambda/producer/malformed.py) and the reason codes the

@@ -27,7 +27,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NamedTuple
 
-NaturalKey = tuple[int, int, int]
+from pos_lambda.schemas.contract import NaturalKey
+
 PathLike = str | Path
 
 
