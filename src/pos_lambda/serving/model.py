@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Literal
 
 from pos_lambda.batch_layer.runs import BatchRun
+from pos_lambda.schemas.contract import LineItem
 from pos_lambda.views.windows import WINDOW
 
 Source = Literal["batch", "speed"]
@@ -150,13 +151,10 @@ class TopStores:
     stores: list[DayTotal]
 
 
-@dataclass(frozen=True)
-class LineItem:
-    title: str
-    price: Decimal
-    amount: int
-
-
+# A receipt as served: one view's row of it, with its provenance and where its winning
+# copy is in Kafka. Not the contract's `Receipt` (the message): the store is the page's
+# and the totals are the row's. It keeps the name `Receipt` because the HTTP API's
+# OpenAPI document names it so; no docstring, which would become its description there.
 @dataclass(frozen=True)
 class Receipt:
     happened_at: datetime

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas import cql
+from pos_lambda.schemas.contract import LineItem
 from pos_lambda.serving import merge
 from pos_lambda.serving.errors import QueryError, Unavailable
 from pos_lambda.serving.model import (
@@ -33,7 +34,6 @@ from pos_lambda.serving.model import (
     Conflict,
     DayVersion,
     Fix,
-    LineItem,
     Pointer,
     Receipt,
     Segment,
