@@ -46,6 +46,7 @@ from pos_lambda.audit.readers import (
     speed_processed,
 )
 from pos_lambda.audit.report import AuditReport, ViewResult
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.serving.errors import ServingError
 from pos_lambda.serving.model import Pointer
 from pos_lambda.settings import Settings
@@ -290,16 +291,14 @@ class _Context:
         first = min(ws for _, ws in everything)
         end = max(ws for _, ws in everything) + WINDOW
         pointer = self._pointer_or_empty()
-        observed: list[tuple[ex.WindowKey, ex.Aggregate]] = []
+        observed: list[tuple[ex.WindowKey, Aggregate]] = []
         source: dict[ex.WindowKey, str] = {}
         for store in self.ledger.stores:
             for w in self.src.windows(store, first, end):
                 key = (store, w.window_start)
                 source[key] = w.source
-                observed.append(
-                    (key, ex.Aggregate(w.receipt_count, w.item_quantity, w.revenue, w.late_count))
-                )
-        expected: dict[ex.WindowKey, ex.Aggregate] = {}
+                observed.append((key, Aggregate.of_row(w)))
+        expected: dict[ex.WindowKey, Aggregate] = {}
         beyond = 0
         for key, agg in everything.items():
             by_batch = source.get(key, "batch" if pointer.covering(key[1]) else "speed")

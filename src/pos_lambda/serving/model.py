@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Literal
 
 from pos_lambda.batch_layer.runs import BatchRun
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.schemas.contract import LineItem
 from pos_lambda.views.windows import WINDOW
 
@@ -21,15 +22,13 @@ Source = Literal["batch", "speed"]
 
 
 @dataclass(frozen=True)
-class Aggregate:
-    """One stored 15-minute aggregate of a store; `version` is set for batch rows only."""
+class AggregateRow:
+    """One stored 15-minute aggregate of a store, a row of agg_15m_batch or agg_15m_speed:
+    its key, its measures and, for batch rows only, the version that wrote it."""
 
     operation_id: int
     window_start: datetime
-    receipt_count: int
-    item_quantity: int
-    revenue: Decimal
-    late_count: int
+    aggregate: Aggregate
     version: str | None = None
 
 

@@ -26,11 +26,12 @@ from typing import Any, Protocol
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas import cql
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.schemas.contract import LineItem
 from pos_lambda.serving import merge
 from pos_lambda.serving.errors import QueryError, Unavailable
 from pos_lambda.serving.model import (
-    Aggregate,
+    AggregateRow,
     Conflict,
     DayVersion,
     Fix,
@@ -138,14 +139,11 @@ def _day(value: Any) -> date:
     return out
 
 
-def _aggregate(r: Any) -> Aggregate:
-    return Aggregate(
+def _aggregate(r: Any) -> AggregateRow:
+    return AggregateRow(
         operation_id=r.operation_id,
         window_start=_utc(r.window_start),
-        receipt_count=r.receipt_count,
-        item_quantity=r.item_quantity,
-        revenue=Decimal(r.revenue),
-        late_count=r.late_count,
+        aggregate=Aggregate.of_row(r),
         version=getattr(r, "version", None),
     )
 
@@ -359,7 +357,7 @@ class Views:
 
     def store_days(
         self, store: int, days: Sequence[date], pointer: Pointer
-    ) -> tuple[list[Aggregate], list[Aggregate]]:
+    ) -> tuple[list[AggregateRow], list[AggregateRow]]:
         """(batch rows of the committed versions, speed rows) of a store's days."""
         calls: list[tuple[str, tuple[Any, ...]]] = [("speed_day", (store, d)) for d in days]
         committed = [pointer.days[d] for d in days if d in pointer.days]
@@ -371,7 +369,7 @@ class Views:
 
     def all_stores_day(
         self, day: date, pointer: Pointer
-    ) -> tuple[list[Aggregate], list[Aggregate]]:
+    ) -> tuple[list[AggregateRow], list[AggregateRow]]:
         """(batch, speed) rows of every store on `day`, through the SAI `day` indexes."""
         calls: list[tuple[str, tuple[Any, ...]]] = [("speed_all_stores", (day,))]
         if day in pointer.days:
