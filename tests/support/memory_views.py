@@ -29,7 +29,7 @@ from typing import Any
 from pos_lambda.schemas import cql
 from pos_lambda.serving.model import AggregateRow, Conflict, DayVersion, Fix, Pointer, Receipt
 from pos_lambda.serving.receipt_status import DeadLetter, IndexedReceipt, ReceiptKey
-from pos_lambda.serving.store import STATEMENTS, VIEW_NAME, Views
+from pos_lambda.serving.store import STATEMENTS, Views
 from pos_lambda.settings import Settings
 
 
@@ -317,7 +317,7 @@ class MemoryKeyspace:
 
     def pointer(self, pointer: Pointer) -> None:
         """The batch pointer's partition: its horizon and its days' committed versions."""
-        self.insert(cql.BATCH_POINTER_TABLE, view_name=VIEW_NAME, horizon=pointer.horizon)
+        self.insert(cql.BATCH_POINTER_TABLE, view_name=cql.BATCH_VIEW_NAME, horizon=pointer.horizon)
         for v in pointer.days.values():
             self.day_version(v)
 
@@ -325,7 +325,7 @@ class MemoryKeyspace:
         """One day's committed version (a commit of the batch replaces the day's row)."""
         self.insert(
             cql.BATCH_POINTER_TABLE,
-            view_name=VIEW_NAME,
+            view_name=cql.BATCH_VIEW_NAME,
             day=v.day,
             version=v.version,
             covered_until=v.covered_until,

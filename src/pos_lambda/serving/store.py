@@ -54,10 +54,10 @@ from pos_lambda.settings import Settings
 
 log = logging.getLogger("pos.serving")
 
-VIEW_NAME = "batch"  # the pointer partition the batch layer commits (pos_lambda.batch_layer.store)
-SPEED_QUERIES = ("pos-speed-views", "pos-speed-archiver")
+# The health answer lists the views query first.
+SPEED_QUERIES = (cql.SPEED_QUERY_OF_JOB["views"], cql.SPEED_QUERY_OF_JOB["archiver"])
 
-_AGG = "operation_id, window_start, receipt_count, item_quantity, revenue, late_count"
+_AGG = ", ".join(("operation_id", "window_start", *Aggregate._fields))
 _RECEIPT = (
     "happened_at, vendor_fiscal_module, transaction_id, item_quantity, revenue, late, "
     "line_items, kafka_partition, kafka_offset"
@@ -336,7 +336,10 @@ class Views:
         the reads still gives every window exactly one source.
         """
         horizon, days = self.many(
-            [("horizon", (VIEW_NAME,)), ("pointer_days", (VIEW_NAME, first, last))]
+            [
+                ("horizon", (cql.BATCH_VIEW_NAME,)),
+                ("pointer_days", (cql.BATCH_VIEW_NAME, first, last)),
+            ]
         )
         return Pointer(
             horizon=utc(horizon[0].horizon) if horizon else None,
@@ -483,7 +486,7 @@ class Views:
     # --- pipeline health -------------------------------------------------------------------
 
     def batch_runs(self, limit: int) -> list[BatchRun]:
-        return [BatchRun.from_row(r) for r in self.rows("batch_runs", VIEW_NAME, limit)]
+        return [BatchRun.from_row(r) for r in self.rows("batch_runs", cql.BATCH_VIEW_NAME, limit)]
 
     def speed_progress(self, now: datetime) -> list[SpeedQuery]:
         out = []
