@@ -98,23 +98,10 @@ def daily_totals(windows: Iterable[Window]) -> list[DayTotal]:
     by_day: dict[tuple[int, date], list[Window]] = defaultdict(list)
     for w in windows:
         by_day[(w.operation_id, w.window_start.date())].append(w)
-    out = []
-    for (store, day), rows in sorted(by_day.items()):
-        t = totals(rows)
-        out.append(
-            DayTotal(
-                operation_id=store,
-                day=day,
-                receipt_count=t.receipt_count,
-                item_quantity=t.item_quantity,
-                revenue=t.revenue,
-                late_count=t.late_count,
-                batch_windows=t.batch_windows,
-                speed_windows=t.speed_windows,
-                final=t.speed_windows == 0,
-            )
-        )
-    return out
+    return [
+        DayTotal(operation_id=store, day=day, **totals(rows).of_day())
+        for (store, day), rows in sorted(by_day.items())
+    ]
 
 
 def top_stores(

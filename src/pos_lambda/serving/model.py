@@ -8,10 +8,10 @@ are pure functions over plain values, tested with literal rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas.aggregate import Aggregate
@@ -115,6 +115,17 @@ class Totals:
     batch_windows: int = 0
     speed_windows: int = 0
 
+    @property
+    def final(self) -> bool:
+        """Every window came from the batch: exact as of its committed versions."""
+        return self.speed_windows == 0
+
+    def of_day(self) -> dict[str, Any]:
+        """What a day's total (`DayTotal`, `local_days.LocalDayTotal`) says beyond which
+        day it is: these sums and whether they are final. Flat fields, not a nested
+        Totals, because the HTTP and JSON answers list them flat."""
+        return {**asdict(self), "final": self.final}
+
 
 @dataclass(frozen=True)
 class WindowsAnswer:
@@ -128,6 +139,8 @@ class WindowsAnswer:
     windows: list[Window]
 
 
+# Its fields beyond the day are `Totals.of_day()`'s (the docstring is the OpenAPI
+# description: it stays as the HTTP API published it).
 @dataclass(frozen=True)
 class DayTotal:
     """A store's (or a ranked store's) day; final when every window came from batch."""
