@@ -31,6 +31,13 @@ REVENUE_TYPE = DecimalType(38, 2)
 
 # A window's key, then its measures: the fields of the one aggregate type.
 AGGREGATE_COLUMNS = ("operation_id", "day", "window_start", *Aggregate._fields)
+# Each measure's Spark type in AGGREGATE_COLUMNS; a sum of two keeps it.
+MEASURE_TYPES = {
+    "receipt_count": "int",
+    "item_quantity": "bigint",
+    "revenue": REVENUE_TYPE.simpleString(),
+    "late_count": "int",
+}
 
 
 def window_start(ts: Column) -> Column:
