@@ -27,13 +27,13 @@ from typing import Any
 from pos_lambda.audit.expectations import (
     AlertIdentity,
     IndexRow,
-    NaturalKey,
     RawRow,
     TopicRow,
     WindowKey,
 )
 from pos_lambda.schemas import cql
 from pos_lambda.schemas.aggregate import Aggregate
+from pos_lambda.schemas.contract import NaturalKey
 from pos_lambda.serving import Serving
 from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.merge import day_bounds
