@@ -32,14 +32,14 @@ from pos_lambda.adapters import cassandra_client
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.producer.ledger import expected_aggregates, load_receipts
 from pos_lambda.schemas import cql
+from pos_lambda.schemas.cql import SPEED_QUERY_OF_JOB
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer import QUERY_OF_JOB as SPEED_JOBS
 
 T = TypeVar("T")
 K = TypeVar("K")
 
 # `pos-speed run --jobs` names -> their streaming queries' names (views first).
-QUERY_OF_JOB = {job: SPEED_JOBS[job] for job in ("views", "archiver")}
+QUERY_OF_JOB = {job: SPEED_QUERY_OF_JOB[job] for job in ("views", "archiver")}
 QUERIES = tuple(QUERY_OF_JOB.values())
 # The environment that makes `pos-speed run --available-now` take a whole backlog in
 # one micro-batch.

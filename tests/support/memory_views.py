@@ -27,9 +27,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from pos_lambda.schemas import cql
-from pos_lambda.serving.model import Aggregate, Conflict, DayVersion, Fix, Pointer, Receipt
+from pos_lambda.serving.model import AggregateRow, Conflict, DayVersion, Fix, Pointer, Receipt
 from pos_lambda.serving.receipt_status import DeadLetter, IndexedReceipt, ReceiptKey
-from pos_lambda.serving.store import STATEMENTS, VIEW_NAME, Views
+from pos_lambda.serving.store import STATEMENTS, Views
 from pos_lambda.settings import Settings
 
 
@@ -299,7 +299,9 @@ class MemoryKeyspace:
 
     # --- the views' rows, from the serving layer's own types ----------------------------
 
-    def aggregates(self, speed: Sequence[Aggregate] = (), batch: Sequence[Aggregate] = ()) -> None:
+    def aggregates(
+        self, speed: Sequence[AggregateRow] = (), batch: Sequence[AggregateRow] = ()
+    ) -> None:
         """Speed rows (agg_15m_speed) and batch rows (agg_15m_batch, by their version)."""
         for rows, table in ((speed, cql.AGG_SPEED_TABLE), (batch, cql.AGG_BATCH_TABLE)):
             for a in rows:
@@ -309,16 +311,13 @@ class MemoryKeyspace:
                     operation_id=a.operation_id,
                     day=a.window_start.date(),
                     window_start=a.window_start,
-                    receipt_count=a.receipt_count,
-                    item_quantity=a.item_quantity,
-                    revenue=a.revenue,
-                    late_count=a.late_count,
+                    **a.aggregate._asdict(),
                     **version,
                 )
 
     def pointer(self, pointer: Pointer) -> None:
         """The batch pointer's partition: its horizon and its days' committed versions."""
-        self.insert(cql.BATCH_POINTER_TABLE, view_name=VIEW_NAME, horizon=pointer.horizon)
+        self.insert(cql.BATCH_POINTER_TABLE, view_name=cql.BATCH_VIEW_NAME, horizon=pointer.horizon)
         for v in pointer.days.values():
             self.day_version(v)
 
@@ -326,7 +325,7 @@ class MemoryKeyspace:
         """One day's committed version (a commit of the batch replaces the day's row)."""
         self.insert(
             cql.BATCH_POINTER_TABLE,
-            view_name=VIEW_NAME,
+            view_name=cql.BATCH_VIEW_NAME,
             day=v.day,
             version=v.version,
             covered_until=v.covered_until,

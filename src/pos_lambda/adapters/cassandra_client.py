@@ -29,9 +29,7 @@ def cluster(
         consistency_level=getattr(ConsistencyLevel, level),
         # Every `... IF ...` of the pipeline (the pointer, the leases) runs its Paxos
         # phase at this level; its commit phase at `consistency_level`.
-        serial_consistency_level=getattr(
-            ConsistencyLevel, settings.cassandra.serial_consistency
-        ),
+        serial_consistency_level=getattr(ConsistencyLevel, settings.cassandra.serial_consistency),
         load_balancing_policy=TokenAwarePolicy(
             DCAwareRoundRobinPolicy(local_dc=settings.cassandra.local_dc or None)
         ),

@@ -40,14 +40,13 @@ from decimal import Decimal
 from functools import cached_property
 from typing import TypeVar
 
-from pos_lambda.schemas.contract import LIMITS, Receipt, parse_message
+from pos_lambda.schemas.contract import LIMITS, NaturalKey, Receipt, parse_message
 from pos_lambda.stores.model import Hours, Store
 from pos_lambda.stores.store_time import store_time
 from pos_lambda.transactional.step import Output, Source
 from pos_lambda.views.content import content_hash
 from pos_lambda.views.copies import Copies, KeyCopies
 
-NaturalKey = tuple[int, int, int]
 Device = tuple[int, int]  # (operation_id, vendor_fiscal_module)
 
 RULES = ("high_value", "large_return", "conflict", "device_silent")

@@ -24,7 +24,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from pos_lambda.audit.expectations import Aggregate, MalformedFact, reason_code
+from pos_lambda.audit.expectations import MalformedFact, reason_code
+from pos_lambda.schemas.aggregate import NO_RECEIPTS, Aggregate
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -91,9 +92,6 @@ def keyed_rows(expected: Mapping[K, V], observed: Iterable[tuple[K, V]]) -> Tall
     return t
 
 
-_EMPTY = Aggregate(0, 0, Decimal("0.00"), 0)
-
-
 def aggregate_rows(
     expected: Mapping[K, Aggregate], observed: Iterable[tuple[K, Aggregate]]
 ) -> Tally:
@@ -102,7 +100,7 @@ def aggregate_rows(
     t = Tally(expected=len(expected))
     for key, row in observed:
         row = Aggregate(*row)
-        if row.receipt_count == 0 and row == _EMPTY:
+        if row.receipt_count == 0 and row == NO_RECEIPTS:
             continue  # an empty window is no row (the serving merge fills them in)
         t.observed += 1
         if key in got:  # a window stored twice

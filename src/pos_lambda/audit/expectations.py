@@ -1,6 +1,7 @@
 """What every view must hold, computed from the producer's ledger alone (pure).
 
-Nothing here reads a view or imports the pipeline's code: the expectations come from
+Nothing here reads a view or imports the pipeline's logic (only the schemas' plain
+types, such as `Aggregate`): the expectations come from
 the ledger's lines (written by the simulator with Python Decimal) and from the
 documented rules (the contract's 15-minute windows, the speed layer's lateness bound,
 the alert thresholds, the malformed kind -> dead-letter reason table below).
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
-NaturalKey = tuple[int, int, int]
+from pos_lambda.schemas.aggregate import NO_RECEIPTS, Aggregate
+from pos_lambda.schemas.contract import NaturalKey
+
 WindowKey = tuple[int, datetime]  # (operation_id, window_start UTC)
 
 # The simulator's malformed kinds (src/pos_lambda/producer/malformed.py) and the reason codes the
@@ -37,15 +40,6 @@ MALFORMED_REASONS: Mapping[str, frozenset[str]] = {
 def reason_code(reason: str) -> str:
     """ "wrong_type:operation_id" -> "wrong_type" (the contract's codes carry a path)."""
     return reason.split(":", 1)[0]
-
-
-class Aggregate(NamedTuple):
-    """One 15-minute window of a store, as every aggregate view stores it."""
-
-    receipt_count: int
-    item_quantity: int
-    revenue: Decimal
-    late_count: int
 
 
 @dataclass(frozen=True)
@@ -201,14 +195,11 @@ def load(path: str | Path) -> Ledger:
 
 def aggregates(receipts: Iterable[ReceiptFact]) -> dict[WindowKey, Aggregate]:
     """Sum per store and window: each unique receipt once (resends are not receipts)."""
-    acc: dict[WindowKey, list[Any]] = {}
+    acc: dict[WindowKey, Aggregate] = {}
     for r in receipts:
-        a = acc.setdefault((r.store, r.window_start), [0, 0, Decimal("0.00"), 0])
-        a[0] += 1
-        a[1] += r.item_quantity
-        a[2] += r.revenue
-        a[3] += 1 if r.late else 0
-    return {k: Aggregate(a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+        key = (r.store, r.window_start)
+        acc[key] = acc.get(key, NO_RECEIPTS).plus_receipt(r.item_quantity, r.revenue, r.late)
+    return acc
 
 
 # --- alerts -----------------------------------------------------------------------

@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from pos_lambda.audit.expectations import (
-    Aggregate,
     AlertIdentity,
     IndexRow,
-    NaturalKey,
     RawRow,
     TopicRow,
     WindowKey,
 )
 from pos_lambda.schemas import cql
+from pos_lambda.schemas.aggregate import Aggregate
+from pos_lambda.schemas.contract import NaturalKey
 from pos_lambda.serving import Serving
 from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.merge import day_bounds
@@ -138,8 +138,8 @@ class Sources:
             for row in b:
                 committed = pointer.covering(row.window_start)
                 if committed is not None and committed.version == row.version:
-                    batch.append(((store, row.window_start), _agg(row)))
-            speed += [((store, row.window_start), _agg(row)) for row in s]
+                    batch.append(((store, row.window_start), row.aggregate))
+            speed += [((store, row.window_start), row.aggregate) for row in s]
         return batch, speed
 
     def windows(self, store: int, first: datetime, end: datetime) -> list[Window]:
@@ -240,10 +240,6 @@ def _instant(value: datetime) -> datetime:
     out = utc(value)  # the driver's naive UTC
     assert out is not None, "happened_at is part of the key"
     return out
-
-
-def _agg(row: Any) -> Aggregate:
-    return Aggregate(row.receipt_count, row.item_quantity, row.revenue, row.late_count)
 
 
 # --- Kafka -------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ from pos_lambda.audit.readers import (
     speed_processed,
 )
 from pos_lambda.audit.report import AuditReport, ViewResult
+from pos_lambda.schemas.aggregate import Aggregate
+from pos_lambda.schemas.contract import NaturalKey
 from pos_lambda.serving.errors import ServingError
 from pos_lambda.serving.model import Pointer
 from pos_lambda.settings import Settings
@@ -290,16 +292,14 @@ class _Context:
         first = min(ws for _, ws in everything)
         end = max(ws for _, ws in everything) + WINDOW
         pointer = self._pointer_or_empty()
-        observed: list[tuple[ex.WindowKey, ex.Aggregate]] = []
+        observed: list[tuple[ex.WindowKey, Aggregate]] = []
         source: dict[ex.WindowKey, str] = {}
         for store in self.ledger.stores:
             for w in self.src.windows(store, first, end):
                 key = (store, w.window_start)
                 source[key] = w.source
-                observed.append(
-                    (key, ex.Aggregate(w.receipt_count, w.item_quantity, w.revenue, w.late_count))
-                )
-        expected: dict[ex.WindowKey, ex.Aggregate] = {}
+                observed.append((key, Aggregate.of_row(w)))
+        expected: dict[ex.WindowKey, Aggregate] = {}
         beyond = 0
         for key, agg in everything.items():
             by_batch = source.get(key, "batch" if pointer.covering(key[1]) else "speed")
@@ -324,7 +324,7 @@ class _Context:
         """Serving.receipts per store-day: receipts of batch-answered windows from the
         committed version, the rest from the speed view (within the bound)."""
         pointer = self._pointer_or_empty()
-        expected: dict[ex.NaturalKey, ex.RawRow] = {}
+        expected: dict[NaturalKey, ex.RawRow] = {}
         beyond = 0
         for f in self.ledger.receipts.values():
             if pointer.covering(f.window_start) is not None or not f.beyond(self.bound):
@@ -412,7 +412,7 @@ class _Context:
                 f"run` over it to audit {s.topics.receipts}",
             )  # fmt: skip
         # A record that is no receipt of its key reads as (None, None): never expected.
-        expected: dict[ex.NaturalKey | None, ex.TopicRow | None] = {
+        expected: dict[NaturalKey | None, ex.TopicRow | None] = {
             f.key: f.topic_row() for f in self.ledger.receipts.values()
         }
         observed = receipts_in_topic(s) or []

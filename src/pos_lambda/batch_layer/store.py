@@ -23,8 +23,6 @@ from pos_lambda.batch_layer import runs
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings
 
-VIEW_NAME = "batch"  # receipts_batch + agg_15m_batch, committed together
-
 
 class NothingToDo(Exception):
     """No master dataset yet: the archiver creates it with its first micro-batch."""
@@ -170,13 +168,13 @@ class BatchStore:
         self.session.execute(
             f"INSERT INTO {cql.BATCH_RUNS_TABLE} ({', '.join(cols)}) "
             f"VALUES ({', '.join(['%s'] * len(cols))})",
-            [VIEW_NAME, run_id, *fields.values()],
+            [cql.BATCH_VIEW_NAME, run_id, *fields.values()],
         )
 
     def run(self, run_id: uuid.UUID) -> runs.BatchRun | None:
         row = self.session.execute(
             f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s AND run_id = %s",
-            [VIEW_NAME, run_id],
+            [cql.BATCH_VIEW_NAME, run_id],
         ).one()
         return None if row is None else runs.BatchRun.from_row(row)
 
@@ -186,7 +184,7 @@ class BatchStore:
         rows = self.session.execute(
             f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s "
             "AND run_id >= minTimeuuid(%s)",
-            [VIEW_NAME, since],
+            [cql.BATCH_VIEW_NAME, since],
         )
         return [runs.BatchRun.from_row(r) for r in rows]
 
@@ -197,7 +195,7 @@ class BatchStore:
         rows = self.session.execute(
             f"SELECT version, started_at, finished_at FROM {cql.BATCH_RUNS_TABLE} "
             "WHERE view_name = %s",
-            [VIEW_NAME],
+            [cql.BATCH_VIEW_NAME],
         )
         return [
             (r.version, max(t for t in (r.started_at, r.finished_at) if t is not None))
@@ -209,7 +207,7 @@ class BatchStore:
         """Every version a run ever committed (a generation among them)."""
         rows = self.session.execute(
             f"SELECT version, status FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = %s",
-            [VIEW_NAME],
+            [cql.BATCH_VIEW_NAME],
         )
         return {r.version for r in rows if r.version and r.status == "committed"}
 
@@ -228,7 +226,7 @@ class BatchStore:
             f"FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s",
             consistency_level=getattr(ConsistencyLevel, self.settings.cassandra.serial_consistency),
         )
-        rows = self.session.execute(read, [VIEW_NAME]).all()
+        rows = self.session.execute(read, [cql.BATCH_VIEW_NAME]).all()
         days = {
             r.day.date(): Served(
                 _utc(r.covered_until),
@@ -252,14 +250,14 @@ class BatchStore:
     def horizon(self) -> datetime | None:
         row = self.session.execute(
             f"SELECT horizon FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s LIMIT 1",
-            [VIEW_NAME],
+            [cql.BATCH_VIEW_NAME],
         ).one()
         return None if row is None else row.horizon
 
     def pointers(self) -> dict[date, Any]:
         """The committed version of each day (what readers follow)."""
         rows = self.session.execute(
-            f"SELECT * FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s", [VIEW_NAME]
+            f"SELECT * FROM {cql.BATCH_POINTER_TABLE} WHERE view_name = %s", [cql.BATCH_VIEW_NAME]
         )
         return {r.day.date(): r for r in rows if r.day is not None}
 
@@ -288,7 +286,7 @@ class BatchStore:
             batch.add(
                 insert,
                 (
-                    VIEW_NAME,
+                    cql.BATCH_VIEW_NAME,
                     d.day,
                     d.version,
                     d.covered_until,
@@ -310,7 +308,7 @@ class BatchStore:
                 f"UPDATE {cql.BATCH_POINTER_TABLE} SET {', '.join(sets)} "
                 "WHERE view_name = ? IF commits = ?"
             ),
-            (*values, VIEW_NAME, read.commits),
+            (*values, cql.BATCH_VIEW_NAME, read.commits),
         )
         result = self.session.execute(batch)
         if not result.was_applied:

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pos_lambda.schemas.contract import Receipt, parse_message
+from pos_lambda.schemas.contract import NaturalKey, Receipt, parse_message
 from pos_lambda.transactional.step import Output, Source
 from pos_lambda.views.content import content_hash
-from pos_lambda.views.copies import Copies, NaturalKey
+from pos_lambda.views.copies import Copies
 
 SOURCE_HEADER = "pos.source"
 HASH_HEADER = "pos.content_hash"

@@ -25,19 +25,12 @@ from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-NaturalKey = tuple[int, int, int]
+from pos_lambda.schemas.aggregate import NO_RECEIPTS, Aggregate
+from pos_lambda.schemas.contract import NaturalKey
+
 PathLike = str | Path
-
-
-class Aggregate(NamedTuple):
-    """Expected 15-minute aggregate of one store (compares equal to a plain tuple)."""
-
-    receipt_count: int
-    item_quantity: int
-    revenue: Decimal
-    late_count: int
 
 
 def write(
@@ -85,15 +78,11 @@ def load_faults(path: PathLike) -> list[dict[str, Any]]:
 def expected_aggregates(path: PathLike) -> dict[tuple[int, datetime], Aggregate]:
     """(operation_id, window_start UTC) -> Aggregate(receipt_count, item_quantity, revenue,
     late_count), summed over the unique receipts (resends counted once)."""
-    acc: dict[tuple[int, datetime], list[Any]] = {}
+    acc: dict[tuple[int, datetime], Aggregate] = {}
     for r in load_receipts(path).values():
         key = (r["operation_id"], datetime.fromisoformat(r["window_start"]))
-        a = acc.setdefault(key, [0, 0, Decimal("0.00"), 0])
-        a[0] += 1
-        a[1] += int(r["item_quantity"])
-        a[2] += Decimal(r["revenue"])
-        a[3] += 1 if r["late"] else 0
-    return {k: Aggregate(a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+        acc[key] = _counted(acc.get(key, NO_RECEIPTS), r)
+    return acc
 
 
 def expected_local_days(path: PathLike) -> dict[tuple[int, date], Aggregate]:
@@ -103,14 +92,16 @@ def expected_local_days(path: PathLike) -> dict[tuple[int, date], Aggregate]:
     producer from happened_at and the store's zone): the truth local-day totals built
     from UTC windows are compared with.
     """
-    acc: dict[tuple[int, date], list[Any]] = {}
+    acc: dict[tuple[int, date], Aggregate] = {}
     for r in load_receipts(path).values():
         if "local_day" not in r:
             raise ValueError(f"{path}: receipts carry no local_day (simulate with --store-hours)")
         key = (r["operation_id"], date.fromisoformat(r["local_day"]))
-        a = acc.setdefault(key, [0, 0, Decimal("0.00"), 0])
-        a[0] += 1
-        a[1] += int(r["item_quantity"])
-        a[2] += Decimal(r["revenue"])
-        a[3] += 1 if r["late"] else 0
-    return {k: Aggregate(a[0], a[1], a[2], a[3]) for k, a in acc.items()}
+        acc[key] = _counted(acc.get(key, NO_RECEIPTS), r)
+    return acc
+
+
+def _counted(aggregate: Aggregate, line: dict[str, Any]) -> Aggregate:
+    return aggregate.plus_receipt(
+        int(line["item_quantity"]), Decimal(line["revenue"]), line["late"]
+    )

@@ -41,7 +41,7 @@ from typing import Any
 
 from pos_lambda.producer import malformed
 from pos_lambda.producer.catalog import HOURLY_TRAFFIC, ITEMS, STORE_CATALOG, STORE_UTC_OFFSETS
-from pos_lambda.schemas.contract import LATE_THRESHOLD, LIMITS, LineItem, Receipt
+from pos_lambda.schemas.contract import LATE_THRESHOLD, LIMITS, LineItem, NaturalKey, Receipt
 from pos_lambda.stores.model import Store, parse_week
 from pos_lambda.views.windows import window_start
 
@@ -348,11 +348,11 @@ def _reorder(rng: random.Random, planned: list[_Planned], f: FaultConfig) -> lis
 
 def _outbox(
     rng: random.Random, planned: list[_Planned], f: FaultConfig
-) -> tuple[list[OutgoingMessage], dict[tuple[int, int, int], int], list[dict[str, Any]]]:
+) -> tuple[list[OutgoingMessage], dict[NaturalKey, int], list[dict[str, Any]]]:
     """Messages in send order (resends and malformed siblings added), copies per key."""
     # (send_ms, sequence, message): the sequence keeps equal timestamps in issue order.
     heap: list[tuple[int, int, OutgoingMessage]] = []
-    copies: dict[tuple[int, int, int], int] = {}
+    copies: dict[NaturalKey, int] = {}
     faults: list[dict[str, Any]] = []
 
     def push(ms: int, key: bytes, value: bytes, kind: str) -> None:

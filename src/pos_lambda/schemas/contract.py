@@ -36,6 +36,9 @@ SCHEMA_VERSION = 1
 SCHEMA_FILE = Path(__file__).with_name(f"pos_transaction.v{SCHEMA_VERSION}.schema.json")
 
 NATURAL_KEY = ("operation_id", "vendor_fiscal_module", "transaction_id")
+# A receipt's natural key as a value, in NATURAL_KEY order: a plain tuple, so that the
+# keys the layers build from rows, ledger lines and Kafka record keys compare equal.
+NaturalKey = tuple[int, int, int]
 # A receipt is *late* when its first copy reaches Kafka (record timestamp) more than
 # this after it happened. The producer's ledger and both layers use this definition.
 LATE_THRESHOLD = timedelta(minutes=15)
@@ -324,7 +327,7 @@ class Receipt:
             raise ValueError(f"happened_at must be UTC, got {self.happened_at!r}")
 
     @property
-    def natural_key(self) -> tuple[int, int, int]:
+    def natural_key(self) -> NaturalKey:
         return (self.operation_id, self.vendor_fiscal_module, self.transaction_id)
 
     @property

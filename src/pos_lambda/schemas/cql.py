@@ -22,11 +22,17 @@ RECEIPTS_BATCH_TABLE = "receipts_batch"
 BATCH_POINTER_TABLE = "batch_views"
 BATCH_RUNS_TABLE = "batch_runs"
 BATCH_FIXES_TABLE = "batch_fixes"
+# The partition of BATCH_POINTER_TABLE and BATCH_RUNS_TABLE (their `view_name`) the batch
+# layer commits receipts_batch + agg_15m_batch under, together; serving reads it.
+BATCH_VIEW_NAME = "batch"
 DEAD_LETTERS_TABLE = "dead_letters"
 ALERTS_TABLE = "alerts"
 # One row per alerts processor id while an instance runs (src/pos_lambda/transactional/lease.py).
 ALERTS_LEASES_TABLE = "alerts_leases"
 SPEED_PROGRESS_TABLE = "speed_progress"
+# `pos-speed run --jobs` names -> their streaming queries' names: the `query_name` each
+# records its micro-batches under in SPEED_PROGRESS_TABLE (and its metrics' label).
+SPEED_QUERY_OF_JOB = {"archiver": "pos-speed-archiver", "views": "pos-speed-views"}
 # One row per natural key: the winning copy, wherever its happened_at puts it. The
 # speed layer looks incoming copies up here (a direct join on the partition key),
 # so a resend is found across windows, days and store partitions. Partitioned by

@@ -99,7 +99,7 @@ RECIPES = (
         "SELECT batch_id, finished_at, input_rows, kafka_lag, valid_rows, invalid_rows,\n"
         "       resends_absorbed, conflicts\n"
         f"  FROM {{keyspace}}.{cql.SPEED_PROGRESS_TABLE} "
-        "WHERE query_name = 'pos-speed-views' LIMIT 5;",
+        f"WHERE query_name = '{cql.SPEED_QUERY_OF_JOB['views']}' LIMIT 5;",
     ),
     Recipe(
         "every store's speed windows of a day (SAI index on day)",

@@ -22,6 +22,8 @@ from pos_lambda.stores.model import Store, StoreError
 from pos_lambda.stores.registry import RegistryUnavailable, StoreRegistry
 
 
+# After its window count, `Totals.of_day()`'s fields, as a UTC day's `DayTotal` has them
+# (the docstring is the OpenAPI description: it stays as the HTTP API published it).
 @dataclass(frozen=True)
 class LocalDayTotal:
     """One local business day of a store: [start, end) in UTC and its window count."""
@@ -134,7 +136,6 @@ def local_day_totals(
         if until is not None:
             cut = until_instant(day, until, store.zone)
             rows = [w for w in whole if w.window_start < cut]
-        t = merge.totals(rows)
         out.append(
             LocalDayTotal(
                 operation_id=store.operation_id,
@@ -143,13 +144,7 @@ def local_day_totals(
                 # No window before `until` (e.g. the dashboard just after local midnight).
                 end=rows[-1].window_end if rows else whole[0].window_start,
                 windows=len(rows),
-                receipt_count=t.receipt_count,
-                item_quantity=t.item_quantity,
-                revenue=t.revenue,
-                late_count=t.late_count,
-                batch_windows=t.batch_windows,
-                speed_windows=t.speed_windows,
-                final=t.speed_windows == 0,
+                **merge.totals(rows).of_day(),
             )
         )
     return out

@@ -23,7 +23,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from pos_lambda.serving.model import Aggregate, DayTotal, Pointer, Segment, Totals, Window
+from pos_lambda.schemas.aggregate import NO_RECEIPTS
+from pos_lambda.serving.model import AggregateRow, DayTotal, Pointer, Segment, Totals, Window
 from pos_lambda.views.windows import WINDOW, window_start
 
 
@@ -45,8 +46,8 @@ def merge_windows(
     start: datetime,
     end: datetime,
     pointer: Pointer,
-    batch: Iterable[Aggregate],
-    speed: Iterable[Aggregate],
+    batch: Iterable[AggregateRow],
+    speed: Iterable[AggregateRow],
 ) -> list[Window]:
     """The store's windows of [start, end), each from exactly one source.
 
@@ -67,16 +68,13 @@ def merge_windows(
 
 
 def _window(
-    operation_id: int, ws: datetime, row: Aggregate | None, source: str, version: str | None
+    operation_id: int, ws: datetime, row: AggregateRow | None, source: str, version: str | None
 ) -> Window:
     return Window(
         operation_id=operation_id,
         window_start=ws,
         window_end=ws + WINDOW,
-        receipt_count=row.receipt_count if row else 0,
-        item_quantity=row.item_quantity if row else 0,
-        revenue=row.revenue if row else Decimal("0.00"),
-        late_count=row.late_count if row else 0,
+        **(row.aggregate if row else NO_RECEIPTS)._asdict(),
         source="batch" if source == "batch" else "speed",
         final=source == "batch",
         version=version,
@@ -100,30 +98,17 @@ def daily_totals(windows: Iterable[Window]) -> list[DayTotal]:
     by_day: dict[tuple[int, date], list[Window]] = defaultdict(list)
     for w in windows:
         by_day[(w.operation_id, w.window_start.date())].append(w)
-    out = []
-    for (store, day), rows in sorted(by_day.items()):
-        t = totals(rows)
-        out.append(
-            DayTotal(
-                operation_id=store,
-                day=day,
-                receipt_count=t.receipt_count,
-                item_quantity=t.item_quantity,
-                revenue=t.revenue,
-                late_count=t.late_count,
-                batch_windows=t.batch_windows,
-                speed_windows=t.speed_windows,
-                final=t.speed_windows == 0,
-            )
-        )
-    return out
+    return [
+        DayTotal(operation_id=store, day=day, **totals(rows).of_day())
+        for (store, day), rows in sorted(by_day.items())
+    ]
 
 
 def top_stores(
     day: date,
     pointer: Pointer,
-    batch: Iterable[Aggregate],
-    speed: Iterable[Aggregate],
+    batch: Iterable[AggregateRow],
+    speed: Iterable[AggregateRow],
     limit: int,
 ) -> list[DayTotal]:
     """The day's stores by merged revenue (then receipts, then store id), best first.

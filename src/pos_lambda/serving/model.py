@@ -8,27 +8,27 @@ are pure functions over plain values, tested with literal rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from pos_lambda.batch_layer.runs import BatchRun
+from pos_lambda.schemas.aggregate import Aggregate
+from pos_lambda.schemas.contract import LineItem
 from pos_lambda.views.windows import WINDOW
 
 Source = Literal["batch", "speed"]
 
 
 @dataclass(frozen=True)
-class Aggregate:
-    """One stored 15-minute aggregate of a store; `version` is set for batch rows only."""
+class AggregateRow:
+    """One stored 15-minute aggregate of a store, a row of agg_15m_batch or agg_15m_speed:
+    its key, its measures and, for batch rows only, the version that wrote it."""
 
     operation_id: int
     window_start: datetime
-    receipt_count: int
-    item_quantity: int
-    revenue: Decimal
-    late_count: int
+    aggregate: Aggregate
     version: str | None = None
 
 
@@ -115,6 +115,17 @@ class Totals:
     batch_windows: int = 0
     speed_windows: int = 0
 
+    @property
+    def final(self) -> bool:
+        """Every window came from the batch: exact as of its committed versions."""
+        return self.speed_windows == 0
+
+    def of_day(self) -> dict[str, Any]:
+        """What a day's total (`DayTotal`, `local_days.LocalDayTotal`) says beyond which
+        day it is: these sums and whether they are final. Flat fields, not a nested
+        Totals, because the HTTP and JSON answers list them flat."""
+        return {**asdict(self), "final": self.final}
+
 
 @dataclass(frozen=True)
 class WindowsAnswer:
@@ -128,6 +139,8 @@ class WindowsAnswer:
     windows: list[Window]
 
 
+# Its fields beyond the day are `Totals.of_day()`'s (the docstring is the OpenAPI
+# description: it stays as the HTTP API published it).
 @dataclass(frozen=True)
 class DayTotal:
     """A store's (or a ranked store's) day; final when every window came from batch."""
@@ -150,13 +163,10 @@ class TopStores:
     stores: list[DayTotal]
 
 
-@dataclass(frozen=True)
-class LineItem:
-    title: str
-    price: Decimal
-    amount: int
-
-
+# A receipt as served: one view's row of it, with its provenance and where its winning
+# copy is in Kafka. Not the contract's `Receipt` (the message): the store is the page's
+# and the totals are the row's. It keeps the name `Receipt` because the HTTP API's
+# OpenAPI document names it so; no docstring, which would become its description there.
 @dataclass(frozen=True)
 class Receipt:
     happened_at: datetime

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.serving.model import (
-    Aggregate,
+    AggregateRow,
     Conflict,
     Fix,
     Pointer,
@@ -34,13 +34,13 @@ class ServingViews(ReceiptViews, Protocol):
 
     def store_days(
         self, store: int, days: Sequence[date], pointer: Pointer
-    ) -> tuple[list[Aggregate], list[Aggregate]]:
+    ) -> tuple[list[AggregateRow], list[AggregateRow]]:
         """(batch rows of the committed versions, speed rows) of a store's UTC days."""
         ...
 
     def all_stores_day(
         self, day: date, pointer: Pointer
-    ) -> tuple[list[Aggregate], list[Aggregate]]:
+    ) -> tuple[list[AggregateRow], list[AggregateRow]]:
         """(batch, speed) rows of every store on UTC day `day`."""
         ...
 

@@ -36,7 +36,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Literal, Protocol
 
-from pos_lambda.serving.model import LineItem
+from pos_lambda.schemas.contract import LineItem
 
 Status = Literal["accepted", "resend_absorbed", "conflict", "dead_letter", "unknown"]
 # Dead letters read per receipt: a producer that sends one receipt's key malformed again

@@ -26,14 +26,15 @@ from typing import Any, Protocol
 
 from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas import cql
+from pos_lambda.schemas.aggregate import Aggregate
+from pos_lambda.schemas.contract import LineItem
 from pos_lambda.serving import merge
 from pos_lambda.serving.errors import QueryError, Unavailable
 from pos_lambda.serving.model import (
-    Aggregate,
+    AggregateRow,
     Conflict,
     DayVersion,
     Fix,
-    LineItem,
     Pointer,
     Receipt,
     Segment,
@@ -53,10 +54,10 @@ from pos_lambda.settings import Settings
 
 log = logging.getLogger("pos.serving")
 
-VIEW_NAME = "batch"  # the pointer partition the batch layer commits (pos_lambda.batch_layer.store)
-SPEED_QUERIES = ("pos-speed-views", "pos-speed-archiver")
+# The health answer lists the views query first.
+SPEED_QUERIES = (cql.SPEED_QUERY_OF_JOB["views"], cql.SPEED_QUERY_OF_JOB["archiver"])
 
-_AGG = "operation_id, window_start, receipt_count, item_quantity, revenue, late_count"
+_AGG = ", ".join(("operation_id", "window_start", *Aggregate._fields))
 _RECEIPT = (
     "happened_at, vendor_fiscal_module, transaction_id, item_quantity, revenue, late, "
     "line_items, kafka_partition, kafka_offset"
@@ -138,14 +139,11 @@ def _day(value: Any) -> date:
     return out
 
 
-def _aggregate(r: Any) -> Aggregate:
-    return Aggregate(
+def _aggregate(r: Any) -> AggregateRow:
+    return AggregateRow(
         operation_id=r.operation_id,
         window_start=_utc(r.window_start),
-        receipt_count=r.receipt_count,
-        item_quantity=r.item_quantity,
-        revenue=Decimal(r.revenue),
-        late_count=r.late_count,
+        aggregate=Aggregate.of_row(r),
         version=getattr(r, "version", None),
     )
 
@@ -338,7 +336,10 @@ class Views:
         the reads still gives every window exactly one source.
         """
         horizon, days = self.many(
-            [("horizon", (VIEW_NAME,)), ("pointer_days", (VIEW_NAME, first, last))]
+            [
+                ("horizon", (cql.BATCH_VIEW_NAME,)),
+                ("pointer_days", (cql.BATCH_VIEW_NAME, first, last)),
+            ]
         )
         return Pointer(
             horizon=utc(horizon[0].horizon) if horizon else None,
@@ -359,7 +360,7 @@ class Views:
 
     def store_days(
         self, store: int, days: Sequence[date], pointer: Pointer
-    ) -> tuple[list[Aggregate], list[Aggregate]]:
+    ) -> tuple[list[AggregateRow], list[AggregateRow]]:
         """(batch rows of the committed versions, speed rows) of a store's days."""
         calls: list[tuple[str, tuple[Any, ...]]] = [("speed_day", (store, d)) for d in days]
         committed = [pointer.days[d] for d in days if d in pointer.days]
@@ -371,7 +372,7 @@ class Views:
 
     def all_stores_day(
         self, day: date, pointer: Pointer
-    ) -> tuple[list[Aggregate], list[Aggregate]]:
+    ) -> tuple[list[AggregateRow], list[AggregateRow]]:
         """(batch, speed) rows of every store on `day`, through the SAI `day` indexes."""
         calls: list[tuple[str, tuple[Any, ...]]] = [("speed_all_stores", (day,))]
         if day in pointer.days:
@@ -485,7 +486,7 @@ class Views:
     # --- pipeline health -------------------------------------------------------------------
 
     def batch_runs(self, limit: int) -> list[BatchRun]:
-        return [BatchRun.from_row(r) for r in self.rows("batch_runs", VIEW_NAME, limit)]
+        return [BatchRun.from_row(r) for r in self.rows("batch_runs", cql.BATCH_VIEW_NAME, limit)]
 
     def speed_progress(self, now: datetime) -> list[SpeedQuery]:
         out = []

@@ -3,6 +3,3 @@ the Cassandra speed views. Run it with `pos-speed run` (src/pos_lambda/speed_lay
 
 # Set by `pos-speed run` (the supervisor) for its driver process.
 SUPERVISOR_PID_ENV = "POS_SPEED_SUPERVISOR_PID"
-
-# `pos-speed run --jobs` names -> their streaming queries' names.
-QUERY_OF_JOB = {"archiver": "pos-speed-archiver", "views": "pos-speed-views"}

@@ -27,13 +27,14 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from pos_lambda.adapters import kafka
 from pos_lambda.adapters.archive_offsets import OffsetsCommitter, end_offsets
+from pos_lambda.schemas.cql import SPEED_QUERY_OF_JOB
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer import QUERY_OF_JOB, warm_up
+from pos_lambda.speed_layer import warm_up
 from pos_lambda.speed_layer.listening import ProgressListener
 from pos_lambda.speed_layer.triggers import start_in_pool
 from pos_lambda.views import records
 
-QUERY_NAME = QUERY_OF_JOB["archiver"]
+QUERY_NAME = SPEED_QUERY_OF_JOB["archiver"]
 log = logging.getLogger("pos.speed")
 
 

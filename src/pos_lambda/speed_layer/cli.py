@@ -35,7 +35,6 @@ from pydantic import ValidationError
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings, explain, load_settings
-from pos_lambda.speed_layer import QUERY_OF_JOB
 from pos_lambda.speed_layer.restart_policy import EXIT_RETRY
 from pos_lambda.speed_layer.supervisor import (
     die_with_supervisor,
@@ -105,7 +104,9 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     # Both queries: "pos-speed-layer"; one: its query's name (per-query drivers).
-    spark = build_session(settings, "pos-speed-layer" if len(jobs) > 1 else QUERY_OF_JOB[jobs[0]])
+    spark = build_session(
+        settings, "pos-speed-layer" if len(jobs) > 1 else cql.SPEED_QUERY_OF_JOB[jobs[0]]
+    )
     cluster = None
     queries: list[StreamingQuery] = []
     failed: str | None = None
@@ -158,7 +159,7 @@ def status(settings: Settings, as_json: bool) -> int:
         raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
     try:
         rows = []
-        for name in ("pos-speed-archiver", "pos-speed-views"):
+        for name in cql.SPEED_QUERY_OF_JOB.values():
             row = session.execute(
                 f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = %s LIMIT 1", (name,)
             ).one()

@@ -29,8 +29,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pos_lambda.schemas.cql import SPEED_QUERY_OF_JOB
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer import QUERY_OF_JOB
 from pos_lambda.speed_layer.batch_plan import logged_offsets
 
 log = logging.getLogger("pos.metrics")
@@ -214,7 +214,7 @@ class SpeedCollector(Collector):
                 ends,
                 (committed_offsets(self.settings.checkpoint_dir / job) or {}).get(topic),
             )
-            for job, query in QUERY_OF_JOB.items()
+            for job, query in SPEED_QUERY_OF_JOB.items()
         }
 
     def _last_stable_offsets(self, topic: str) -> dict[int, int]:

@@ -21,8 +21,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pos_lambda.schemas.cql import SPEED_QUERY_OF_JOB
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV
+from pos_lambda.speed_layer import SUPERVISOR_PID_ENV
 from pos_lambda.speed_layer.metrics import DriverState
 from pos_lambda.speed_layer.restart_policy import (
     GiveUp,
@@ -115,7 +116,7 @@ def supervise(
         # its JVM and Python workers inherit it.
         nice = ["nice", "-n", str(driver.nice)] if driver.nice else []
         if adopting and index in children:  # a restart: nothing of the dead one may run on
-            _end_leftovers(", ".join(QUERY_OF_JOB[j] for j in driver.jobs), children, lock)
+            _end_leftovers(", ".join(SPEED_QUERY_OF_JOB[j] for j in driver.jobs), children, lock)
         with lock:
             if stop.is_set():
                 raise _Stopped
@@ -145,7 +146,7 @@ def supervise(
     def keep(index: int) -> None:
         try:
             code = keep_running(
-                ", ".join(QUERY_OF_JOB[j] for j in drivers[index].jobs),
+                ", ".join(SPEED_QUERY_OF_JOB[j] for j in drivers[index].jobs),
                 lambda: spawn(index, drivers[index]).wait(),
                 stop,
                 RestartPolicy.of(settings.speed),
@@ -163,7 +164,7 @@ def supervise(
         with lock:
             return [
                 DriverState(
-                    tuple(QUERY_OF_JOB[j] for j in d.jobs),
+                    tuple(SPEED_QUERY_OF_JOB[j] for j in d.jobs),
                     up=i in children and children[i].poll() is None and readiness.is_ready(i),
                     restarts=restarts[i],
                 )

@@ -52,8 +52,9 @@ from pos_lambda.adapters.view_store import ConnectorStore, DriverStore
 from pos_lambda.failpoints import NONE as NO_FAILPOINTS
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas import contract, cql
+from pos_lambda.schemas.cql import SPEED_QUERY_OF_JOB
 from pos_lambda.settings import Settings
-from pos_lambda.speed_layer import QUERY_OF_JOB, SUPERVISOR_PID_ENV, warm_up
+from pos_lambda.speed_layer import SUPERVISOR_PID_ENV, warm_up
 from pos_lambda.speed_layer.batch_plan import (
     Thresholds,
     logged_offsets,
@@ -68,7 +69,7 @@ from pos_lambda.speed_layer.views_batch import ViewsBatch
 if TYPE_CHECKING:
     from cassandra.cluster import Session
 
-QUERY_NAME = QUERY_OF_JOB["views"]
+QUERY_NAME = SPEED_QUERY_OF_JOB["views"]
 log = logging.getLogger("pos.speed")
 
 

@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType
 
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.views.windows import WINDOW_MICROS
 
 # Spark's widest decimal: a window's sum of receipt revenues (each up to
@@ -28,15 +29,15 @@ from pos_lambda.views.windows import WINDOW_MICROS
 # a narrower type would turn an overflow into a null (or an error) for the window.
 REVENUE_TYPE = DecimalType(38, 2)
 
-AGGREGATE_COLUMNS = (
-    "operation_id",
-    "day",
-    "window_start",
-    "receipt_count",
-    "item_quantity",
-    "revenue",
-    "late_count",
-)
+# A window's key, then its measures: the fields of the one aggregate type.
+AGGREGATE_COLUMNS = ("operation_id", "day", "window_start", *Aggregate._fields)
+# Each measure's Spark type in AGGREGATE_COLUMNS; a sum of two keeps it.
+MEASURE_TYPES = {
+    "receipt_count": "int",
+    "item_quantity": "bigint",
+    "revenue": REVENUE_TYPE.simpleString(),
+    "late_count": "int",
+}
 
 
 def window_start(ts: Column) -> Column:

@@ -16,7 +16,12 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pos_lambda.views.aggregation import AGGREGATE_COLUMNS, aggregate_15m, window_start
+from pos_lambda.views.aggregation import (
+    AGGREGATE_COLUMNS,
+    MEASURE_TYPES,
+    aggregate_15m,
+    window_start,
+)
 
 FIX_COLUMNS = (
     "operation_id",
@@ -127,10 +132,7 @@ def _beyond_per_window(winners: DataFrame) -> DataFrame:
 
 # The measures of a batch aggregate row, with their types: a sum of two keeps the type.
 BATCH_MEASURES = {
-    "receipt_count": "int",
-    "item_quantity": "bigint",
-    "revenue": "decimal(38,2)",
-    "late_count": "int",
+    **MEASURE_TYPES,
     "duplicates": "int",
     "conflicts": "int",
     "beyond_speed_bound": "int",

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-NaturalKey = tuple[int, int, int]
+from pos_lambda.schemas.contract import NaturalKey
+
 Verdict = Literal["winner", "resend", "conflict"]
 
 

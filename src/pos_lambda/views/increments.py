@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from pos_lambda.views.aggregation import (
     AGGREGATE_COLUMNS,
-    REVENUE_TYPE,
+    MEASURE_TYPES,
     aggregate_15m,
     receipt_window,
 )
@@ -39,12 +39,6 @@ from pos_lambda.views.aggregation import (
 APPLIED_OFFSETS = "applied_offsets"  # map<int, bigint>: Kafka partition -> highest offset counted
 WINDOW_KEY = ("operation_id", "day", "window_start")
 SPEED_AGGREGATE_COLUMNS = (*AGGREGATE_COLUMNS, APPLIED_OFFSETS)
-_SUMS = {  # measure -> its type in AGGREGATE_COLUMNS (a sum of two keeps it)
-    "receipt_count": "int",
-    "item_quantity": "bigint",
-    "revenue": REVENUE_TYPE.simpleString(),
-    "late_count": "int",
-}
 _STORED = "stored_"  # prefix of a stored row's columns, carried along the receipts
 _NEW_OFFSETS = "_new_offsets"
 
@@ -90,7 +84,7 @@ def added(stored: DataFrame, receipts: DataFrame) -> DataFrame:
 @cache
 def _kept() -> tuple[Column, ...]:
     """A stored row's columns, prefixed, to carry along its window's receipts."""
-    carried = (*_SUMS, APPLIED_OFFSETS)
+    carried = (*MEASURE_TYPES, APPLIED_OFFSETS)
     return (*map(F.col, WINDOW_KEY), *(F.col(c).alias(_STORED + c) for c in carried))
 
 
@@ -105,7 +99,7 @@ def _not_counted() -> Column:
 def _carried() -> dict[str, Column]:
     """Aggregates beside aggregate_15m's: the stored values, and the offsets counted."""
     return {
-        **{_STORED + c: F.first(_STORED + c) for c in (*_SUMS, APPLIED_OFFSETS)},
+        **{_STORED + c: F.first(_STORED + c) for c in (*MEASURE_TYPES, APPLIED_OFFSETS)},
         _NEW_OFFSETS: _offsets_counted(),
     }
 
@@ -117,7 +111,7 @@ def _sums() -> tuple[Column, ...]:
         *map(F.col, WINDOW_KEY),
         *(
             (F.coalesce(F.col(_STORED + m).cast(t), F.lit(0)) + F.col(m)).cast(t).alias(m)
-            for m, t in _SUMS.items()
+            for m, t in MEASURE_TYPES.items()
         ),
         _highest(F.col(_STORED + APPLIED_OFFSETS), F.col(_NEW_OFFSETS)).alias(APPLIED_OFFSETS),
     )

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from pos_lambda.audit import compare
-from pos_lambda.audit.expectations import Aggregate, MalformedFact
+from pos_lambda.audit.expectations import MalformedFact
+from pos_lambda.schemas.aggregate import Aggregate
 
 W = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 

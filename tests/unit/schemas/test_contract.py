@@ -1,15 +1,20 @@
-"""The contract: one source, three representations that agree, and a strict validator."""
+"""The contract: one source, three representations that agree, the Python types that
+match them (tested once, here), and a strict validator."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from pos_lambda.schemas import contract
-from pos_lambda.schemas.contract import Invalid, Receipt, parse_message
+from pos_lambda.schemas import contract, cql
+from pos_lambda.schemas.aggregate import Aggregate
+from pos_lambda.schemas.contract import Invalid, LineItem, Receipt, parse_message
+from pos_lambda.serving.receipt_status import ReceiptKey
+from pos_lambda.views.aggregation import AGGREGATE_COLUMNS, MEASURE_TYPES
 
 GOOD: dict[str, Any] = {
     "happened_at": "2017-09-19T22:48:03+02:00",
@@ -251,3 +256,42 @@ def test_ids_written_as_floats_are_wrong_types_not_aliases(raw: bytes) -> None:
 
 def test_unknown_optional_fields_are_ignored_for_additive_evolution() -> None:
     assert isinstance(parse_message(_msg(loyalty_card="1234")), Receipt)
+
+
+def _cql_table_columns(table: str) -> dict[str, str]:
+    (statement,) = [s for s in cql.table_ddl("ks") if f"TABLE IF NOT EXISTS ks.{table} (" in s]
+    lines = statement.split("(", 1)[1].splitlines()
+    return dict(
+        line.strip().rstrip(",").split(" ", 1)
+        for line in lines
+        if line.strip() and not line.strip().startswith(("PRIMARY KEY", ")"))
+    )
+
+
+def test_the_domain_types_are_the_rows_spark_and_cassandra_hold() -> None:
+    """The one parity check of the pipeline's Python types with its Spark rows and CQL
+    tables: a field added to a type, a struct or a table alone fails here."""
+    receipt_row = contract.spark_receipt_schema()
+    totals = [name for name, _ in contract.RECEIPT_TOTALS]
+    # A receipt: its fields, then the totals it derives (properties, not stored twice).
+    assert [f.name for f in fields(Receipt)] + totals == receipt_row.fieldNames()
+    assert all(isinstance(getattr(Receipt, name), property) for name in totals)
+    line_item_row = receipt_row["line_items"].dataType.elementType
+    assert [f.name for f in fields(LineItem)] == line_item_row.fieldNames()
+    assert [name for name, _ in contract.cql_line_item_type()[1]] == line_item_row.fieldNames()
+    # The natural key: the contract's order, in the value and in the served key.
+    receipt = parse_message(json.dumps(GOOD).encode())
+    assert isinstance(receipt, Receipt)
+    assert receipt.natural_key == tuple(getattr(receipt, name) for name in contract.NATURAL_KEY)
+    assert tuple(f.name for f in fields(ReceiptKey)) == contract.NATURAL_KEY
+    # An aggregate: the measures of the Spark aggregate rows and of both CQL tables.
+    assert ("operation_id", "day", "window_start", *Aggregate._fields) == AGGREGATE_COLUMNS
+    assert tuple(MEASURE_TYPES) == Aggregate._fields
+    spark_to_cql = {"int": "int", "bigint": "bigint", "decimal(38,2)": "decimal"}
+    for table in (cql.AGG_SPEED_TABLE, cql.AGG_BATCH_TABLE):
+        columns = _cql_table_columns(table)
+        assert set(AGGREGATE_COLUMNS) <= set(columns), table
+        assert [c for c in columns if c in Aggregate._fields] == list(Aggregate._fields), table
+        assert {m: columns[m] for m in Aggregate._fields} == {
+            m: spark_to_cql[t] for m, t in MEASURE_TYPES.items()
+        }, table

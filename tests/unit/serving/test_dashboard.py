@@ -9,13 +9,14 @@ from decimal import Decimal
 from typing import Any
 
 from pos_lambda.batch_layer.runs import BatchRun
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.serving import dashboard
 from pos_lambda.serving.errors import BrokenStore, UnregisteredStore
 from pos_lambda.serving.local_days import local_day_totals
 from pos_lambda.serving.local_week import compare, hour_of_week
 from pos_lambda.serving.merge import merge_windows, totals
 from pos_lambda.serving.model import (
-    Aggregate,
+    AggregateRow,
     DayTotal,
     DayVersion,
     DeadLetters,
@@ -32,10 +33,11 @@ D = date(2026, 3, 2)
 MIDNIGHT = datetime(2026, 3, 2, tzinfo=UTC)
 HORIZON = MIDNIGHT + timedelta(hours=14)
 POINTER = Pointer(HORIZON, {D: DayVersion(D, "v7", HORIZON)})
-BATCH = [Aggregate(101, MIDNIGHT + timedelta(hours=9), 4, 8, Decimal("20.00"), 0, "v7")]
+NINE, FIFTEEN = MIDNIGHT + timedelta(hours=9), MIDNIGHT + timedelta(hours=15)
+BATCH = [AggregateRow(101, NINE, Aggregate(4, 8, Decimal("20.00"), 0), "v7")]
 SPEED = [
-    Aggregate(101, MIDNIGHT + timedelta(hours=9), 9, 9, Decimal("99.00"), 0),  # not served
-    Aggregate(101, MIDNIGHT + timedelta(hours=15), 2, 2, Decimal("10.00"), 1),
+    AggregateRow(101, NINE, Aggregate(9, 9, Decimal("99.00"), 0)),  # not served
+    AggregateRow(101, FIFTEEN, Aggregate(2, 2, Decimal("10.00"), 1)),
 ]
 WINDOWS = merge_windows(101, MIDNIGHT, MIDNIGHT + timedelta(days=1), POINTER, BATCH, SPEED)
 
@@ -154,10 +156,14 @@ NY_DAY = date(2026, 3, 8)
 NY_START, NY_END = datetime(2026, 3, 8, 5, tzinfo=UTC), datetime(2026, 3, 9, 4, tzinfo=UTC)
 NY_HORIZON = datetime(2026, 3, 8, 12, tzinfo=UTC)
 NY_POINTER = Pointer(NY_HORIZON, {NY_DAY: DayVersion(NY_DAY, "v3", NY_HORIZON)})
-NY_BATCH = [Aggregate(103, datetime(2026, 3, 8, 11, tzinfo=UTC), 6, 6, Decimal("60.00"), 0, "v3")]
+NY_BATCH = [
+    AggregateRow(
+        103, datetime(2026, 3, 8, 11, tzinfo=UTC), Aggregate(6, 6, Decimal("60.00"), 0), "v3"
+    )
+]
 NY_SPEED = [
-    Aggregate(103, datetime(2026, 3, 8, 15, tzinfo=UTC), 3, 3, Decimal("30.00"), 0),
-    Aggregate(103, datetime(2026, 3, 1, 16, tzinfo=UTC), 6, 6, Decimal("40.00"), 0),
+    AggregateRow(103, datetime(2026, 3, 8, 15, tzinfo=UTC), Aggregate(3, 3, Decimal("30.00"), 0)),
+    AggregateRow(103, datetime(2026, 3, 1, 16, tzinfo=UTC), Aggregate(6, 6, Decimal("40.00"), 0)),
 ]
 
 

@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.serving.errors import BrokenStore, QueryError, UnregisteredStore
 from pos_lambda.serving.http import create_app
 from pos_lambda.serving.local_days import local_day_totals, parse_until, until_instant
 from pos_lambda.serving.merge import merge_windows
 from pos_lambda.serving.model import (
-    Aggregate,
+    AggregateRow,
     Conflict,
     DayVersion,
     Fix,
@@ -40,8 +41,8 @@ def at(d: int, h: int, m: int = 0) -> datetime:
     return datetime(2026, 3, d, h, m, tzinfo=UTC)
 
 
-def agg(store: int, ws: datetime, n: int, revenue: str, version: str | None = None) -> Aggregate:
-    return Aggregate(store, ws, n, 2 * n, Decimal(revenue), 0, version)
+def agg(store: int, ws: datetime, n: int, revenue: str, version: str | None = None) -> AggregateRow:
+    return AggregateRow(store, ws, Aggregate(n, 2 * n, Decimal(revenue), 0), version)
 
 
 # Kathmandu's 2 March is [1 March 18:15 UTC, 2 March 18:15 UTC). The batch committed
@@ -96,7 +97,7 @@ def test_a_missing_window_is_a_bug_not_a_zero() -> None:
         local_day_totals(KATHMANDU, [date(2026, 3, 2)], rows)
 
 
-def _keyspace(speed: Sequence[Aggregate]) -> MemoryKeyspace:
+def _keyspace(speed: Sequence[AggregateRow]) -> MemoryKeyspace:
     """The views in memory with these speed rows, no batch version committed."""
     keyspace = MemoryKeyspace()
     keyspace.aggregates(speed=speed)
@@ -104,7 +105,7 @@ def _keyspace(speed: Sequence[Aggregate]) -> MemoryKeyspace:
 
 
 def _serving(
-    speed: Sequence[Aggregate], stores: StoreRegistry | None = None, **settings: Any
+    speed: Sequence[AggregateRow], stores: StoreRegistry | None = None, **settings: Any
 ) -> tuple[Serving, MemoryKeyspace]:
     keyspace = _keyspace(speed)
     serving = Serving(

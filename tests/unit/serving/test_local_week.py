@@ -8,11 +8,12 @@ from decimal import Decimal
 
 import pytest
 
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.serving.errors import QueryError, UnregisteredStore
 from pos_lambda.serving.local_days import local_day_totals
 from pos_lambda.serving.local_week import change_percent, compare, hour_of_week
 from pos_lambda.serving.merge import merge_windows
-from pos_lambda.serving.model import Aggregate, DayVersion, Pointer
+from pos_lambda.serving.model import AggregateRow, DayVersion, Pointer
 from pos_lambda.stores.model import Store
 from tests.unit.serving.test_local_days import KATHMANDU, NEW_YORK, _serving, agg
 
@@ -85,7 +86,7 @@ def test_new_york_spring_forward_skips_2_am_and_fall_back_doubles_1_am() -> None
 def test_the_heatmap_is_final_only_when_the_batch_answered_every_window() -> None:
     day = date(2026, 3, 1)
     pointer = Pointer(utc(3, 2, 0), {day: DayVersion(day, "v1", utc(3, 2, 0))})
-    batch = [Aggregate(101, utc(3, 1, 9), 2, 2, Decimal("4.00"), 0, "v1")]
+    batch = [AggregateRow(101, utc(3, 1, 9), Aggregate(2, 2, Decimal("4.00"), 0), "v1")]
     speed = [agg(101, utc(3, 1, 9), 9, "90.00")]  # the batch answers this window
     utc_store = Store.create(101, "Greenwich", "UTC", {})
     rows = merge_windows(101, utc(3, 1, 0), utc(3, 2, 0), pointer, batch, speed)

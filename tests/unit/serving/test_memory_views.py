@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 
 from pos_lambda.schemas import cql
-from pos_lambda.serving.model import Aggregate, DayVersion, Pointer
+from pos_lambda.schemas.aggregate import Aggregate
+from pos_lambda.serving.model import AggregateRow, DayVersion, Pointer
 from pos_lambda.serving.store import STATEMENTS
 from tests.support.memory_views import MemoryKeyspace, Select, memory_views
 
@@ -43,8 +44,8 @@ def test_writes_hold_to_the_ddl() -> None:
 
 def test_rows_come_back_as_the_driver_returns_them_and_the_adapter_maps_them() -> None:
     keyspace = MemoryKeyspace()
-    late = Aggregate(1, at(9, 15), 2, 3, Decimal("4.50"), 0)
-    early = Aggregate(1, at(9), 1, 1, Decimal("1.90"), 1)
+    late = AggregateRow(1, at(9, 15), Aggregate(2, 3, Decimal("4.50"), 0))
+    early = AggregateRow(1, at(9), Aggregate(1, 1, Decimal("1.90"), 1))
     keyspace.aggregates(speed=[late, early])
     [row, _] = keyspace.rows("speed_day", 1, DAY)
     assert row.window_start == datetime(2026, 3, 2, 9)  # naive UTC, as the driver's
@@ -70,7 +71,9 @@ def test_static_cells_and_descending_clustering_read_as_cassandras() -> None:
 
 def test_pages_carry_on_where_the_last_one_stopped() -> None:
     keyspace = MemoryKeyspace()
-    keyspace.aggregates(speed=[Aggregate(1, at(h), 1, 1, Decimal(1), 0) for h in range(5)])
+    keyspace.aggregates(
+        speed=[AggregateRow(1, at(h), Aggregate(1, 1, Decimal(1), 0)) for h in range(5)]
+    )
     first, state = keyspace.page("speed_day", (1, DAY), 3, None)
     rest, end = keyspace.page("speed_day", (1, DAY), 3, state)
     assert ([r.window_start.hour for r in first + rest], end) == ([0, 1, 2, 3, 4], None)

@@ -7,6 +7,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from types import SimpleNamespace
 
+from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.serving.merge import (
     batch_split,
     daily_totals,
@@ -16,7 +17,7 @@ from pos_lambda.serving.merge import (
     top_stores,
     totals,
 )
-from pos_lambda.serving.model import Aggregate, DayVersion, Pointer, Segment
+from pos_lambda.serving.model import AggregateRow, DayVersion, Pointer, Segment
 
 D = date(2026, 3, 2)
 
@@ -27,8 +28,8 @@ def at(h: int, m: int = 0, d: int = 2) -> datetime:
 
 def agg(
     store: int, ws: datetime, n: int, revenue: str, version: str | None = None, late: int = 0
-) -> Aggregate:
-    return Aggregate(store, ws, n, 2 * n, Decimal(revenue), late, version)
+) -> AggregateRow:
+    return AggregateRow(store, ws, Aggregate(n, 2 * n, Decimal(revenue), late), version)
 
 
 # The batch committed 2 March up to 10:00 (horizon 10:00) under version v2.
@@ -66,8 +67,8 @@ def test_each_window_has_one_source_split_at_the_horizon() -> None:
 def test_naive_union_all_double_counts_where_the_merge_does_not() -> None:
     served = [r for r in BATCH if r.version == "v2"]  # even with the pointer followed
     union_all = [r for r in [*served, *SPEED] if r.operation_id == 101]
-    assert sum(r.receipt_count for r in union_all) == 16
-    assert sum(r.revenue for r in union_all) == Decimal("40.00")
+    assert sum(r.aggregate.receipt_count for r in union_all) == 16
+    assert sum(r.aggregate.revenue for r in union_all) == Decimal("40.00")
     # The truth: 3 + 2 receipts before the horizon (batch), 5 + 1 after it (speed).
     merged = totals(merge_windows(101, at(9, 30), at(10, 30), POINTER, BATCH, SPEED))
     assert (merged.receipt_count, merged.revenue) == (11, Decimal("27.50"))

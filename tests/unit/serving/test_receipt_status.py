@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from pos_lambda.schemas.contract import LineItem
 from pos_lambda.serving import Serving, cli
 from pos_lambda.serving.errors import QueryError
 from pos_lambda.serving.http import create_app
-from pos_lambda.serving.model import LineItem
 from pos_lambda.serving.receipt_status import (
     ConflictingCopy,
     Content,

@@ -49,7 +49,7 @@ from pos_lambda.alerts import processor as alerts
 from pos_lambda.alerts.rules import AlertStep
 from pos_lambda.dedup import processor as dedup
 from pos_lambda.producer.simulation import encode
-from pos_lambda.schemas.contract import LineItem, Receipt
+from pos_lambda.schemas.contract import LineItem, NaturalKey, Receipt
 from pos_lambda.settings import Settings, load_settings
 from pos_lambda.transactional.step import Source
 from tests.support import memory_kafka as mk
@@ -57,7 +57,6 @@ from tests.support.memory_kafka import Fault, MemoryBroker, MemoryClients
 from tests.support.processor_harness import Run, quiet, run_to_completion
 
 IN, RECEIPTS, ALERTS = "pos.transactions", "pos.receipts", "pos.alerts"
-NaturalKey = tuple[int, int, int]
 
 # --- the input stream ------------------------------------------------------------------
 

@@ -327,7 +327,7 @@ def speed_totals(session: Any) -> dict[str, float]:
     rows = list(
         session.execute(
             f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = %s",
-            ("pos-speed-views",),
+            (cql.SPEED_QUERY_OF_JOB["views"],),
             timeout=60,
         )
     )
