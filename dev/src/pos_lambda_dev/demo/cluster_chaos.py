@@ -491,14 +491,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not producer.is_alive():
                 crun.notes.append(f"the stream had ended before {fault.name}: raise --count")
             made = fault.strike(crun)
-            struck.append(
-                figures_of(
-                    fault,
-                    made,
-                    list(crun.samples),
-                    args.settle_seconds,
-                    crun.batch_commit_s if fault.name.endswith("batch_commit") else None,
-                )
+            commit_s = crun.batch_commit_s if fault.name.endswith("batch_commit") else None
+            got = figures_of(fault, made, list(crun.samples), args.settle_seconds, commit_s)
+            struck.append(got)
+            say(
+                f"figures: longest gaps {got.gaps_s} s; throughput during/before "
+                f"{got.rate_during} / {got.rate_before}"
             )
         stream.rate = 0.0  # the faults are done: the rest of the stream at once
         say(f"faults done; the rest of the stream ({len(messages) - stream.sent:,}) at once")

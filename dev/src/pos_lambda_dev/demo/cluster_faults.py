@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -150,14 +151,23 @@ def _cassandra_back(run: ClusterRun, node_id: int) -> None:
     cluster.await_cassandra_ring(run.base, run.layout, [run.layout.hosts[node_id - 1]])
 
 
+def hint_rows(listpendinghints: str) -> int:
+    """Target nodes in `nodetool listpendinghints` output: one row per node this node
+    holds hints for, each starting with its host id ("This node does not have any
+    pending hints" when none)."""
+    return sum(1 for line in listpendinghints.splitlines() if HOST_ID.match(line.strip()))
+
+
+HOST_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+
+
 def _pending_hints(run: ClusterRun) -> int:
-    """Hints the live nodes still hold for others (`nodetool listpendinghints`)."""
+    """Hints the live nodes still hold for others, as (holder, target) pairs."""
     pending = 0
     for node_id in range(1, cluster.NODES + 1):
         if cluster.cassandra_process(run.base, node_id).pid() is None:
             continue
-        out = cluster.nodetool(run.base, run.layout, node_id, "listpendinghints")
-        pending += sum(1 for line in out.splitlines() if line[:1].isalnum() and "Host" not in line)
+        pending += hint_rows(cluster.nodetool(run.base, run.layout, node_id, "listpendinghints"))
     return pending
 
 
