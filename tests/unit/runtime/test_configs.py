@@ -186,10 +186,12 @@ def test_a_cluster_node_replicates_internal_topics_and_never_elects_an_unclean_l
     assert props["default.replication.factor"] == "3"
     assert props["min.insync.replicas"] == "2"
     assert props["unclean.leader.election.enable"] == "false"
+    assert props["broker.session.timeout.ms"] == "3000"
     # The single node keeps replication factor 1 everywhere.
     alone = _props(kafka_service.render_server_properties(Settings(), tmp_path))
     assert alone["min.insync.replicas"] == "1"
     assert alone["default.replication.factor"] == "1"
+    assert "broker.session.timeout.ms" not in alone
 
 
 def test_a_cluster_cassandra_node_has_its_own_address_one_token_and_quick_conviction(

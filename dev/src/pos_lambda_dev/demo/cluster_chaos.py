@@ -233,6 +233,8 @@ class ClusterRun:
     batch_commit_s: float | None = None
     notes: list[str] = field(default_factory=list)
     memory_mib: dict[str, int] = field(default_factory=lambda: {"kafka": 0, "cassandra": 0})
+    # The data's hours: the batch runs (the fault's and the final one) cover them.
+    interval: tuple[datetime, datetime] = (datetime.min, datetime.min)
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -276,7 +278,10 @@ class ClusterRun:
 
     def start_batch(self, gate: Path, log: Path) -> subprocess.Popen[bytes]:
         env = self.env | {"POS_BATCH_PAUSE_BEFORE_COMMIT": str(gate)}
-        return start_logged([str(VENV_BIN / "pos-batch"), "run"], env, log)
+        start, end = self.interval
+        argv = [str(VENV_BIN / "pos-batch"), "run", "--start", start.isoformat(), "--end",
+                end.isoformat()]  # fmt: skip
+        return start_logged(argv, env, log)
 
     def sample(self) -> Sample:
         s = self.settings
@@ -472,7 +477,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     steps.interrupt_on_sigterm()
     struck: list[FaultFigures] = []
     try:
-        messages, summary, (first, last) = _prepare(crun)
+        messages, summary, crun.interval = _prepare(crun)
+        first, last = crun.interval
         crun.start_all()
         sampler = crun.sampler()
         # The stream waits after its first messages until the speed layer has committed

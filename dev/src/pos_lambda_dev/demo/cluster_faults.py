@@ -13,22 +13,44 @@ active KRaft controller.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
+from pos_lambda.settings import Settings
 from pos_lambda_dev.demo.steps import StepFailed, await_or_fail
 from pos_lambda_dev.runtime import cluster, kafka_service
 
-if TYPE_CHECKING:
-    from pos_lambda_dev.demo.cluster_chaos import ClusterRun
+
+class ClusterRun(Protocol):
+    """What a fault needs of the run (`cluster_chaos.ClusterRun`)."""
+
+    settings: Settings  # the run's namespace, on the cluster
+    base: Settings  # the cluster's own (state dir, jars)
+    layout: cluster.Layout
+    args: argparse.Namespace
+    logs: Path
+    frozen: set[int]  # pids a fault froze, resumed by the run's cleanup if it fails
+    batch_commit_s: float | None
+
+    @property
+    def say(self) -> Callable[[str], None]: ...
+
+    def hold(self, seconds: float) -> None: ...
+
+    def views_commits(self) -> int: ...
+
+    def start_batch(self, gate: Path, log: Path) -> subprocess.Popen[bytes]: ...
 
 
 def java_string_hash(text: str) -> int:

@@ -113,6 +113,17 @@ def render_node_properties(node: KafkaNode, data_dir: Path, partitions: int) -> 
         "default.replication.factor": str(node.replicas),
         "min.insync.replicas": str(min_isr),
         "unclean.leader.election.enable": "false",
+        **(
+            {
+                # A killed broker is fenced, and its partitions led elsewhere, after 3 s
+                # without heartbeats rather than 9 (as Cassandra's phi_convict_threshold 5
+                # here): a small cluster on one machine, not a WAN.
+                "broker.heartbeat.interval.ms": "500",
+                "broker.session.timeout.ms": "3000",
+            }
+            if node.replicas >= 3
+            else {}
+        ),
         # Consumers in tests join alone; do not wait 3 s for company.
         "group.initial.rebalance.delay.ms": "0",
         # Topics are created explicitly with their partition counts (infra.topics).
