@@ -21,8 +21,8 @@ Then the stream finishes, every layer catches up, `pos-batch run` recomputes, an
 `pos-audit` reads every view at ALL (POS_CASSANDRA_AUDIT_CONSISTENCY): 0 lost, 0
 duplicated, 0 wrong. Figures go to docs/chaos-cluster.md and .json (`--out`).
 
-The Spark drivers run in local mode here: the standalone cluster's master and worker
-would add two more JVMs to the nine this run already has on two cores (docs/cluster.md).
+The Spark drivers run in local mode here, not on the standalone cluster (docs/cluster.md
+says why).
 """
 
 from __future__ import annotations
