@@ -293,6 +293,10 @@ def _receipt_text(r: ReceiptStatus) -> str:
             f"late {'yes' if r.late else 'no'}, in the speed view "
             f"{'yes' if r.in_speed_view else 'no (beyond its lateness bound)'}"
         )
+    if r.known_by:
+        lines.append(
+            f"known by: {', '.join(r.known_by)} (answered from the {r.source} layer's index)"
+        )
     if r.last_resend is not None:
         lines.append(
             f"last resend absorbed: partition {r.last_resend.partition} offset "

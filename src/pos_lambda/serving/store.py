@@ -102,6 +102,13 @@ STATEMENTS = {
     # key through its SAI indexes (src/pos_lambda/schemas/cql.py).
     "receipt_key": f"SELECT * FROM {cql.RECEIPT_KEYS_TABLE} WHERE operation_id = ? "
     "AND vendor_fiscal_module = ? AND key_bucket = ? AND transaction_id = ?",
+    # The batch layer's index: the generation the pointer serves (a static cell: one
+    # read of the pointer's partition), then one row by full primary key.
+    "served_generation": f"SELECT generation FROM {cql.BATCH_POINTER_TABLE} "
+    "WHERE view_name = ? LIMIT 1",
+    "receipt_key_batch": f"SELECT * FROM {cql.RECEIPT_KEYS_BATCH_TABLE} WHERE generation = ? "
+    "AND operation_id = ? AND vendor_fiscal_module = ? AND key_bucket = ? "
+    "AND transaction_id = ?",
     "receipt_conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? "
     "AND winner_day = ? AND vendor_fiscal_module = ? AND transaction_id = ?",
     "receipt_conflicts_batch": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} "
@@ -163,6 +170,23 @@ def _content(r: Any, prefix: str) -> Content:
             getattr(r, f"{prefix}kafka_offset"),
             utc(getattr(r, f"{prefix}kafka_timestamp")),
         ),
+    )
+
+
+def _indexed(r: Any) -> IndexedReceipt:
+    """A row of either layer's natural-key index; the batch layer's has no resend cells."""
+    resent = (
+        KafkaCopy(r.resent_kafka_partition, r.resent_kafka_offset, utc(r.resent_kafka_timestamp))
+        if getattr(r, "resent_kafka_offset", None) is not None
+        else None
+    )
+    return IndexedReceipt(
+        happened_at=_utc(r.happened_at),
+        day=_day(r.day),
+        winner=KafkaCopy(r.kafka_partition, r.kafka_offset, utc(r.kafka_timestamp)),
+        late=bool(r.late),
+        beyond_bound=bool(r.beyond_bound),
+        last_resend=resent,
     )
 
 
@@ -517,24 +541,23 @@ class Views:
         rows = self.rows(
             "receipt_key", key.operation_id, key.vendor_fiscal_module, bucket, key.transaction_id
         )
-        if not rows:
+        return _indexed(rows[0]) if rows else None
+
+    def batch_indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
+        served = self.rows("served_generation", cql.BATCH_VIEW_NAME)
+        generation = served[0].generation if served else None
+        if generation is None:  # no commit yet, or one of a release before generations
             return None
-        r = rows[0]
-        resent = (
-            KafkaCopy(
-                r.resent_kafka_partition, r.resent_kafka_offset, utc(r.resent_kafka_timestamp)
-            )
-            if r.resent_kafka_offset is not None
-            else None
+        bucket = key.transaction_id // cql.KEY_BUCKET_SIZE
+        rows = self.rows(
+            "receipt_key_batch",
+            generation,
+            key.operation_id,
+            key.vendor_fiscal_module,
+            bucket,
+            key.transaction_id,
         )
-        return IndexedReceipt(
-            happened_at=_utc(r.happened_at),
-            day=_day(r.day),
-            winner=KafkaCopy(r.kafka_partition, r.kafka_offset, utc(r.kafka_timestamp)),
-            late=bool(r.late),
-            beyond_bound=bool(r.beyond_bound),
-            last_resend=resent,
-        )
+        return _indexed(rows[0]) if rows else None
 
     def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
         rows = self._served_conflicts(
