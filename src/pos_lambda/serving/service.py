@@ -31,6 +31,7 @@ from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.local_days import LocalDays, local_day_totals, registered_store, utc_span
 from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.model import (
+    Conflict,
     DayTotal,
     DeadLetters,
     Health,
@@ -256,29 +257,73 @@ class Serving:
         )
         return ReceiptPage(store, day, out, following, zone, start, end)
 
-    def store_day(self, store: int, day: date) -> StoreDay:
-        """Conflicting copies of the store's receipts of UTC day `day` and what the
-        batch fixed in its windows."""
-        return self._store_day(store, day, False)
+    def store_day(
+        self, store: int, day: date, page_size: int | None = None, page: str | None = None
+    ) -> StoreDay:
+        """A page of the conflicting copies of the store's receipts of UTC day `day`
+        (with the first page: what the batch fixed in its windows); pass `next_page`
+        back for more."""
+        return self._store_day(store, day, False, page_size, page)
 
-    def local_store_day(self, store: int, day: date) -> StoreDay:
+    def local_store_day(
+        self, store: int, day: date, page_size: int | None = None, page: str | None = None
+    ) -> StoreDay:
         """The same for the store's local day `day`: conflicts whose winner happened in
         it, fixes of the windows that start in it."""
-        return self._store_day(store, day, True)
+        return self._store_day(store, day, True, page_size, page)
 
-    def _store_day(self, store: int, day: date, local: bool) -> StoreDay:
+    def _store_day(
+        self, store: int, day: date, local: bool, page_size: int | None, page: str | None
+    ) -> StoreDay:
+        """Paged as the receipts are (`_receipt_page`): the listing's segments are cut
+        at its first page, each UTC day's at its batch seam, so a conflict is listed by
+        the side that counts its winner's window, as `merge.served_conflicts` decides:
+        before the seam the served batch version's `conflicts_batch` rows, after it the
+        speed layer's `conflicts`. A page reads at most `page_size` rows; the fixes
+        (a row per window at most, <= 100 a UTC day) come only with the first page.
+        A page answers at most `page_size` conflicts (POS_SERVE_PAGE_SIZE by default)."""
+        size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
         check_day(day)
         check_store(store)
-        zone, start, end = self._day_span(store, day, local)
+        token = decode_page(page, self.page_key(), store, day, local, "issues") if page else None
+        span = self._day_span(store, day, local) if token is None else None
         self.require_store(store)
-        conflicts, fixes = [], []
-        for utc_day in TimeRange(start, end).days:
-            conflicts += self.views.conflicts(store, utc_day)
-            fixes += self.views.fixes(store, utc_day)
-        if local:  # the UTC days' partitions hold the day and its neighbours' ends
-            conflicts = [c for c in conflicts if start <= c.winner_happened_at < end]
+        now = self._clock()
+        fixes = []
+        if span is not None:
+            zone, start, end = span
+            utc_days = TimeRange(start, end).days
+            pointer = self.views.pointer(utc_days[0], utc_days[-1])
+            segments = tuple(merge.receipt_segments(pointer, start, end))
+            token = PageToken(segments, 0, None, store, day, zone if local else None, now, "issues")
+            for utc_day in utc_days:
+                fixes += self.views.fixes(store, utc_day)
+            # The UTC days' partitions hold the day and its neighbours' ends.
             fixes = [f for f in fixes if start <= f.window_start < end]
-        return StoreDay(store, day, conflicts, fixes, zone, start, end)
+        else:
+            assert token is not None
+            days = [g.day for g in token.segments[token.index :]]
+            served = self.views.pointer(min(days), max(days))
+            check_page_current(token, served, now, self.settings.serve.page_token_max_age_seconds)
+        assert token is not None
+        zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
+        conflicts: list[Conflict] = []
+        index, state = token.index, token.paging_state
+        while index < len(token.segments) and len(conflicts) < size:
+            rows, state = self.views.conflicts_page(
+                store, token.segments[index], size - len(conflicts), state
+            )
+            conflicts += rows
+            if state is None:
+                index += 1
+        following = (
+            encode_page(
+                replace(token, index=index, paging_state=state, issued_at=now), self.page_key()
+            )
+            if index < len(token.segments)
+            else None
+        )
+        return StoreDay(store, day, conflicts, fixes, zone, start, end, following)
 
     def _day_span(self, store: int, day: date, local: bool) -> tuple[str, datetime, datetime]:
         """(zone, start, end) of the store's UTC day or local day `day`."""

@@ -54,6 +54,8 @@ from pos_lambda.settings import Settings
 
 log = logging.getLogger("pos.serving")
 
+# Rows per page of the dead-letter count's scan, at most.
+DEAD_LETTER_FETCH_SIZE = 5000
 # The health answer lists the views query first.
 SPEED_QUERIES = (cql.SPEED_QUERY_OF_JOB["views"], cql.SPEED_QUERY_OF_JOB["archiver"])
 
@@ -89,6 +91,16 @@ STATEMENTS = {
     "conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? AND winner_day = ?",
     "conflicts_batch": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} WHERE operation_id = ? "
     "AND winner_day = ? AND version = ?",
+    # The issues listing, paged (pos_lambda.serving.service.Serving.store_day): one
+    # segment of a store-day's conflicts, by their winner's time, each a filter within
+    # the one partition read (winner_happened_at is no clustering column); the batch's
+    # only as far as its commit counts them (master_version, as receipts_generation).
+    "issues_conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? "
+    "AND winner_day = ? AND winner_happened_at >= ? AND winner_happened_at < ? "
+    "ALLOW FILTERING",
+    "issues_conflicts_generation": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} "
+    "WHERE operation_id = ? AND winner_day = ? AND version = ? AND winner_happened_at >= ? "
+    "AND winner_happened_at < ? AND master_version <= ? ALLOW FILTERING",
     "fixes": f"SELECT * FROM {cql.BATCH_FIXES_TABLE} WHERE operation_id = ? AND day = ?",
     "batch_runs": f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = ? LIMIT ?",
     "speed_progress": f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ? LIMIT 1",
@@ -152,6 +164,23 @@ def _aggregate(r: Any) -> AggregateRow:
         window_start=_utc(r.window_start),
         aggregate=Aggregate.of_row(r),
         version=getattr(r, "version", None),
+    )
+
+
+def _conflict(r: Any) -> Conflict:
+    """A row of either layer's conflicts table, as the issues listing shows it."""
+    return Conflict(
+        vendor_fiscal_module=r.vendor_fiscal_module,
+        transaction_id=r.transaction_id,
+        differs=list(r.differs or []),
+        happened_at=_utc(r.happened_at),
+        winner_happened_at=_utc(r.winner_happened_at),
+        revenue=Decimal(r.revenue),
+        winner_revenue=_decimal_or_none(r.winner_revenue),
+        kafka_partition=r.kafka_partition,
+        kafka_offset=r.kafka_offset,
+        winner_kafka_partition=r.winner_kafka_partition,
+        winner_kafka_offset=r.winner_kafka_offset,
     )
 
 
@@ -468,22 +497,28 @@ class Views:
         return merge.served_conflicts(batch, speed, split, bound)
 
     def conflicts(self, store: int, day: date) -> list[Conflict]:
-        return [
-            Conflict(
-                vendor_fiscal_module=r.vendor_fiscal_module,
-                transaction_id=r.transaction_id,
-                differs=list(r.differs or []),
-                happened_at=_utc(r.happened_at),
-                winner_happened_at=_utc(r.winner_happened_at),
-                revenue=Decimal(r.revenue),
-                winner_revenue=_decimal_or_none(r.winner_revenue),
-                kafka_partition=r.kafka_partition,
-                kafka_offset=r.kafka_offset,
-                winner_kafka_partition=r.winner_kafka_partition,
-                winner_kafka_offset=r.winner_kafka_offset,
-            )
-            for r in self._served_conflicts("conflicts", store, day)
-        ]
+        return [_conflict(r) for r in self._served_conflicts("conflicts", store, day)]
+
+    def conflicts_page(
+        self, store: int, segment: Segment, fetch_size: int, paging_state: bytes | None
+    ) -> tuple[list[Conflict], bytes | None]:
+        """One Cassandra page of a store's conflicts in one segment of the issues listing:
+        those whose winner happened in [segment.start, segment.end), from the segment's
+        side (`merge.served_conflicts` decides the same, per day, unpaged)."""
+        g = segment
+        span = (g.start, g.end)
+        args: tuple[Any, ...] = (store, g.day, *span)
+        statement = "issues_conflicts"
+        if g.source == "batch":
+            assert g.ref is not None
+            version, served_upto = receipts_partition(g.ref)
+            # A version of a release that kept the speed layer's conflicts table has no
+            # generation: its conflicts are the speed table's (as _served_conflicts).
+            if served_upto is not None:
+                statement = "issues_conflicts_generation"
+                args = (store, g.day, version, *span, served_upto)
+        rows, following = self.statements.page(statement, args, fetch_size, paging_state)
+        return [_conflict(r) for r in rows], following
 
     def fixes(self, store: int, day: date) -> list[Fix]:
         def dec(v: Any) -> Decimal:
@@ -600,8 +635,11 @@ class Views:
         partitions = self.rows("dead_letter_partitions")
         reasons: list[str] = []
         for p in partitions:
+            # Pages no larger than what is still to count (and one row more, which tells
+            # a cut scan): a bound of 1000 reads 1001 rows, not a 5000-row page.
+            wanted = min(DEAD_LETTER_FETCH_SIZE, limit + 1 - len(reasons))
             scanned = self.statements.scan(
-                "dead_letter_reasons", (p.kafka_topic, p.kafka_partition), fetch_size=5000
+                "dead_letter_reasons", (p.kafka_topic, p.kafka_partition), fetch_size=wanted
             )
             for r in scanned:
                 if len(reasons) >= limit:
