@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, date, datetime, time
+from typing import TypeVar
 
 from pos_lambda.schemas import contract
 from pos_lambda.serving import local_week, merge, paging, receipt_status
@@ -31,12 +32,11 @@ from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.local_days import LocalDays, local_day_totals, registered_store, utc_span
 from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.model import (
-    Conflict,
     DayTotal,
     DeadLetters,
     Health,
-    Receipt,
     ReceiptPage,
+    Segment,
     StoreDay,
     TopStores,
     Window,
@@ -64,6 +64,7 @@ from pos_lambda.stores.registry import CassandraStores, StoreRegistry
 from pos_lambda.views.windows import window_start
 
 MAX_PAGE_SIZE = 1000
+Row = TypeVar("Row")  # a listing's row: a receipt, a conflict
 MAX_TOP = 1000
 MAX_RUNS = 100
 
@@ -241,20 +242,7 @@ class Serving:
         assert token is not None
         # The day as the first page cut it, even if the store's zone was edited since.
         zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
-        out: list[Receipt] = []
-        index, state = token.index, token.paging_state
-        while index < len(token.segments) and len(out) < size:
-            rows, state = self.views.receipts(store, token.segments[index], size - len(out), state)
-            out += rows
-            if state is None:  # this segment is done: go on with the next one
-                index += 1
-        following = (
-            encode_page(
-                replace(token, index=index, paging_state=state, issued_at=now), self.page_key()
-            )
-            if index < len(token.segments)
-            else None
-        )
+        out, following = self._page(token, size, now, self.views.receipts)
         return ReceiptPage(store, day, out, following, zone, start, end)
 
     def store_day(
@@ -279,9 +267,9 @@ class Serving:
         at its first page, each UTC day's at its batch seam, so a conflict is listed by
         the side that counts its winner's window, as `merge.served_conflicts` decides:
         before the seam the served batch version's `conflicts_batch` rows, after it the
-        speed layer's `conflicts`. A page reads at most `page_size` rows; the fixes
-        (a row per window at most, <= 100 a UTC day) come only with the first page.
-        A page answers at most `page_size` conflicts (POS_SERVE_PAGE_SIZE by default)."""
+        speed layer's `conflicts`. A page answers at most `page_size` conflicts
+        (POS_SERVE_PAGE_SIZE by default); the fixes (a row per window at most, <= 100 a
+        UTC day) come whole with the first page only."""
         size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
         check_day(day)
         check_store(store)
@@ -307,14 +295,25 @@ class Serving:
             check_page_current(token, served, now, self.settings.serve.page_token_max_age_seconds)
         assert token is not None
         zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
-        conflicts: list[Conflict] = []
+        conflicts, following = self._page(token, size, now, self.views.conflicts_page)
+        return StoreDay(store, day, conflicts, fixes, zone, start, end, following)
+
+    def _page(
+        self,
+        token: PageToken,
+        size: int,
+        now: datetime,
+        read: Callable[[int, Segment, int, bytes | None], tuple[list[Row], bytes | None]],
+    ) -> tuple[list[Row], str | None]:
+        """At most `size` rows of a listing from where `token` stands, read segment by
+        segment with `read` (one Cassandra page each), and the token of the next page
+        (None: the listing is done)."""
+        out: list[Row] = []
         index, state = token.index, token.paging_state
-        while index < len(token.segments) and len(conflicts) < size:
-            rows, state = self.views.conflicts_page(
-                store, token.segments[index], size - len(conflicts), state
-            )
-            conflicts += rows
-            if state is None:
+        while index < len(token.segments) and len(out) < size:
+            rows, state = read(token.store, token.segments[index], size - len(out), state)
+            out += rows
+            if state is None:  # this segment is done: go on with the next one
                 index += 1
         following = (
             encode_page(
@@ -323,7 +322,7 @@ class Serving:
             if index < len(token.segments)
             else None
         )
-        return StoreDay(store, day, conflicts, fixes, zone, start, end, following)
+        return out, following
 
     def _day_span(self, store: int, day: date, local: bool) -> tuple[str, datetime, datetime]:
         """(zone, start, end) of the store's UTC day or local day `day`."""
