@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -224,3 +224,75 @@ def test_a_terminal_resends_only_what_the_pipeline_answers_unknown(
     )  # fmt: skip
     assert unknown.returncode == 3, unknown.stderr
     assert unknown.stdout.startswith("unknown: receipt 7 of device 7 in store 301 is unknown")
+
+
+def _archive_only(spark: Any, settings: Settings) -> None:
+    """The archiver over everything in the topic now (Kafka -> the Delta master dataset),
+    without the speed views job: the records reach the batch layer and no speed view."""
+    from pos_lambda.speed_layer import archiver_job
+
+    q = archiver_job.start(spark, settings, available_now=True)
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+
+
+def test_a_receipt_only_the_batch_knows_is_accepted_with_the_batch_as_its_source(
+    isolated: tuple[Settings, Any], spark: Any
+) -> None:
+    """Receipt 8 reaches Kafka 3 days after it happened, beyond the speed layer's 48 h
+    lateness bound, so the speed views leave it to the batch layer; and the speed views
+    job does not run before the batch (as when it was down while the archiver ran), so
+    its index holds nothing of the receipt either. Only `pos-batch run`, folding the
+    master dataset, learns of it: the terminal must then hear `accepted`, not `unknown`."""
+    settings, cql = isolated
+    terminal = Terminal(settings)
+    arrived = datetime(2026, 3, 2, 9, 8, 5, tzinfo=UTC) + timedelta(days=3)
+    terminal.send(8, message(8), arrived)
+    [eight] = terminal.copies(8)
+    _archive_only(spark, settings)
+
+    with TestClient(create_app(settings)) as http:
+        ask = f"/stores/{STORE}/devices/{DEVICE}/receipts/8"
+        before = http.get(ask)
+        assert (before.status_code, before.json()["status"], before.json()["known_by"]) == (
+            404, "unknown", [],
+        )  # fmt: skip
+
+        done = subprocess.run(
+            [str(VENV_BIN / "pos-batch"), "run", "--start", "2026-03-01T00:00Z",
+             "--end", "2026-03-14T00:00Z", "--lookback-hours", "0"],
+            env=env_for(settings), capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1])["receipts"] == 1
+
+        after = http.get(ask)
+        body = after.json()
+        assert (after.status_code, body["status"], body["source"], body["known_by"]) == (
+            200, "accepted", "batch", ["batch"],
+        )  # fmt: skip
+        assert (body["winner"], body["first_seen_at"]) == (_kafka(eight), _iso(arrived))
+        assert (body["happened_at"], body["day"], body["in_speed_view"]) == (
+            "2026-03-02T09:08:00Z", "2026-03-02", False,
+        )  # fmt: skip
+        assert body["detail"] == (
+            f"receipt 8 of device 7 in store 301 is accepted (partition {eight.partition} "
+            f"offset {eight.offset}, known to the batch layer only)"
+        )
+        assert (body["last_resend"], body["conflicts"], body["dead_letters"]) == (None, [], [])
+
+    # Nothing in the speed views: the answer came from the batch layer's index alone.
+    assert cql.execute("SELECT * FROM receipt_keys").all() == []
+    assert cql.execute("SELECT * FROM receipts_by_store_day").all() == []
+
+    # The CLI answers the same and exits 0 (a script resends only on exit 3).
+    shown = subprocess.run(
+        [str(VENV_BIN / "pos-serve"), "receipt", "--store", str(STORE), "--device",
+         str(DEVICE), "--transaction", "8", "--json"],
+        env=env_for(settings), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    answer = json.loads(shown.stdout)
+    assert (answer["status"], answer["source"], answer["known_by"]) == (
+        "accepted", "batch", ["batch"],
+    )  # fmt: skip

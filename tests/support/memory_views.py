@@ -436,6 +436,25 @@ class MemoryKeyspace:
             resent_kafka_timestamp=resent.timestamp if resent else None,
         )
 
+    def batch_indexed(self, key: ReceiptKey, receipt: IndexedReceipt, generation: str) -> None:
+        """The receipt's row in the batch layer's natural-key index (receipt_keys_batch)
+        under `generation` (the pointer's `generation` says which one is served)."""
+        self.insert(
+            cql.RECEIPT_KEYS_BATCH_TABLE,
+            generation=generation,
+            operation_id=key.operation_id,
+            vendor_fiscal_module=key.vendor_fiscal_module,
+            key_bucket=key.transaction_id // cql.KEY_BUCKET_SIZE,
+            transaction_id=key.transaction_id,
+            happened_at=receipt.happened_at,
+            day=receipt.day,
+            kafka_partition=receipt.winner.partition,
+            kafka_offset=receipt.winner.offset,
+            kafka_timestamp=receipt.winner.timestamp,
+            late=receipt.late,
+            beyond_bound=receipt.beyond_bound,
+        )
+
     def dead_letters(self, letters: Sequence[DeadLetter]) -> None:
         """Rows of dead_letters, keyed by their Kafka coordinates."""
         for d in letters:

@@ -7,7 +7,8 @@
     pos-serve week-before --store 102 --day 2026-03-09 [--until 14:30]  # vs a week before
     pos-serve top --day 2026-03-02 [--limit 10]
     pos-serve receipts --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
-    pos-serve issues --store 101 --day 2026-03-02     # conflicts + what the batch fixed
+    pos-serve issues --store 101 --day 2026-03-02 [--page-size 50] [--page TOKEN]
+                                                  # conflicts (paged) + what the batch fixed
     pos-serve receipts --store 102 --day 2026-03-09 --local   # the store's local day
     pos-serve receipt --store 101 --device 7 --transaction 42   # did it arrive? [--json]
     pos-serve health [--runs 5]
@@ -103,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--page", default=None, help="next_page token of the previous page")
     c = command("issues", "conflicting copies of a store-day's receipts and the batch's fixes")
     store_day(c)
+    c.add_argument("--page-size", type=int, default=None, help="default POS_SERVE_PAGE_SIZE")
+    c.add_argument("--page", default=None, help="next_page token of the previous page")
     c = command(
         "receipt",
         "did the pipeline get a receipt? accepted, resend_absorbed, conflict, dead_letter "
@@ -205,12 +208,13 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
         )
     if c == "issues":
         issues = lib.local_store_day if args.local else lib.store_day
-        sd = issues(args.store, parse_day(args.day))
+        sd = issues(args.store, parse_day(args.day), args.page_size, args.page)
         return sd, lambda: (
             f"store {sd.operation_id}, {_day_text(sd.day, sd.time_zone)}\n"
             f"conflicts\n{table(sd.conflicts)}\n\nbatch fixes\n"
             + table(sd.fixes, ["window_start", "speed_receipts", "batch_receipts",
                                "receipts_fixed", "revenue_fixed", "duplicates", "conflicts"])
+            + f"\nnext page: {sd.next_page or '(none: the last)'}"
         )  # fmt: skip
     if c == "receipt":
         r = lib.receipt_status(args.store, args.device, args.transaction)
@@ -292,6 +296,10 @@ def _receipt_text(r: ReceiptStatus) -> str:
             f"{r.first_seen_at or '?'}; happened at {r.happened_at} (day {r.day}), "
             f"late {'yes' if r.late else 'no'}, in the speed view "
             f"{'yes' if r.in_speed_view else 'no (beyond its lateness bound)'}"
+        )
+    if r.known_by:
+        lines.append(
+            f"known by: {', '.join(r.known_by)} (answered from the {r.source} layer's index)"
         )
     if r.last_resend is not None:
         lines.append(

@@ -315,17 +315,25 @@ def create_app(settings: Settings, serving: Serving | None = None) -> FastAPI:
         the UTC range [start, end) in the answer) in time order, a page at a time."""
         return lib.local_receipts(store, parse_day(day), page_size, page)
 
-    @app.get("/stores/{store}/days/{day}/issues", tags=["receipts"], responses=JSON_ERRORS)
-    def store_day(store: StorePath, day: DayPath) -> StoreDay:
-        """Conflicting copies of the store's receipts of a UTC day and what the batch
-        fixed."""
-        return lib.store_day(store, parse_day(day))
+    @app.get("/stores/{store}/days/{day}/issues", tags=["receipts"], responses=PAGED_ERRORS)
+    def store_day(
+        store: StorePath, day: DayPath, page_size: PageSize = None, page: PageParam = None
+    ) -> StoreDay:
+        """Conflicting copies of the store's receipts of a UTC day, a page at a time
+        (`next_page`), and what the batch fixed (with the first page)."""
+        return lib.store_day(store, parse_day(day), page_size, page)
 
-    @app.get("/stores/{store}/local-days/{day}/issues", tags=["receipts"], responses=LOCAL_ERRORS)
-    def local_store_day(store: StorePath, day: LocalDayPath) -> StoreDay:
+    @app.get(
+        "/stores/{store}/local-days/{day}/issues",
+        tags=["receipts"],
+        responses=LOCAL_PAGED_ERRORS,
+    )
+    def local_store_day(
+        store: StorePath, day: LocalDayPath, page_size: PageSize = None, page: PageParam = None
+    ) -> StoreDay:
         """The same for the store's local day: conflicts whose winner happened in it,
         fixes of the windows that start in it."""
-        return lib.local_store_day(store, parse_day(day))
+        return lib.local_store_day(store, parse_day(day), page_size, page)
 
     @app.get(
         "/stores/{store}/devices/{device}/receipts/{transaction}",

@@ -249,7 +249,8 @@ class Fix:
 @dataclass(frozen=True)
 class StoreDay:
     """Conflicts (by their winner's time) and batch fixes (by window) of a store's UTC
-    day or local day: the UTC range [start, end)."""
+    day or local day: the UTC range [start, end). Paged by its conflicts: the fixes
+    (at most one per window) come whole with the first page, later pages have none."""
 
     operation_id: int
     day: date
@@ -258,6 +259,7 @@ class StoreDay:
     time_zone: str
     start: datetime
     end: datetime
+    next_page: str | None = None  # pass back as `page` for more conflicts; None: no more
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,14 @@ class ServingViews(ReceiptViews, Protocol):
         """The conflicting copies of a store's UTC day that the served views count."""
         ...
 
+    def conflicts_page(
+        self, store: int, segment: Segment, fetch_size: int, paging_state: bytes | None
+    ) -> tuple[list[Conflict], bytes | None]:
+        """One page of a store's conflicts whose winner happened in one segment of the
+        issues listing (from the segment's side), and the state of the next page (None:
+        the segment is done)."""
+        ...
+
     def fixes(self, store: int, day: date) -> list[Fix]:
         """What the batch fixed in a store's windows of UTC day `day`."""
         ...

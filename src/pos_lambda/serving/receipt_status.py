@@ -4,10 +4,11 @@ A POS terminal that lost its link asks about each receipt it is not sure of, by 
 key `(operation_id, vendor_fiscal_module, transaction_id)`, and resends only those the
 pipeline does not know. The answer is one of:
 
-- `accepted`: the speed layer's natural-key index (`receipt_keys`) holds the receipt;
-  with the winner's Kafka coordinates and when it was first seen (the winner is the
-  first copy Kafka appended, src/pos_lambda/views/winners.py, so its record timestamp
-  is the first time the pipeline saw the receipt);
+- `accepted`: a natural-key index holds the receipt, the speed layer's (`receipt_keys`)
+  or the batch layer's (`receipt_keys_batch`, the served generation's); with the
+  winner's Kafka coordinates and when it was first seen (the winner is the first copy
+  Kafka appended, src/pos_lambda/views/winners.py, so its record timestamp is the
+  first time the pipeline saw the receipt);
 - `resend_absorbed`: accepted, and received again since with the same content (the
   index row records the last such copy);
 - `conflict`: accepted, and a copy with other content arrived too: both contents
@@ -21,9 +22,23 @@ pipeline does not know. The answer is one of:
 A receipt with a valid copy is never reported as a dead letter, even when an earlier
 malformed copy of it was refused: the dead letters come along in every answer.
 
-What it reads is the speed layer's index: a receipt the speed layer has not processed
-yet (its Kafka lag) is `unknown` until it does, so a terminal that resends it sends a
-copy the views absorb as a resend. The batch layer's index is not read.
+Both layers' indexes are read, and the answer says which hold the receipt (`known_by`)
+and whose row its evidence comes from (`source`: the batch's when it has one, as the
+merged views take the batch's answer where it has one; the speed layer's otherwise).
+Why both: a receipt the speed views job never read is in the pipeline all the same once
+the archiver has put it in the master dataset and the batch has folded it (the views
+job was down while the archiver ran, or started over from a new checkpoint past the
+topic's retention, or the speed tables were rebuilt); a terminal told `unknown` would
+resend it. (A receipt beyond the speed layer's lateness bound that the views job did
+read is in its index, `in_speed_view` false: the speed views count it nowhere, its
+index row says it arrived.) A batch index row
+is written before its run commits (src/pos_lambda/batch_layer/fold.py): it still
+means the receipt is held, since its record is in the master dataset and the next
+run folds it again. Only the speed layer records resends (`last_resend`).
+
+A receipt neither layer has processed yet (the speed layer's Kafka lag) is `unknown`
+until one does, so a terminal that resends it sends a copy the views absorb as a
+resend.
 
 `look_up` reads through the `ReceiptViews` port (`pos_lambda.serving.store.Views` is the
 Cassandra adapter; unit tests use an in-memory fake) and `classify` decides, pure.
@@ -39,6 +54,8 @@ from typing import Literal, Protocol
 from pos_lambda.schemas.contract import LineItem
 
 Status = Literal["accepted", "resend_absorbed", "conflict", "dead_letter", "unknown"]
+# The layer whose natural-key index holds a receipt.
+Layer = Literal["speed", "batch"]
 # Dead letters read per receipt: a producer that sends one receipt's key malformed again
 # and again must not make one status request read them all.
 DEAD_LETTER_ROWS = 100
@@ -70,7 +87,8 @@ class KafkaCopy:
 
 @dataclass(frozen=True)
 class IndexedReceipt:
-    """The speed layer's index row of a receipt: its winner, and its last resend."""
+    """A layer's index row of a receipt: its winner, and (the speed layer's only) its
+    last resend."""
 
     happened_at: datetime
     day: date
@@ -138,6 +156,10 @@ class ReceiptStatus:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     # Set when the receipt has more dead letters than one answer reads (DEAD_LETTER_ROWS).
     dead_letters_note: str | None = None
+    # The layer whose index row gave winner, happened_at, day, late (None: no layer's).
+    source: Layer | None = None
+    # Every layer whose index holds the receipt, speed first.
+    known_by: list[Layer] = field(default_factory=list)
 
 
 class ReceiptViews(Protocol):
@@ -145,6 +167,11 @@ class ReceiptViews(Protocol):
 
     def indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
         """The receipt's row in the speed layer's natural-key index, if any."""
+        ...
+
+    def batch_indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
+        """The receipt's row in the batch layer's natural-key index under the generation
+        the batch pointer serves, if any (none before the batch's first commit)."""
         ...
 
     def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
@@ -162,11 +189,15 @@ def classify(
     indexed: IndexedReceipt | None,
     conflicts: list[ConflictingCopy],
     dead_letters: list[DeadLetter],
+    batch: IndexedReceipt | None = None,
 ) -> ReceiptStatus:
-    """The status of `key` from what the views hold of it (pure).
+    """The status of `key` from what the views hold of it (pure): `indexed` is the speed
+    layer's index row, `batch` the batch layer's.
 
     A conflict outranks a resend (both can be true: the conflict is what needs a
-    person), a valid copy outranks a dead letter (the receipt is in the views).
+    person), a valid copy outranks a dead letter (the receipt is in the views). The
+    batch's row is the evidence when there is one (its winner is final); the speed
+    layer's row alone knows the last resend.
     """
     own = sorted(
         (
@@ -178,7 +209,13 @@ def classify(
         key=lambda d: (d.kafka_topic, d.kafka.partition, d.kafka.offset),
     )
     ident = (key.operation_id, key.vendor_fiscal_module, key.transaction_id)
-    if indexed is None:
+    known_by: list[Layer] = []
+    if indexed is not None:
+        known_by.append("speed")
+    if batch is not None:
+        known_by.append("batch")
+    evidence = batch if batch is not None else indexed
+    if evidence is None:
         if own:
             last = own[-1]
             return ReceiptStatus(
@@ -192,7 +229,10 @@ def classify(
             status="unknown",
             detail=f"{key} is unknown: no view holds it (resend it)",
         )
-    where = f"partition {indexed.winner.partition} offset {indexed.winner.offset}"
+    where = f"partition {evidence.winner.partition} offset {evidence.winner.offset}"
+    if known_by == ["batch"]:
+        where += ", known to the batch layer only"
+    last_resend = indexed.last_resend if indexed is not None else None
     status: Status
     if conflicts:
         status = "conflict"
@@ -201,7 +241,7 @@ def classify(
             f"{key} is accepted ({where}), and {copies} with other content came too, "
             "kept apart: the first copy counts"
         )
-    elif indexed.last_resend is not None:
+    elif last_resend is not None:
         status = "resend_absorbed"
         detail = f"{key} is accepted ({where}) and was received again, same content, absorbed"
     else:
@@ -211,15 +251,17 @@ def classify(
         *ident,
         status=status,
         detail=detail,
-        winner=indexed.winner,
-        first_seen_at=indexed.winner.timestamp,
-        happened_at=indexed.happened_at,
-        day=indexed.day,
-        late=indexed.late,
-        in_speed_view=not indexed.beyond_bound,
-        last_resend=indexed.last_resend,
+        winner=evidence.winner,
+        first_seen_at=evidence.winner.timestamp,
+        happened_at=evidence.happened_at,
+        day=evidence.day,
+        late=evidence.late,
+        in_speed_view=not evidence.beyond_bound,
+        last_resend=last_resend,
         conflicts=sorted(conflicts, key=lambda c: (c.copy.kafka.partition, c.copy.kafka.offset)),
         dead_letters=own,
+        source="batch" if batch is not None else "speed",
+        known_by=known_by,
     )
 
 
@@ -227,9 +269,11 @@ def look_up(key: ReceiptKey, views: ReceiptViews, limit: int = DEAD_LETTER_ROWS)
     """Read what the views hold of `key` (the shell's part) and classify it; at most
     `limit` dead letters are read (one more, to know whether there were more)."""
     indexed = views.indexed_receipt(key)
-    conflicts = views.conflicting_copies(key, indexed.day) if indexed is not None else []
+    batch = views.batch_indexed_receipt(key)
+    evidence = batch if batch is not None else indexed
+    conflicts = views.conflicting_copies(key, evidence.day) if evidence is not None else []
     dead = views.dead_letters_of(key, limit + 1)
-    answer = classify(key, indexed, conflicts, dead[:limit])
+    answer = classify(key, indexed, conflicts, dead[:limit], batch)
     if len(dead) <= limit:
         return answer
     note = (

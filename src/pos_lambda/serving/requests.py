@@ -169,6 +169,9 @@ def check_limit(value: int, name: str, maximum: int) -> int:
 PHASES = ("batch", "speed")
 NOT_OURS = "page is not a token this API returned: pass next_page of the previous answer"
 STALE = "page has expired, start the listing again (ask without page)"
+# What a token lists: a store-day's receipts, or its issues (conflicts). A token of one
+# is refused by the other: its paging state is of another statement.
+LISTINGS = ("receipts", "issues")
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,7 @@ class PageToken:
     # When this token was issued (whole seconds, UTC): past POS_SERVE_PAGE_TOKEN_MAX_AGE_
     # SECONDS it is refused with 410, as is one whose batch version is no longer served.
     issued_at: datetime = datetime(2000, 1, 1, tzinfo=UTC)
+    listing: str = "receipts"  # one of LISTINGS
 
 
 def encode_page(token: PageToken, key: bytes) -> str:
@@ -202,6 +206,8 @@ def encode_page(token: PageToken, key: bytes) -> str:
             "d": token.day.isoformat(),
             "z": token.zone,
             "t": int(token.issued_at.timestamp()),
+            # Receipts tokens as before this field: a release before it reads them.
+            **({} if token.listing == "receipts" else {"l": token.listing}),
         },
         separators=(",", ":"),
     )
@@ -226,9 +232,11 @@ def _scope(store: int, day: date, local: bool) -> str:
     return f"store {store} on {'local' if local else 'UTC'} day {day.isoformat()}"
 
 
-def decode_page(text: str, key: bytes, store: int, day: date, local: bool = False) -> PageToken:
-    """The token `text` if this API signed it for (store, day, UTC or local day);
-    QueryError otherwise."""
+def decode_page(
+    text: str, key: bytes, store: int, day: date, local: bool = False, listing: str = "receipts"
+) -> PageToken:
+    """The token `text` if this API signed it for (store, day, UTC or local day) and
+    `listing`; QueryError otherwise."""
     payload = paging.verify(text, key)
     if payload is None:
         raise QueryError(NOT_OURS)
@@ -243,13 +251,20 @@ def decode_page(text: str, key: bytes, store: int, day: date, local: bool = Fals
             date.fromisoformat(raw["d"]),
             None if zone is None else str(zone),
             datetime.fromtimestamp(int(raw["t"]), UTC),
+            # Tokens issued before issues were paged list receipts.
+            str(raw.get("l", "receipts")),
         )
     except KeyError:  # signed, but by a release before tokens carried their issue time
         raise PageGone(STALE + ": it was issued by an earlier release") from None
     except (ValueError, TypeError, OverflowError, OSError, binascii.Error, UnicodeDecodeError):
         raise QueryError(NOT_OURS) from None
-    if not 0 <= token.index < len(token.segments):
+    if not 0 <= token.index < len(token.segments) or token.listing not in LISTINGS:
         raise QueryError(NOT_OURS)
+    if token.listing != listing:
+        raise QueryError(
+            f"page was issued for a listing of {token.listing}, not of {listing}: pass "
+            "next_page of the previous answer for this one"
+        )
     issued = _scope(token.store, token.day, token.zone is not None)
     if issued != _scope(store, day, local):
         raise QueryError(

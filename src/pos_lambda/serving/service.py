@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, date, datetime, time
+from typing import TypeVar
 
 from pos_lambda.schemas import contract
 from pos_lambda.serving import local_week, merge, paging, receipt_status
@@ -34,8 +35,8 @@ from pos_lambda.serving.model import (
     DayTotal,
     DeadLetters,
     Health,
-    Receipt,
     ReceiptPage,
+    Segment,
     StoreDay,
     TopStores,
     Window,
@@ -63,6 +64,7 @@ from pos_lambda.stores.registry import CassandraStores, StoreRegistry
 from pos_lambda.views.windows import window_start
 
 MAX_PAGE_SIZE = 1000
+Row = TypeVar("Row")  # a listing's row: a receipt, a conflict
 MAX_TOP = 1000
 MAX_RUNS = 100
 
@@ -240,10 +242,76 @@ class Serving:
         assert token is not None
         # The day as the first page cut it, even if the store's zone was edited since.
         zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
-        out: list[Receipt] = []
+        out, following = self._page(token, size, now, self.views.receipts)
+        return ReceiptPage(store, day, out, following, zone, start, end)
+
+    def store_day(
+        self, store: int, day: date, page_size: int | None = None, page: str | None = None
+    ) -> StoreDay:
+        """A page of the conflicting copies of the store's receipts of UTC day `day`
+        (with the first page: what the batch fixed in its windows); pass `next_page`
+        back for more."""
+        return self._store_day(store, day, False, page_size, page)
+
+    def local_store_day(
+        self, store: int, day: date, page_size: int | None = None, page: str | None = None
+    ) -> StoreDay:
+        """The same for the store's local day `day`: conflicts whose winner happened in
+        it, fixes of the windows that start in it."""
+        return self._store_day(store, day, True, page_size, page)
+
+    def _store_day(
+        self, store: int, day: date, local: bool, page_size: int | None, page: str | None
+    ) -> StoreDay:
+        """Paged as the receipts are (`_receipt_page`): the listing's segments are cut
+        at its first page, each UTC day's at its batch seam, so a conflict is listed by
+        the side that counts its winner's window, as `merge.served_conflicts` decides:
+        before the seam the served batch version's `conflicts_batch` rows, after it the
+        speed layer's `conflicts`. A page answers at most `page_size` conflicts
+        (POS_SERVE_PAGE_SIZE by default); the fixes (a row per window at most, <= 100 a
+        UTC day) come whole with the first page only."""
+        size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
+        check_day(day)
+        check_store(store)
+        token = decode_page(page, self.page_key(), store, day, local, "issues") if page else None
+        span = self._day_span(store, day, local) if token is None else None
+        self.require_store(store)
+        now = self._clock()
+        fixes = []
+        if span is not None:
+            zone, start, end = span
+            utc_days = TimeRange(start, end).days
+            pointer = self.views.pointer(utc_days[0], utc_days[-1])
+            segments = tuple(merge.receipt_segments(pointer, start, end))
+            token = PageToken(segments, 0, None, store, day, zone if local else None, now, "issues")
+            for utc_day in utc_days:
+                fixes += self.views.fixes(store, utc_day)
+            # The UTC days' partitions hold the day and its neighbours' ends.
+            fixes = [f for f in fixes if start <= f.window_start < end]
+        else:
+            assert token is not None
+            days = [g.day for g in token.segments[token.index :]]
+            served = self.views.pointer(min(days), max(days))
+            check_page_current(token, served, now, self.settings.serve.page_token_max_age_seconds)
+        assert token is not None
+        zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
+        conflicts, following = self._page(token, size, now, self.views.conflicts_page)
+        return StoreDay(store, day, conflicts, fixes, zone, start, end, following)
+
+    def _page(
+        self,
+        token: PageToken,
+        size: int,
+        now: datetime,
+        read: Callable[[int, Segment, int, bytes | None], tuple[list[Row], bytes | None]],
+    ) -> tuple[list[Row], str | None]:
+        """At most `size` rows of a listing from where `token` stands, read segment by
+        segment with `read` (one Cassandra page each), and the token of the next page
+        (None: the listing is done)."""
+        out: list[Row] = []
         index, state = token.index, token.paging_state
         while index < len(token.segments) and len(out) < size:
-            rows, state = self.views.receipts(store, token.segments[index], size - len(out), state)
+            rows, state = read(token.store, token.segments[index], size - len(out), state)
             out += rows
             if state is None:  # this segment is done: go on with the next one
                 index += 1
@@ -254,31 +322,7 @@ class Serving:
             if index < len(token.segments)
             else None
         )
-        return ReceiptPage(store, day, out, following, zone, start, end)
-
-    def store_day(self, store: int, day: date) -> StoreDay:
-        """Conflicting copies of the store's receipts of UTC day `day` and what the
-        batch fixed in its windows."""
-        return self._store_day(store, day, False)
-
-    def local_store_day(self, store: int, day: date) -> StoreDay:
-        """The same for the store's local day `day`: conflicts whose winner happened in
-        it, fixes of the windows that start in it."""
-        return self._store_day(store, day, True)
-
-    def _store_day(self, store: int, day: date, local: bool) -> StoreDay:
-        check_day(day)
-        check_store(store)
-        zone, start, end = self._day_span(store, day, local)
-        self.require_store(store)
-        conflicts, fixes = [], []
-        for utc_day in TimeRange(start, end).days:
-            conflicts += self.views.conflicts(store, utc_day)
-            fixes += self.views.fixes(store, utc_day)
-        if local:  # the UTC days' partitions hold the day and its neighbours' ends
-            conflicts = [c for c in conflicts if start <= c.winner_happened_at < end]
-            fixes = [f for f in fixes if start <= f.window_start < end]
-        return StoreDay(store, day, conflicts, fixes, zone, start, end)
+        return out, following
 
     def _day_span(self, store: int, day: date, local: bool) -> tuple[str, datetime, datetime]:
         """(zone, start, end) of the store's UTC day or local day `day`."""

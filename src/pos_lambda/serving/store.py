@@ -54,6 +54,8 @@ from pos_lambda.settings import Settings
 
 log = logging.getLogger("pos.serving")
 
+# Rows per page of the dead-letter count's scan, at most.
+DEAD_LETTER_FETCH_SIZE = 5000
 # The health answer lists the views query first.
 SPEED_QUERIES = (cql.SPEED_QUERY_OF_JOB["views"], cql.SPEED_QUERY_OF_JOB["archiver"])
 
@@ -89,6 +91,16 @@ STATEMENTS = {
     "conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? AND winner_day = ?",
     "conflicts_batch": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} WHERE operation_id = ? "
     "AND winner_day = ? AND version = ?",
+    # The issues listing, paged (pos_lambda.serving.service.Serving.store_day): one
+    # segment of a store-day's conflicts, by their winner's time, each a filter within
+    # the one partition read (winner_happened_at is no clustering column); the batch's
+    # only as far as its commit counts them (master_version, as receipts_generation).
+    "issues_conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? "
+    "AND winner_day = ? AND winner_happened_at >= ? AND winner_happened_at < ? "
+    "ALLOW FILTERING",
+    "issues_conflicts_generation": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} "
+    "WHERE operation_id = ? AND winner_day = ? AND version = ? AND winner_happened_at >= ? "
+    "AND winner_happened_at < ? AND master_version <= ? ALLOW FILTERING",
     "fixes": f"SELECT * FROM {cql.BATCH_FIXES_TABLE} WHERE operation_id = ? AND day = ?",
     "batch_runs": f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = ? LIMIT ?",
     "speed_progress": f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ? LIMIT 1",
@@ -102,6 +114,13 @@ STATEMENTS = {
     # key through its SAI indexes (src/pos_lambda/schemas/cql.py).
     "receipt_key": f"SELECT * FROM {cql.RECEIPT_KEYS_TABLE} WHERE operation_id = ? "
     "AND vendor_fiscal_module = ? AND key_bucket = ? AND transaction_id = ?",
+    # The batch layer's index: the generation the pointer serves (a static cell: one
+    # read of the pointer's partition), then one row by full primary key.
+    "served_generation": f"SELECT generation FROM {cql.BATCH_POINTER_TABLE} "
+    "WHERE view_name = ? LIMIT 1",
+    "receipt_key_batch": f"SELECT * FROM {cql.RECEIPT_KEYS_BATCH_TABLE} WHERE generation = ? "
+    "AND operation_id = ? AND vendor_fiscal_module = ? AND key_bucket = ? "
+    "AND transaction_id = ?",
     "receipt_conflicts": f"SELECT * FROM {cql.CONFLICTS_TABLE} WHERE operation_id = ? "
     "AND winner_day = ? AND vendor_fiscal_module = ? AND transaction_id = ?",
     "receipt_conflicts_batch": f"SELECT * FROM {cql.CONFLICTS_BATCH_TABLE} "
@@ -148,6 +167,23 @@ def _aggregate(r: Any) -> AggregateRow:
     )
 
 
+def _conflict(r: Any) -> Conflict:
+    """A row of either layer's conflicts table, as the issues listing shows it."""
+    return Conflict(
+        vendor_fiscal_module=r.vendor_fiscal_module,
+        transaction_id=r.transaction_id,
+        differs=list(r.differs or []),
+        happened_at=_utc(r.happened_at),
+        winner_happened_at=_utc(r.winner_happened_at),
+        revenue=Decimal(r.revenue),
+        winner_revenue=_decimal_or_none(r.winner_revenue),
+        kafka_partition=r.kafka_partition,
+        kafka_offset=r.kafka_offset,
+        winner_kafka_partition=r.winner_kafka_partition,
+        winner_kafka_offset=r.winner_kafka_offset,
+    )
+
+
 def _content(r: Any, prefix: str) -> Content:
     """One version of a conflicts row: the copy's (prefix "") or the winner's ("winner_")."""
     items = getattr(r, f"{prefix}line_items")
@@ -163,6 +199,23 @@ def _content(r: Any, prefix: str) -> Content:
             getattr(r, f"{prefix}kafka_offset"),
             utc(getattr(r, f"{prefix}kafka_timestamp")),
         ),
+    )
+
+
+def _indexed(r: Any) -> IndexedReceipt:
+    """A row of either layer's natural-key index; the batch layer's has no resend cells."""
+    resent = (
+        KafkaCopy(r.resent_kafka_partition, r.resent_kafka_offset, utc(r.resent_kafka_timestamp))
+        if getattr(r, "resent_kafka_offset", None) is not None
+        else None
+    )
+    return IndexedReceipt(
+        happened_at=_utc(r.happened_at),
+        day=_day(r.day),
+        winner=KafkaCopy(r.kafka_partition, r.kafka_offset, utc(r.kafka_timestamp)),
+        late=bool(r.late),
+        beyond_bound=bool(r.beyond_bound),
+        last_resend=resent,
     )
 
 
@@ -444,22 +497,28 @@ class Views:
         return merge.served_conflicts(batch, speed, split, bound)
 
     def conflicts(self, store: int, day: date) -> list[Conflict]:
-        return [
-            Conflict(
-                vendor_fiscal_module=r.vendor_fiscal_module,
-                transaction_id=r.transaction_id,
-                differs=list(r.differs or []),
-                happened_at=_utc(r.happened_at),
-                winner_happened_at=_utc(r.winner_happened_at),
-                revenue=Decimal(r.revenue),
-                winner_revenue=_decimal_or_none(r.winner_revenue),
-                kafka_partition=r.kafka_partition,
-                kafka_offset=r.kafka_offset,
-                winner_kafka_partition=r.winner_kafka_partition,
-                winner_kafka_offset=r.winner_kafka_offset,
-            )
-            for r in self._served_conflicts("conflicts", store, day)
-        ]
+        return [_conflict(r) for r in self._served_conflicts("conflicts", store, day)]
+
+    def conflicts_page(
+        self, store: int, segment: Segment, fetch_size: int, paging_state: bytes | None
+    ) -> tuple[list[Conflict], bytes | None]:
+        """One Cassandra page of a store's conflicts in one segment of the issues listing:
+        those whose winner happened in [segment.start, segment.end), from the segment's
+        side (`merge.served_conflicts` decides the same, per day, unpaged)."""
+        g = segment
+        span = (g.start, g.end)
+        args: tuple[Any, ...] = (store, g.day, *span)
+        statement = "issues_conflicts"
+        if g.source == "batch":
+            assert g.ref is not None
+            version, served_upto = receipts_partition(g.ref)
+            # A version of a release that kept the speed layer's conflicts table has no
+            # generation: its conflicts are the speed table's (as _served_conflicts).
+            if served_upto is not None:
+                statement = "issues_conflicts_generation"
+                args = (store, g.day, version, *span, served_upto)
+        rows, following = self.statements.page(statement, args, fetch_size, paging_state)
+        return [_conflict(r) for r in rows], following
 
     def fixes(self, store: int, day: date) -> list[Fix]:
         def dec(v: Any) -> Decimal:
@@ -517,24 +576,23 @@ class Views:
         rows = self.rows(
             "receipt_key", key.operation_id, key.vendor_fiscal_module, bucket, key.transaction_id
         )
-        if not rows:
+        return _indexed(rows[0]) if rows else None
+
+    def batch_indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
+        served = self.rows("served_generation", cql.BATCH_VIEW_NAME)
+        generation = served[0].generation if served else None
+        if generation is None:  # no commit yet, or one of a release before generations
             return None
-        r = rows[0]
-        resent = (
-            KafkaCopy(
-                r.resent_kafka_partition, r.resent_kafka_offset, utc(r.resent_kafka_timestamp)
-            )
-            if r.resent_kafka_offset is not None
-            else None
+        bucket = key.transaction_id // cql.KEY_BUCKET_SIZE
+        rows = self.rows(
+            "receipt_key_batch",
+            generation,
+            key.operation_id,
+            key.vendor_fiscal_module,
+            bucket,
+            key.transaction_id,
         )
-        return IndexedReceipt(
-            happened_at=_utc(r.happened_at),
-            day=_day(r.day),
-            winner=KafkaCopy(r.kafka_partition, r.kafka_offset, utc(r.kafka_timestamp)),
-            late=bool(r.late),
-            beyond_bound=bool(r.beyond_bound),
-            last_resend=resent,
-        )
+        return _indexed(rows[0]) if rows else None
 
     def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
         rows = self._served_conflicts(
@@ -577,8 +635,11 @@ class Views:
         partitions = self.rows("dead_letter_partitions")
         reasons: list[str] = []
         for p in partitions:
+            # Pages no larger than what is still to count (and one row more, which tells
+            # a cut scan): a bound of 1000 reads 1001 rows, not a 5000-row page.
+            wanted = min(DEAD_LETTER_FETCH_SIZE, limit + 1 - len(reasons))
             scanned = self.statements.scan(
-                "dead_letter_reasons", (p.kafka_topic, p.kafka_partition), fetch_size=5000
+                "dead_letter_reasons", (p.kafka_topic, p.kafka_partition), fetch_size=wanted
             )
             for r in scanned:
                 if len(reasons) >= limit:

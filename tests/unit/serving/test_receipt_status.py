@@ -21,6 +21,7 @@ from pos_lambda.schemas.contract import LineItem
 from pos_lambda.serving import Serving, cli
 from pos_lambda.serving.errors import QueryError
 from pos_lambda.serving.http import create_app
+from pos_lambda.serving.model import DayVersion
 from pos_lambda.serving.receipt_status import (
     ConflictingCopy,
     Content,
@@ -31,6 +32,7 @@ from pos_lambda.serving.receipt_status import (
     classify,
     look_up,
 )
+from pos_lambda.serving.store import Views
 from pos_lambda.settings import Settings
 from tests.support.memory_views import MemoryKeyspace, memory_views
 
@@ -110,6 +112,45 @@ def test_nothing_of_the_key_is_unknown() -> None:
     )
 
 
+# Receipt 42 as the batch layer's index holds it: more than 48 h late, beyond the speed
+# layer's lateness bound, so the speed layer kept no row of it.
+LATE_DAY = date(2026, 2, 27)
+LATE_HAPPENED = datetime(2026, 2, 27, 8, 0, tzinfo=UTC)
+BATCH_ONLY = IndexedReceipt(LATE_HAPPENED, LATE_DAY, FIRST, late=True, beyond_bound=True,
+                            last_resend=None)  # fmt: skip
+
+
+def test_a_receipt_only_the_batch_index_holds_is_accepted_with_the_batch_as_source() -> None:
+    answer = classify(KEY, None, [], [], batch=BATCH_ONLY)
+    assert (answer.status, answer.source, answer.known_by) == ("accepted", "batch", ["batch"])
+    assert (answer.winner, answer.happened_at, answer.day, answer.late, answer.in_speed_view) == (
+        FIRST, LATE_HAPPENED, LATE_DAY, True, False,
+    )  # fmt: skip
+    assert answer.detail == (
+        "receipt 42 of device 7 in store 1 is accepted "
+        "(partition 2 offset 10, known to the batch layer only)"
+    )
+
+
+def test_a_receipt_both_layers_hold_takes_the_batch_row_and_the_speed_layers_resend() -> None:
+    resent = IndexedReceipt(HAPPENED, DAY, FIRST, False, False, last_resend=AGAIN)
+    batch = IndexedReceipt(HAPPENED, DAY, FIRST, False, False, last_resend=None)
+    answer = classify(KEY, resent, [], [], batch=batch)
+    assert (answer.status, answer.source, answer.known_by, answer.last_resend) == (
+        "resend_absorbed", "batch", ["speed", "batch"], AGAIN,
+    )  # fmt: skip
+    assert answer.detail.startswith("receipt 42 of device 7 in store 1 is accepted (partition 2 "
+                                    "offset 10) and")  # fmt: skip
+
+
+def test_the_speed_layers_row_alone_is_the_source_and_nothing_is_no_layers() -> None:
+    assert (classify(KEY, INDEXED, [], []).source, classify(KEY, INDEXED, [], []).known_by) == (
+        "speed", ["speed"],
+    )  # fmt: skip
+    unknown = classify(KEY, None, [], [])
+    assert (unknown.status, unknown.source, unknown.known_by) == ("unknown", None, [])
+
+
 @dataclass
 class FakeViews:
     """The `ReceiptViews` port in memory; records what it was asked."""
@@ -117,11 +158,16 @@ class FakeViews:
     indexed: dict[ReceiptKey, IndexedReceipt] = field(default_factory=dict)
     conflicts: dict[tuple[ReceiptKey, date], list[ConflictingCopy]] = field(default_factory=dict)
     dead: list[DeadLetter] = field(default_factory=list)
+    batch: dict[ReceiptKey, IndexedReceipt] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
 
     def indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
         self.asked.append("index")
         return self.indexed.get(key)
+
+    def batch_indexed_receipt(self, key: ReceiptKey) -> IndexedReceipt | None:
+        self.asked.append("batch index")
+        return self.batch.get(key)
 
     def conflicting_copies(self, key: ReceiptKey, winner_day: date) -> list[ConflictingCopy]:
         self.asked.append(f"conflicts {winner_day}")
@@ -139,18 +185,29 @@ class FakeViews:
 def test_look_up_reads_conflicts_by_the_winners_day_only_for_an_indexed_receipt() -> None:
     views = FakeViews({KEY: INDEXED}, {(KEY, DAY): [CONFLICT]})
     assert look_up(KEY, views).status == "conflict"
-    assert views.asked == ["index", f"conflicts {DAY}", "dead letters 1/7/42 limit 101"]
+    assert views.asked == [
+        "index", "batch index", f"conflicts {DAY}", "dead letters 1/7/42 limit 101",
+    ]  # fmt: skip
 
     other = FakeViews(dead=[dead(1, 7, 43, 1)])
     assert look_up(ReceiptKey(1, 7, 43), other).status == "dead_letter"
-    assert other.asked == ["index", "dead letters 1/7/43 limit 101"]
+    assert other.asked == ["index", "batch index", "dead letters 1/7/43 limit 101"]
+
+
+def test_look_up_reads_conflicts_by_the_batch_rows_day_for_a_receipt_only_it_holds() -> None:
+    views = FakeViews(batch={KEY: BATCH_ONLY}, conflicts={(KEY, LATE_DAY): [CONFLICT]})
+    answer = look_up(KEY, views)
+    assert (answer.status, answer.source, answer.known_by) == ("conflict", "batch", ["batch"])
+    assert views.asked == [
+        "index", "batch index", f"conflicts {LATE_DAY}", "dead letters 1/7/42 limit 101",
+    ]  # fmt: skip
 
 
 def test_the_dead_letters_read_are_capped_and_the_answer_says_so() -> None:
     # A producer sent receipt 43 malformed 5 times; the answer reads at most 3.
     views = FakeViews(dead=[dead(1, 7, 43, n) for n in range(5)])
     answer = look_up(ReceiptKey(1, 7, 43), views, limit=3)
-    assert views.asked == ["index", "dead letters 1/7/43 limit 4"]
+    assert views.asked == ["index", "batch index", "dead letters 1/7/43 limit 4"]
     assert (answer.status, [d.kafka.offset for d in answer.dead_letters]) == (
         "dead_letter", [0, 1, 2],
     )  # fmt: skip
@@ -170,6 +227,65 @@ def serving(tmp_path: Path) -> Serving:
     keyspace.indexed(KEY, INDEXED)
     keyspace.dead_letters([dead(1, 7, 43, 1)])
     return Serving(Settings(state_dir=tmp_path), views=memory_views(keyspace))
+
+
+GEN = "gen-b"  # the generation the batch pointer serves
+LATE_KEY = ReceiptKey(1, 7, 45)
+
+
+@pytest.fixture
+def both_layers(tmp_path: Path) -> tuple[Serving, MemoryKeyspace]:
+    """The views in memory with a committed batch (generation gen-b): receipt 42 in both
+    indexes, receipt 45 in the batch's only, receipt 46 in an old generation's only."""
+    keyspace = MemoryKeyspace()
+    keyspace.day_version(DayVersion(LATE_DAY, "v1", datetime(2026, 3, 1, tzinfo=UTC), GEN, 9))
+    keyspace.indexed(KEY, INDEXED)
+    keyspace.batch_indexed(KEY, INDEXED, GEN)
+    keyspace.batch_indexed(LATE_KEY, BATCH_ONLY, GEN)
+    keyspace.batch_indexed(ReceiptKey(1, 7, 46), BATCH_ONLY, "gen-a")  # rebuilt away
+    return Serving(Settings(state_dir=tmp_path), views=memory_views(keyspace)), keyspace
+
+
+def test_the_views_answer_from_the_served_generations_batch_index(
+    both_layers: tuple[Serving, MemoryKeyspace],
+) -> None:
+    serving, keyspace = both_layers
+    late = serving.receipt_status(1, 7, 45)
+    assert (late.status, late.source, late.known_by, late.winner, late.day) == (
+        "accepted", "batch", ["batch"], FIRST, LATE_DAY,
+    )  # fmt: skip
+    both = serving.receipt_status(1, 7, 42)
+    assert (both.status, both.source, both.known_by) == ("accepted", "batch", ["speed", "batch"])
+    # A row of a generation no longer served does not count: that index is being replaced.
+    assert serving.receipt_status(1, 7, 46).status == "unknown"
+    # One read of the pointer's static generation, then one row by full primary key.
+    assert keyspace.reads_of("receipt_key_batch") == [
+        (GEN, 1, 7, 0, 45), (GEN, 1, 7, 0, 42), (GEN, 1, 7, 0, 46),
+    ]  # fmt: skip
+
+
+def test_before_any_batch_commit_the_batch_index_is_not_read(serving: Serving) -> None:
+    assert serving.receipt_status(1, 7, 42).known_by == ["speed"]
+    views = serving.views
+    assert isinstance(views, Views) and isinstance(views.statements, MemoryKeyspace)
+    assert views.statements.reads_of("receipt_key_batch") == []
+
+
+def test_http_answers_source_and_known_by_beside_the_old_fields(
+    both_layers: tuple[Serving, MemoryKeyspace],
+) -> None:
+    serving, _ = both_layers
+    with TestClient(create_app(serving.settings, serving)) as http:
+        body = http.get("/stores/1/devices/7/receipts/45").json()
+        schema = http.get("/openapi.json").json()["components"]["schemas"]["ReceiptStatus"]
+    assert (body["status"], body["source"], body["known_by"], body["in_speed_view"]) == (
+        "accepted", "batch", ["batch"], False,
+    )  # fmt: skip
+    # Added, nothing renamed or made required: older clients read the answer as before.
+    assert {"source", "known_by", "winner", "in_speed_view", "last_resend"} <= set(
+        schema["properties"]
+    )
+    assert not {"source", "known_by"} & set(schema.get("required", []))
 
 
 def test_http_answers_a_status_and_404_with_a_body_for_unknown(serving: Serving) -> None:
@@ -237,3 +353,14 @@ def test_cli_exits_3_on_unknown_with_the_answer_on_stdout(
     assert capsys.readouterr().out.startswith("accepted: receipt 42 of device 7 in store 1")
     assert cli.main([*ask, "-1"]) == cli.EXIT_BAD_INPUT
     assert "transaction -1 is out of range" in capsys.readouterr().err
+
+
+def test_cli_says_which_layer_knows_the_receipt(
+    both_layers: tuple[Serving, MemoryKeyspace],
+) -> None:
+    serving, _ = both_layers
+    args = cli._parser().parse_args(
+        ["receipt", "--store", "1", "--device", "7", "--transaction", "45"]
+    )
+    _, render = cli._query(args, serving)
+    assert "\nknown by: batch (answered from the batch layer's index)" in render()
