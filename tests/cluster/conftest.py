@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +28,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+HERE = Path(__file__).parent
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The hook sees the whole session's items: mark only this directory's.
     for item in items:
-        item.add_marker(pytest.mark.cluster)
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
