@@ -166,3 +166,27 @@ def test_a_fault_that_cannot_undo_itself_does_not_stop_the_others(tmp_path: Path
     chaos.restore_faults(run, {"fake": fake})  # a name no fault has: said, not raised
     assert said == ["cleanup: could not undo gone: no fault named 'gone'; faults: fake"]
     assert fake.restored == 2
+
+
+def _fault(name: str, slots: tuple[int, ...], rank: int) -> Fault[Any]:
+    cls = type(name.title(), (Fake,), {"name": name, "slots": slots, "table_rank": rank})
+    made: Fault[Any] = cls()
+    return made
+
+
+def test_a_new_fault_is_one_module_that_takes_the_next_slots() -> None:
+    # A fault added as a module of its own, with the places after today's last one: the
+    # schedule is today's, then it; no other file names it.
+    new = _fault("disk_full", (14, 15), 11)
+    schedule = faults.schedule_of([*faults.FAULTS, new])
+    assert tuple(f.name for f in schedule) == (*SCHEDULE_TODAY, "disk_full", "disk_full")
+    assert faults.table_of([*faults.FAULTS, new])[-1] is new
+
+
+def test_two_faults_claiming_one_slot_or_leaving_a_gap_are_refused() -> None:
+    with pytest.raises(ValueError, match="clashes"):
+        faults.schedule_of([*faults.FAULTS, _fault("disk_full", (13,), 11)])
+    with pytest.raises(ValueError, match=r"slots must be 0\.\.14"):
+        faults.schedule_of([*faults.FAULTS, _fault("disk_full", (15,), 11)])
+    with pytest.raises(ValueError, match="table ranks"):
+        faults.table_of([*faults.FAULTS, _fault("disk_full", (14,), 3)])

@@ -28,6 +28,8 @@ class Killed:
 class AirflowSchedulerKill(Fault[Killed]):
     name = "airflow_scheduler_kill"
     label = "kill -9 of the Airflow scheduler during a DAG run"
+    slots = (12,)
+    table_rank = 9
 
     def strike(self, run: Chaos) -> Killed:
         from pos_lambda_dev.runtime import airflow_service

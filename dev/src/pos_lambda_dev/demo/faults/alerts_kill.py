@@ -49,6 +49,8 @@ class KilledItself:
 class AlertsKill(Fault[KilledItself]):
     name = "alerts_kill"
     label = "kill -9 of the alerts processor mid-transaction"
+    slots = (9, 10)
+    table_rank = 6
 
     def strike(self, run: Chaos) -> KilledItself:
         with run.lock:  # the watch must not start it meanwhile

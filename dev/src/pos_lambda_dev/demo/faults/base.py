@@ -36,6 +36,11 @@ class Survived:
 class Fault(ABC, Generic[Made]):
     name: ClassVar[str]  # the plan's kind and the figures' key, e.g. "speed_kill"
     label: ClassVar[str]  # how the figures table names it
+    # Its places in the run's schedule (0, 1, ...: as often as it strikes per run). The
+    # seeded shuffle draws from the schedule in this order, so a new fault takes the
+    # places after the last one and every seed's plan of the others stays the same.
+    slots: ClassVar[tuple[int, ...]]
+    table_rank: ClassVar[int]  # its row in the figures table (0 first)
 
     @abstractmethod
     def strike(self, run: Chaos) -> Made:

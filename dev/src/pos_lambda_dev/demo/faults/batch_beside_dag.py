@@ -27,6 +27,8 @@ class Beside:
 class BatchBesideDag(Fault[Beside]):
     name = "batch_beside_dag"
     label = "a manual batch run beside the DAG's run of the same hours"
+    slots = (13,)
+    table_rank = 10
 
     def strike(self, run: Chaos) -> Beside:
         triggered, attempt, (start, end) = dag_run.recomputing(run, "beside")

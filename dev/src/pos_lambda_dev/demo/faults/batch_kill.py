@@ -15,6 +15,8 @@ from pos_lambda_dev.demo.steps import VENV_BIN, StepFailed, run_logged, tail
 class BatchKill(Fault[None]):
     name = "batch_kill"
     label = "kill -9 of the batch job mid-write"
+    slots = (5,)
+    table_rank = 8
 
     def strike(self, run: Chaos) -> None:
         start, end = run.interval

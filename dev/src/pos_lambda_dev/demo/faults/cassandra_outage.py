@@ -21,6 +21,8 @@ OUTAGE_S = 90
 class CassandraOutage(Fault[int]):
     name = "cassandra_outage"
     label = "Cassandra down longer than the speed layer's retries"
+    slots = (6,)
+    table_rank = 3
 
     def strike(self, run: Chaos) -> int:
         """The outage itself: the node down for --outage-seconds, the watch keeping the

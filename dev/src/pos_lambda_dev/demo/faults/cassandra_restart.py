@@ -10,6 +10,8 @@ from pos_lambda_dev.demo.steps import StepFailed
 class CassandraRestart(Fault[None]):
     name = "cassandra_restart"
     label = "Cassandra restart (kill -9, start)"
+    slots = (4,)
+    table_rank = 2
 
     def strike(self, run: Chaos) -> None:
         from pos_lambda_dev.runtime import cassandra_service

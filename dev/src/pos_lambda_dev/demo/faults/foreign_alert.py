@@ -23,6 +23,8 @@ from pos_lambda_dev.demo.steps import (
 class ForeignAlert(Fault[tuple[int, int]]):
     name = "foreign_alert"
     label = "a foreign record on the alerts topic"
+    slots = (8,)
+    table_rank = 5
 
     def strike(self, run: Chaos) -> tuple[int, int]:
         """The record written; where it is (partition, offset)."""

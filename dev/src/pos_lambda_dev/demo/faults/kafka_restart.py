@@ -12,6 +12,8 @@ from pos_lambda_dev.demo.steps import StepFailed
 class KafkaRestart(Fault[None]):
     name = "kafka_restart"
     label = "Kafka broker hard restart (kill -9, start)"
+    slots = (3,)
+    table_rank = 1
 
     def strike(self, run: Chaos) -> None:
         from pos_lambda_dev.runtime import kafka_service

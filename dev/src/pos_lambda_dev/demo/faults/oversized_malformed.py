@@ -61,6 +61,8 @@ class Sent:
 class OversizedMalformed(Fault[Sent]):
     name = "oversized_malformed"
     label = "oversized malformed messages (over the contract's 64 KiB)"
+    slots = (7,)
+    table_rank = 4
 
     def strike(self, run: Chaos) -> Sent:
         from pos_lambda.producer.kafka_sink import produce

@@ -29,6 +29,8 @@ class Killed:
 class ReceiptsKill(Fault[Killed]):
     name = "receipts_kill"
     label = "kill -9 of the receipts processor (the deduplicated topic)"
+    slots = (11,)
+    table_rank = 7
 
     def strike(self, run: Chaos) -> Killed:
         before: list[dict[int, int]] = []

@@ -49,6 +49,8 @@ def in_micro_batch(run: Chaos) -> bool:
 class SpeedKill(Fault[Killed]):
     name = "speed_kill"
     label = "kill -9 of the speed-layer driver (mid micro-batch)"
+    slots = (0, 1, 2)
+    table_rank = 0
 
     def strike(self, run: Chaos) -> Killed:
         got: list[int] = []
