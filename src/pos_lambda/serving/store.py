@@ -248,6 +248,15 @@ class Statements(Protocol):
     def close(self) -> None: ...
 
 
+def unreachable_reasons(exc: Exception) -> str:
+    """Why the driver reached no host: per host when it says (a dict of errors), else its
+    message. Connecting with a missing keyspace gives a list of hosts instead."""
+    errors = exc.args[1] if len(exc.args) > 1 else None
+    if isinstance(errors, dict) and errors:
+        return "; ".join(f"{h}: {e}" for h, e in errors.items())
+    return str(exc.args[0]) if exc.args else str(exc)
+
+
 class CassandraStatements:
     """`Statements` on Cassandra; connects lazily and again after a failed connect."""
 
@@ -278,10 +287,9 @@ class CassandraStatements:
         try:
             yield
         except NoHostAvailable as exc:
-            reasons = "; ".join(f"{h}: {e}" for h, e in exc.errors.items()) or str(exc)
             raise Unavailable(
-                f"Cassandra at {self.where} is unreachable ({reasons}); is it running? "
-                "try `make up`"
+                f"Cassandra at {self.where} is unreachable ({unreachable_reasons(exc)}); is "
+                "it running, and does the keyspace exist? try `make up` (or `make schema`)"
             ) from None
         except (OperationTimedOut, RequestExecutionException) as exc:
             raise Unavailable(f"Cassandra at {self.where} did not answer: {exc}") from None

@@ -77,3 +77,15 @@ def test_pages_carry_on_where_the_last_one_stopped() -> None:
     first, state = keyspace.page("speed_day", (1, DAY), 3, None)
     rest, end = keyspace.page("speed_day", (1, DAY), 3, state)
     assert ([r.window_start.hour for r in first + rest], end) == ([0, 1, 2, 3, 4], None)
+
+
+def test_no_host_available_is_said_whether_the_driver_gives_hosts_or_errors() -> None:
+    from cassandra.cluster import NoHostAvailable
+
+    from pos_lambda.serving.store import unreachable_reasons
+
+    # Connecting with a keyspace that does not exist: a list of hosts, not a dict.
+    missing = NoHostAvailable("Unable to connect to any servers using keyspace 'pos'", ["h1"])
+    assert unreachable_reasons(missing) == "Unable to connect to any servers using keyspace 'pos'"
+    down = NoHostAvailable("Unable to connect", {"h1": OSError("refused")})
+    assert unreachable_reasons(down) == "h1: refused"
