@@ -216,14 +216,12 @@ def test_a_cluster_cassandra_node_has_its_own_address_one_token_and_quick_convic
     assert "auto_bootstrap: false\n" in yaml
     opts = cassandra_service.node_jvm_options(nodes[2], tmp_path, Path("/j/jamm.jar"))
     assert "-Dcassandra.jmx.local.port=17399" in opts
-    assert "-Dcassandra.unsafesystem=true" in opts
+    # Durable system tables: a node killed -9 must come back with its schema.
+    assert "-Dcassandra.unsafesystem=true" not in opts
     assert "-Xmx512M" in opts
-    # The single node keeps its vnodes and its durable system tables.
+    # The single node keeps its vnodes.
     alone = cassandra_service.render_cassandra_yaml(Settings(), tmp_path)
     assert "num_tokens: 16\n" in alone and "phi_convict_threshold" not in alone
-    assert "-Dcassandra.unsafesystem=true" not in cassandra_service.jvm_options(
-        Settings(), tmp_path, Path("/j/jamm.jar")
-    )
 
 
 def test_the_cluster_is_reached_by_settings_alone() -> None:

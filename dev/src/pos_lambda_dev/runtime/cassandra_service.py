@@ -212,8 +212,9 @@ def node_jvm_options(node: CassandraNode, root: Path, jamm: Path) -> list[str]:
         # node waits for gossip a little, or its first reads find no live replicas.
         f"-Dcassandra.skip_wait_for_gossip_to_settle={0 if alone else 3}",
         "-Dcassandra.ring_delay_ms=1000",
-        # Cassandra's own tests: the system tables need no fsync on a disposable node.
-        *([] if alone else ["-Dcassandra.unsafesystem=true"]),
+        # Not `-Dcassandra.unsafesystem=true` (Cassandra's own tests skip the system
+        # tables' fsync with it): a node the chaos run kills -9 then comes back without
+        # the schema it had, and answers "keyspace does not exist" until it pulls it.
     ]
 
 
