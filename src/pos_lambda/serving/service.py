@@ -219,27 +219,7 @@ class Serving:
         `receipts_batch`, the rest from the speed view's `receipts_by_store_day`, split
         at the same window boundary as the aggregates (`merge.receipt_segments`)."""
         size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
-        check_day(day)
-        check_store(store)
-        token = decode_page(page, self.page_key(), store, day, local) if page else None
-        # A first page checks the registry (a local day) before the views.
-        span = self._day_span(store, day, local) if token is None else None
-        self.require_store(store)
-        now = self._clock()
-        if span is not None:
-            zone, start, end = span
-            utc_days = TimeRange(start, end).days
-            pointer = self.views.pointer(utc_days[0], utc_days[-1])
-            segments = tuple(merge.receipt_segments(pointer, start, end))
-            token = PageToken(segments, 0, None, store, day, zone if local else None, now)
-        else:
-            assert token is not None
-            # A resumed listing: refused (410) when too old, or when a batch version it
-            # still has to read is no longer served (a rebuild, then gc, deletes it).
-            days = [g.day for g in token.segments[token.index :]]
-            served = self.views.pointer(min(days), max(days))
-            check_page_current(token, served, now, self.settings.serve.page_token_max_age_seconds)
-        assert token is not None
+        token, _, now = self._listing(store, day, local, page, "receipts")
         # The day as the first page cut it, even if the store's zone was edited since.
         zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
         out, following = self._page(token, size, now, self.views.receipts)
@@ -260,6 +240,33 @@ class Serving:
         it, fixes of the windows that start in it."""
         return self._store_day(store, day, True, page_size, page)
 
+    def _listing(
+        self, store: int, day: date, local: bool, page: str | None, listing: str
+    ) -> tuple[PageToken, list[date], datetime]:
+        """A paged listing's token, and the UTC days a first page spans (none when
+        resumed), and now. A first page checks the registry (a local day) before the
+        views and cuts the listing's segments at each UTC day's batch seam; a resumed one
+        is refused (410) when too old, or when a batch version it still has to read is
+        no longer served (a rebuild, then gc, deletes it)."""
+        check_day(day)
+        check_store(store)
+        token = decode_page(page, self.page_key(), store, day, local, listing) if page else None
+        span = self._day_span(store, day, local) if token is None else None
+        self.require_store(store)
+        now = self._clock()
+        if span is not None:
+            zone, start, end = span
+            utc_days = TimeRange(start, end).days
+            pointer = self.views.pointer(utc_days[0], utc_days[-1])
+            segments = tuple(merge.receipt_segments(pointer, start, end))
+            zone_kept = zone if local else None
+            return PageToken(segments, 0, None, store, day, zone_kept, now, listing), utc_days, now
+        assert token is not None
+        days = [g.day for g in token.segments[token.index :]]
+        served = self.views.pointer(min(days), max(days))
+        check_page_current(token, served, now, self.settings.serve.page_token_max_age_seconds)
+        return token, [], now
+
     def _store_day(
         self, store: int, day: date, local: bool, page_size: int | None, page: str | None
     ) -> StoreDay:
@@ -271,30 +278,13 @@ class Serving:
         (POS_SERVE_PAGE_SIZE by default); the fixes (a row per window at most, <= 100 a
         UTC day) come whole with the first page only."""
         size = check_limit(page_size or self.settings.serve.page_size, "page_size", MAX_PAGE_SIZE)
-        check_day(day)
-        check_store(store)
-        token = decode_page(page, self.page_key(), store, day, local, "issues") if page else None
-        span = self._day_span(store, day, local) if token is None else None
-        self.require_store(store)
-        now = self._clock()
-        fixes = []
-        if span is not None:
-            zone, start, end = span
-            utc_days = TimeRange(start, end).days
-            pointer = self.views.pointer(utc_days[0], utc_days[-1])
-            segments = tuple(merge.receipt_segments(pointer, start, end))
-            token = PageToken(segments, 0, None, store, day, zone if local else None, now, "issues")
-            for utc_day in utc_days:
-                fixes += self.views.fixes(store, utc_day)
-            # The UTC days' partitions hold the day and its neighbours' ends.
-            fixes = [f for f in fixes if start <= f.window_start < end]
-        else:
-            assert token is not None
-            days = [g.day for g in token.segments[token.index :]]
-            served = self.views.pointer(min(days), max(days))
-            check_page_current(token, served, now, self.settings.serve.page_token_max_age_seconds)
-        assert token is not None
+        token, utc_days, now = self._listing(store, day, local, page, "issues")
         zone, start, end = token.zone or "UTC", token.segments[0].start, token.segments[-1].end
+        fixes = []
+        for utc_day in utc_days:
+            fixes += self.views.fixes(store, utc_day)
+        # The UTC days' partitions hold the day and its neighbours' ends.
+        fixes = [f for f in fixes if start <= f.window_start < end]
         conflicts, following = self._page(token, size, now, self.views.conflicts_page)
         return StoreDay(store, day, conflicts, fixes, zone, start, end, following)
 
