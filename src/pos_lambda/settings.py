@@ -194,6 +194,15 @@ class CassandraSettings(_Section):
         "consistency levels count replicas there); empty: the contact points' data centre. "
         "Name it on a multi-DC cluster.",
     )
+    speculative_delay_ms: int = Field(
+        default=250,
+        ge=0,
+        description="A read or upsert that may safely run twice (the speed layer's, "
+        "serving's, the alert sink's) is sent to the next replica when its coordinator has "
+        "not answered within this many ms, up to twice: a frozen or stalled node (a gray "
+        "failure, which the driver does not mark down) then costs this delay, not the "
+        "request timeout. 0: never. Lightweight transactions are never sent twice.",
+    )
     heap: str = Field(default="1G", description="Local Cassandra JVM heap.")
     concurrent_writes: int = Field(
         default=32, ge=1, description="Concurrent write batches per Spark task (connector)."

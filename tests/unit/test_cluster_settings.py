@@ -212,3 +212,58 @@ def test_the_local_data_centre_reaches_the_connector_and_the_driver(tmp_path: Pa
         assert c.protocol_version == 5
     finally:
         c.shutdown()
+
+
+def test_a_silent_coordinator_is_bypassed_after_the_speculative_delay_unless_zero() -> None:
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT
+    from cassandra.policies import (
+        ConstantSpeculativeExecutionPolicy,
+        NoSpeculativeExecutionPolicy,
+    )
+
+    speculating = cassandra_client.cluster(Settings(cassandra_speculative_delay_ms=120))
+    never = cassandra_client.cluster(Settings(cassandra_speculative_delay_ms=0))
+    try:
+        policy = speculating.profile_manager.profiles[EXEC_PROFILE_DEFAULT]
+        policy = policy.speculative_execution_policy
+        assert isinstance(policy, ConstantSpeculativeExecutionPolicy)
+        assert (policy.delay, policy.max_attempts) == (0.12, 2)
+        off = never.profile_manager.profiles[EXEC_PROFILE_DEFAULT].speculative_execution_policy
+        assert isinstance(off, NoSpeculativeExecutionPolicy)
+    finally:
+        speculating.shutdown()
+        never.shutdown()
+
+
+class _PreparingSession:
+    """Stands in for a driver session: prepare() returns a statement object."""
+
+    def prepare(self, query: str) -> object:
+        from types import SimpleNamespace
+
+        return SimpleNamespace(query=query, is_idempotent=False)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT a FROM t WHERE k = ?",
+        "INSERT INTO t (k, a) VALUES (?, ?)",
+        "DELETE FROM t WHERE k = ?",
+    ],
+)
+def test_reads_and_upserts_are_marked_safe_to_send_twice(query: str) -> None:
+    assert cassandra_client.prepare_idempotent(_PreparingSession(), query).is_idempotent
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "UPDATE p SET commits = ? WHERE view_name = ? IF commits = ?",
+        "INSERT INTO lease (k, owner) VALUES (?, ?) IF NOT EXISTS",
+        "UPDATE c SET hits = hits + ? WHERE k = ?",
+    ],
+)
+def test_a_lightweight_transaction_or_counter_is_never_marked_to_run_twice(query: str) -> None:
+    with pytest.raises(ValueError, match="not idempotent"):
+        cassandra_client.prepare_idempotent(_PreparingSession(), query)

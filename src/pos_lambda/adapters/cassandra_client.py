@@ -2,6 +2,14 @@
 sessions (serving, batch bookkeeping, alert sink, schema, status): contact points,
 port, the login (PasswordAuthenticator) and the consistency levels all come from
 settings, so pointing the jobs at a secured, replicated cluster is configuration only.
+
+Speculative execution: the driver marks a node down when its connection fails, not when
+it stops answering. A frozen node (SIGSTOP, a long GC pause, a stalled disk) keeps its
+connections open, and every request it coordinates would wait for the request timeout.
+Requests marked idempotent (`prepare_idempotent`: the speed layer's reads and upserts,
+serving's reads, the alert sink's inserts) go to the next replica after
+POS_CASSANDRA_SPECULATIVE_DELAY_MS instead. A lightweight transaction is never marked:
+run twice, the second would see the first's write and report itself not applied.
 """
 
 from __future__ import annotations
@@ -20,7 +28,11 @@ def cluster(
     from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.policies import (
+        ConstantSpeculativeExecutionPolicy,
+        DCAwareRoundRobinPolicy,
+        TokenAwarePolicy,
+    )
 
     level = settings.cassandra.write_consistency if writes else settings.cassandra.read_consistency
     # Token-aware over the local data centre (POS_CASSANDRA_LOCAL_DC, else the contact
@@ -34,6 +46,12 @@ def cluster(
             DCAwareRoundRobinPolicy(local_dc=settings.cassandra.local_dc or None)
         ),
     )
+    delay_ms = settings.cassandra.speculative_delay_ms
+    if delay_ms:
+        # Two more attempts: with RF 3, every replica of a partition may coordinate.
+        profile.speculative_execution_policy = ConstantSpeculativeExecutionPolicy(
+            delay=delay_ms / 1000, max_attempts=2
+        )
     # Cassandra 5 speaks protocol v5; naming it spares a failed negotiation (and warnings).
     kwargs.setdefault("protocol_version", 5)
     if timeout is not None:
@@ -49,6 +67,18 @@ def cluster(
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         **kwargs,
     )
+
+
+def prepare_idempotent(session: Any, query: str) -> Any:
+    """`query` prepared and marked safe to run twice, so that it may be sent to another
+    replica while its first coordinator is silent (speculative execution, above). Only
+    for reads and plain upserts (INSERT/UPDATE without IF, DELETE): never a counter
+    update or a lightweight transaction."""
+    if " IF " in f" {query.upper()} " or "+ ?" in query or "- ?" in query:
+        raise ValueError(f"not idempotent, so not marked so: {query}")
+    statement = session.prepare(query)
+    statement.is_idempotent = True
+    return statement
 
 
 def require_keyspace(settings: Settings) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from pos_lambda.adapters import cassandra
+from pos_lambda.adapters import cassandra, cassandra_client
 
 # Queries in flight at once; a micro-batch read this way brings a few thousand keys at most.
 CONCURRENT_READS = 64
@@ -127,7 +127,11 @@ class DriverLookup:
             query = f"SELECT {', '.join(columns)} FROM {self.keyspace}.{table} WHERE {where}"
             read = cassandra.read_table(self.spark, self.keyspace, table).schema
             schema = StructType([read[c] for c in columns])
-            self._statements[key] = (self.session.prepare(query), schema, grouped)
+            self._statements[key] = (
+                cassandra_client.prepare_idempotent(self.session, query),
+                schema,
+                grouped,
+            )
         return self._statements[key]
 
     def _grouped(self, table: str, key_columns: tuple[str, ...]) -> bool:

@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
 
+from pos_lambda.adapters import cassandra_client
 from pos_lambda.adapters.cassandra import Target
 
 # Statements in flight at once; a micro-batch written this way has a few thousand rows at most.
@@ -196,7 +197,9 @@ class DriverWriter:
             return statement, rows[0]
         from cassandra.query import BatchStatement, BatchType
 
+        # An unlogged batch of one partition's upserts may run twice, as its rows may.
         batch = BatchStatement(BatchType.UNLOGGED, consistency_level=statement.consistency_level)
+        batch.is_idempotent = True
         for row in rows:
             batch.add(statement, row)
         return batch, ()
@@ -207,8 +210,9 @@ class DriverWriter:
             from cassandra import ConsistencyLevel
 
             marks = ", ".join("?" for _ in columns)
-            statement = self.session.prepare(
-                f"INSERT INTO {self.keyspace}.{table} ({', '.join(columns)}) VALUES ({marks})"
+            statement = cassandra_client.prepare_idempotent(
+                self.session,
+                f"INSERT INTO {self.keyspace}.{table} ({', '.join(columns)}) VALUES ({marks})",
             )
             statement.consistency_level = getattr(ConsistencyLevel, self.consistency)
             self._statements[key] = statement

@@ -85,9 +85,10 @@ def run_sink(
         session = cluster.connect(settings.cassandra.keyspace)
     except NoHostAvailable as exc:
         raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
-    insert = session.prepare(
+    insert = cassandra_client.prepare_idempotent(
+        session,
         f"INSERT INTO {cql.ALERTS_TABLE} ({', '.join(COLUMNS)}) "
-        f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+        f"VALUES ({', '.join('?' for _ in COLUMNS)})",
     )
     consumer = (clients or ConfluentClients.from_settings(settings)).group_consumer(
         settings.alerts.sink_group_id, partition_eof=until_caught_up

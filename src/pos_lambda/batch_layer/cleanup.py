@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from pos_lambda.adapters import cassandra_client
 from pos_lambda.batch_layer.store import BatchStore
 from pos_lambda.schemas import cql
 
@@ -102,16 +103,18 @@ def collect(store: BatchStore, now: datetime, grace: timedelta, dry_run: bool) -
     old_generations = {p.version for p in doomed(index, {}, last_written, now, grace, generation)}
     if not dry_run:
         deletes = {
-            table: store.session.prepare(
-                f"DELETE FROM {table} WHERE operation_id = ? AND {day} = ? AND version = ?"
+            table: cassandra_client.prepare_idempotent(
+                store.session,
+                f"DELETE FROM {table} WHERE operation_id = ? AND {day} = ? AND version = ?",
             )
             for table, day in VERSIONED_TABLES.items()
         }
         for p in victims:
             store.session.execute(deletes[p.table], (p.operation_id, p.day, p.version))
-        drop = store.session.prepare(
+        drop = cassandra_client.prepare_idempotent(
+            store.session,
             f"DELETE FROM {cql.RECEIPT_KEYS_BATCH_TABLE} WHERE generation = ? AND "
-            "operation_id = ? AND vendor_fiscal_module = ? AND key_bucket = ?"
+            "operation_id = ? AND vendor_fiscal_module = ? AND key_bucket = ?",
         )
         for r in store.session.execute(
             f"SELECT DISTINCT generation, operation_id, vendor_fiscal_module, key_bucket "

@@ -42,7 +42,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pos_lambda.adapters import cassandra, master_dataset
+from pos_lambda.adapters import cassandra, cassandra_client, master_dataset
 from pos_lambda.adapters.driver_lookup import DriverLookup, local_frame, spark_value
 from pos_lambda.batch_layer.interval import Interval
 from pos_lambda.batch_layer.plan import fold_days, fold_version
@@ -240,9 +240,10 @@ def _committed_aggregates(
     (Cassandra 5 SAI): a day's rows, whatever the history."""
     table = cassandra.read_table(spark, keyspace, cql.AGG_BATCH_TABLE)
     schema = table.select(*BATCH_AGGREGATE_COLUMNS).schema
-    statement = store.session.prepare(
+    statement = cassandra_client.prepare_idempotent(
+        store.session,
         f"SELECT {', '.join(BATCH_AGGREGATE_COLUMNS)} FROM {cql.AGG_BATCH_TABLE} "
-        "WHERE day = ? AND version = ?"
+        "WHERE day = ? AND version = ?",
     )
     rows: list[tuple[Any, ...]] = []
     for day in days:

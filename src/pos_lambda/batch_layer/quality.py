@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pos_lambda.adapters import cassandra
+from pos_lambda.adapters import cassandra, cassandra_client
 from pos_lambda.adapters.driver_lookup import local_frame, spark_value
 from pos_lambda.batch_layer.interval import Interval
 from pos_lambda.batch_layer.store import BatchStore
@@ -147,7 +147,9 @@ def _day_rows(
     schema = cassandra.read_table(spark, keyspace, table).select(*columns).schema
     versioned = table == cql.AGG_BATCH_TABLE
     where = "day = ? AND version = ?" if versioned else "day = ?"
-    statement = store.session.prepare(f"SELECT {', '.join(columns)} FROM {table} WHERE {where}")
+    statement = cassandra_client.prepare_idempotent(
+        store.session, f"SELECT {', '.join(columns)} FROM {table} WHERE {where}"
+    )
     rows = []
     for day, version in days.items():
         bound = (day, version) if versioned else (day,)

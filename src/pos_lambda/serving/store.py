@@ -330,7 +330,10 @@ class CassandraStatements:
             try:
                 with self._errors():
                     session = cluster.connect(s.cassandra.keyspace)
-                    self._prepared = {k: session.prepare(v) for k, v in STATEMENTS.items()}
+                    self._prepared = {
+                        k: cassandra_client.prepare_idempotent(session, v)
+                        for k, v in STATEMENTS.items()
+                    }
             except BaseException:
                 cluster.shutdown()
                 raise

@@ -87,7 +87,12 @@ _FENCED_CODES = {
 _IDLE_POLL_S = 0.5  # how often an idle loop looks at the stop flag
 # A blocking transactional call gets its own timeout plus this before the watchdog
 # declares it hung (librdkafka#5456: send_offsets_to_transaction ignores its timeout).
-HANG_MARGIN_S = 15.0
+HANG_MARGIN_S = 10.0
+# send_offsets_to_transaction's own timeout. It reaches the group and transaction
+# coordinators; when one of them dies the call hangs (above), so this plus the margin is
+# how long a coordinator's death stops the processor (40 s at 30 + 15 on the cluster).
+# A call that times out in earnest is retried (`_call`).
+SEND_OFFSETS_TIMEOUT_S = 10.0
 # Backoff between consecutive aborts without a commit: 0.1 s, doubling, at most 5 s.
 ABORT_BACKOFF_S = 0.1
 MAX_ABORT_BACKOFF_S = 5.0
@@ -424,10 +429,10 @@ class Processor(Generic[S]):
         if self.exactly_once:
             self._call(
                 lambda: self.producer.send_offsets_to_transaction(
-                    offsets, self.consumer.consumer_group_metadata(), 30
+                    offsets, self.consumer.consumer_group_metadata(), SEND_OFFSETS_TIMEOUT_S
                 ),
                 "send_offsets_to_transaction",
-                30,
+                SEND_OFFSETS_TIMEOUT_S,
             )
             self._call(lambda: self.producer.commit_transaction(60), "commit_transaction", 60)
         else:

@@ -142,6 +142,7 @@ class FaultFigures:
     rate_before: dict[str, float | None]
     rate_during: dict[str, float | None]
     batch_commit_s: float | None = None
+    views_commits_away: int | None = None
 
 
 def figures_of(
@@ -162,6 +163,7 @@ def figures_of(
         {s: _round(rate(samples, s, t0 - settle_s, t0)) for s in SERIES},
         {s: _round(rate(samples, s, t0, t1)) for s in SERIES},
         batch_commit_s,
+        struck.views_commits_away,
     )
 
 

@@ -86,6 +86,9 @@ class Struck:
     detail: str
     struck_at: float
     back_at: float
+    # The speed views' micro-batches committed while the node was away, where a fault
+    # counts them (the freeze: a pipeline that waits for a silent node commits none).
+    views_commits_away: int | None = None
 
 
 class ClusterFault(ABC):
@@ -273,14 +276,22 @@ class CassandraFreeze(ClusterFault):
         t0 = time.monotonic()
         os.kill(pid, signal.SIGSTOP)
         run.frozen.add(pid)
+        before = run.views_commits()
         run.say(f"fault: SIGSTOP cassandra-{self.node_id} for {self.frozen_s:.0f} s")
         try:
             run.hold(self.frozen_s)
+            committed = run.views_commits() - before
         finally:
             os.kill(pid, signal.SIGCONT)
             run.frozen.discard(pid)
         cluster.await_cassandra_ring(run.base, run.layout, [run.layout.hosts[self.node_id - 1]])
-        return Struck(f"cassandra-{self.node_id}", "frozen, then resumed", t0, time.monotonic())
+        return Struck(
+            f"cassandra-{self.node_id}",
+            f"frozen, then resumed; {committed} views micro-batches committed while frozen",
+            t0,
+            time.monotonic(),
+            views_commits_away=committed,
+        )
 
 
 def _text(path: Path) -> str:
