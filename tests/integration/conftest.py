@@ -40,11 +40,18 @@ def services(base_settings: Settings) -> Settings:
 
 @pytest.fixture(scope="session")
 def settings(services: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    """Settings for this test session: its own keyspace (schema applied) and data dir."""
+    """Settings for this test session: its own keyspace (schema applied) and data dir.
+
+    A continuous `pos-speed run` skips its drivers' warm-up here: it buys the first
+    micro-batch's latency with 15-40 s of each driver's start, which these tests of
+    correctness would pay at every start and restart. The warm-up has its own test
+    (test_speed_layer.py's SIGTERM test turns it on), and the chaos and deploy runs keep it.
+    """
     s = services.with_overrides(
         **{
             "cassandra_keyspace": _unique("pos_test"),
             "data_dir": tmp_path_factory.mktemp("data"),
+            "speed_warm_up": False,
         }
     )
     schema_apply.apply_cql(s)

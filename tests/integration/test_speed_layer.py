@@ -232,7 +232,7 @@ def test_sigterm_stops_the_stream_gracefully(
     isolated: tuple[Settings, Any], tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    settings = settings.with_overrides(**{"speed_trigger_seconds": 1.0})
+    settings = settings.with_overrides(**{"speed_trigger_seconds": 1.0, "speed_warm_up": True})
     simulate(settings, tmp_path / "ledger", "--count", "50", "--seed", "2")
     driver = subprocess.Popen(
         [str(VENV_BIN / "pos-speed"), "run"],

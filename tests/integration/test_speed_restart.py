@@ -75,10 +75,9 @@ def test_a_sigkilled_driver_is_restarted_and_receipts_sent_after_the_kill_become
 ) -> None:
     settings, cql = isolated
     port = _free_port()
-    # No warm-up: each driver start would run a micro-batch's work on synthetic records
-    # first (minutes on two busy cores); the restart path is tested, not the latency.
+    # The warm-up on, as shipped: the first start pays it, the restart must not.
     settings = settings.with_overrides(
-        **{"speed_trigger_seconds": 1.0, "speed_metrics_port": port, "speed_warm_up": False}
+        **{"speed_trigger_seconds": 1.0, "speed_metrics_port": port, "speed_warm_up": True}
     )
     ledger = tmp_path / "ledger"
     messages = plan(ledger, count=400, seed=65)
@@ -139,6 +138,10 @@ def test_a_sigkilled_driver_is_restarted_and_receipts_sent_after_the_kill_become
         ), tail()
         # Its JVM, which outlived it, was ended before the new driver started.
         assert "pos-speed-views: ended what its dead driver left behind (pids [" in text
+        # Each driver warmed up once, at the first start; the restarted one went straight
+        # to its replay (the backlog since the kill waits for it).
+        assert text.count("pos-speed-views warmed up in") == 1, tail()
+        assert text.count("pos-speed-archiver warmed up in") == 1, tail()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
             metrics = got.read().decode()
         assert 'pos_speed_driver_restarts_total{query="pos-speed-views"} 1.0' in metrics
