@@ -267,3 +267,18 @@ def test_reads_and_upserts_are_marked_safe_to_send_twice(query: str) -> None:
 def test_a_lightweight_transaction_or_counter_is_never_marked_to_run_twice(query: str) -> None:
     with pytest.raises(ValueError, match="not idempotent"):
         cassandra_client.prepare_idempotent(_PreparingSession(), query)
+
+
+@pytest.mark.parametrize(
+    ("types", "twice_differs"),
+    [
+        (["bigint", "list<frozen<line_item>>"], True),
+        (["list<text>"], True),
+        (["frozen<list<text>>", "set<text>", "map<text, int>", "decimal"], False),
+        ([], False),
+    ],
+)
+def test_a_write_that_sets_a_non_frozen_list_is_not_sent_twice(
+    types: list[str], twice_differs: bool
+) -> None:
+    assert cassandra_client.sets_a_list(types) is twice_differs

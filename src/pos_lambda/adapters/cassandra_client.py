@@ -9,11 +9,13 @@ connections open, and every request it coordinates would wait for the request ti
 Requests marked idempotent (`prepare_idempotent`: the speed layer's reads and upserts,
 serving's reads, the alert sink's inserts) go to the next replica after
 POS_CASSANDRA_SPECULATIVE_DELAY_MS instead. A lightweight transaction is never marked:
-run twice, the second would see the first's write and report itself not applied.
+run twice, the second would see the first's write and report itself not applied. Nor is
+a write that sets a non-frozen list (`sets_a_list`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pos_lambda.settings import Settings
@@ -67,6 +69,17 @@ def cluster(
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         **kwargs,
     )
+
+
+def sets_a_list(cql_types: Iterable[str]) -> bool:
+    """Whether a write of columns of these CQL types sets a non-frozen list, which must
+    not run twice. Cassandra keys a list's elements by time UUIDs its coordinator makes;
+    two executions of one INSERT carry the same client timestamp, so the second's
+    overwrite (a tombstone just below that timestamp) does not delete the first's
+    elements, and the list holds every line twice. Found by the cluster chaos run: a
+    frozen node's speculated receipt writes doubled `receipts_by_store_day`'s line items.
+    A frozen list, a set or a map is written whole or keyed by its values: safe."""
+    return any(t.startswith("list<") for t in cql_types)
 
 
 def prepare_idempotent(session: Any, query: str) -> Any:

@@ -197,9 +197,9 @@ class DriverWriter:
             return statement, rows[0]
         from cassandra.query import BatchStatement, BatchType
 
-        # An unlogged batch of one partition's upserts may run twice, as its rows may.
+        # An unlogged batch of one partition's upserts may run twice if its rows may.
         batch = BatchStatement(BatchType.UNLOGGED, consistency_level=statement.consistency_level)
-        batch.is_idempotent = True
+        batch.is_idempotent = statement.is_idempotent
         for row in rows:
             batch.add(statement, row)
         return batch, ()
@@ -210,10 +210,13 @@ class DriverWriter:
             from cassandra import ConsistencyLevel
 
             marks = ", ".join("?" for _ in columns)
-            statement = cassandra_client.prepare_idempotent(
-                self.session,
-                f"INSERT INTO {self.keyspace}.{table} ({', '.join(columns)}) VALUES ({marks})",
-            )
+            query = f"INSERT INTO {self.keyspace}.{table} ({', '.join(columns)}) VALUES ({marks})"
+            meta = self.session.cluster.metadata.keyspaces[self.keyspace].tables[table]
+            # Sent to a second replica only if twice is the same as once (not for lists).
+            if cassandra_client.sets_a_list(meta.columns[c].cql_type for c in columns):
+                statement = self.session.prepare(query)
+            else:
+                statement = cassandra_client.prepare_idempotent(self.session, query)
             statement.consistency_level = getattr(ConsistencyLevel, self.consistency)
             self._statements[key] = statement
         return self._statements[key]

@@ -233,6 +233,8 @@ class CassandraKillAtBatchCommit(ClusterFault):
         gate = run.logs / "batch-commit.go"
         gate.unlink(missing_ok=True)
         log = run.logs / "batch-fault.log"
+        # A new log: an earlier run's "reached" line must not pass for this run's.
+        log.unlink(missing_ok=True)
         batch = run.start_batch(gate, log)
         await_or_fail(
             lambda: (
