@@ -201,7 +201,8 @@ class CassandraSettings(_Section):
         "serving's, the alert sink's) is sent to the next replica when its coordinator has "
         "not answered within this many ms, up to twice: a frozen or stalled node (a gray "
         "failure, which the driver does not mark down) then costs this delay, not the "
-        "request timeout. 0: never. Lightweight transactions are never sent twice.",
+        "request timeout. 0: never. Lightweight transactions and writes that set a "
+        "non-frozen list are never sent twice (docs/consistency.md).",
     )
     heap: str = Field(default="1G", description="Local Cassandra JVM heap.")
     concurrent_writes: int = Field(
