@@ -117,12 +117,13 @@ def supervise(
         # coreutils' nice execs the driver at that niceness from its first instruction;
         # its JVM and Python workers inherit it.
         nice = ["nice", "-n", str(driver.nice)] if driver.nice else []
-        if adopting and index in children:  # a restart: nothing of the dead one may run on
+        restarting = index in children
+        if adopting and restarting:  # nothing of the dead one may run on
             _end_leftovers(", ".join(SPEED_QUERY_OF_JOB[j] for j in driver.jobs), children, lock)
         # A restarted driver skips the warm-up: everything since the death waits for it,
         # and its first micro-batch, the replay, does the warm-up's work on real records;
         # warming up first would only keep the views stale 15-40 s longer.
-        restart = {WARM_UP_ENV: "false"} if index in children else {}
+        restart = {WARM_UP_ENV: "false"} if restarting else {}
         with lock:
             if stop.is_set():
                 raise _Stopped
