@@ -95,10 +95,12 @@ def child(args: argparse.Namespace) -> None:
     conf_over: dict[str, str] = json.loads(args.conf)
     project_conf = spark_setup.spark_conf
 
-    def conf(settings: Settings, app_name: str) -> dict[str, str]:
-        return {**project_conf(settings, app_name), **conf_over}
+    def conf(
+        settings: Settings, app_name: str, java_options: tuple[str, ...] = ()
+    ) -> dict[str, str]:
+        return {**project_conf(settings, app_name, java_options), **conf_over}
 
-    spark_setup.spark_conf = conf  # type: ignore[assignment]  # the variant's settings
+    spark_setup.spark_conf = conf  # the variant's settings
     settings = load_settings().with_overrides(**{"topic_transactions": args.topic})
     spark = spark_setup.build_session(settings, "pos-bench-micro-batch")
     marks: list[tuple[str, float, float]] = []  # (stage, seconds, when it ended)
