@@ -81,7 +81,7 @@ batch: up ## recompute the batch views of [START, END) (default: the last hour),
 	$(VENV)/bin/pos-batch run --start $(START) --end $(END)
 	$(VENV)/bin/pos-batch quality --start $(START) --end $(END)
 
-test: setup ## run all tests (unit + integration; starts the services it needs)
+test: setup ## run the tests: unit + integration (starts the services it needs); CI adds deploy, chaos and cluster chaos
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(INSTALLED) ## run the unit tests: pure logic and local Spark (JDK 17), no services
@@ -92,6 +92,9 @@ test-pure: $(INSTALLED) ## run the pure unit tests only (no Spark, no services)
 
 test-integration: setup ## run the integration tests only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+test-faults: setup ## single faults that `make chaos` also strikes mid-stream (a Cassandra or broker restart, a kill -9 of pos-speed): one at a time, ~5 min
+	$(PY) -m pytest -m chaos_also tests/integration $(PYTEST_ARGS)
 
 test-cluster: setup ## the replicated-cluster tests: starts 3 Kafka + 3 Cassandra nodes on 127.0.0.1-3
 	$(PY) -m pytest -m "cluster and not e2e" tests/cluster $(PYTEST_ARGS)

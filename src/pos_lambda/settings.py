@@ -429,7 +429,9 @@ class SpeedSettings(_Section):
             "Each driver of a continuous `pos-speed run` first runs its micro-batch's work on "
             "synthetic records (views: into speed_warm_up_keyspace; archiver: a scratch Delta "
             "table), so that the cold start (class loading, code generation, JIT) is paid before "
-            "`pos-speed` reports itself ready, not by the first receipts."
+            "`pos-speed` reports itself ready, not by the first receipts. Not when its query "
+            "resumes a checkpoint with a commit: the replay of what came meanwhile does the "
+            "same work on real records, and warming up first would delay it."
         ),
     )
     warm_up_keyspace: str = Field(

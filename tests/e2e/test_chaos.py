@@ -15,7 +15,9 @@ machine's integration lock (`make chaos`; `pos-chaos` runs this same test).
 from __future__ import annotations
 
 import argparse
+import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -43,10 +45,28 @@ def assert_survived(args: argparse.Namespace, facts: figures.ChaosFacts) -> None
     planned = Counter(f.kind for f in plan.faults)
     made = Counter(o.kind for o in facts.outcomes)
     assert made == planned, f"faults made {dict(made)}, planned {dict(planned)}: {facts.notes}"
-    assert figures.exact_totals(facts.audit) == (0, 0, 0)  # lost, duplicated, wrong
+    # lost, duplicated, wrong; the message names each view off and the audit's report,
+    # whose examples say which receipts (a CI log may be all that is left of the run).
+    assert figures.exact_totals(facts.audit) == (0, 0, 0), _off_views(facts.audit.report)
     audited = {v.name for v in facts.audit.views}
     skipped = [v for v in audit_run.VIEWS if v not in audited]
     assert skipped == [], f"views the audit skipped (their processor never ran): {skipped}"
     not_exact = [v.name for v in facts.audit.views if not v.exact]
     assert not_exact == [], f"views the audit could not hold exact: {facts.audit.report}"
     assert facts.audit.clean, f"audit discrepancies: {facts.audit.report}"
+
+
+def _off_views(report: str) -> str:
+    """Each view the audit found off, with its counts and first examples, from the
+    auditor's JSON report."""
+    try:
+        views = json.loads(Path(report).read_text())["views"]
+    except (OSError, ValueError, KeyError) as exc:
+        return f"(no readable audit report at {report}: {exc})"
+    off = {
+        name: {k: v.get(k) for k in ("lost", "duplicated", "wrong", "note")}
+        | {"examples": v.get("examples", [])[:5]}
+        for name, v in views.items()
+        if v.get("lost") or v.get("duplicated") or v.get("wrong")
+    }
+    return f"views off: {json.dumps(off, default=str)}; report {report}"

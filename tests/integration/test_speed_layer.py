@@ -181,6 +181,9 @@ def test_same_second_receipts_survive_where_the_fields_key_loses_them(
     assert kept == 400 - lost < 400
 
 
+# CI strikes this fault in `make chaos` (mid-stream, with the exact audit); here alone
+# it is `make test-faults`.
+@pytest.mark.chaos_also
 def test_kill_9_mid_run_then_restart_equals_the_ledger(
     isolated: tuple[Settings, Any], spark: Any, tmp_path: Path
 ) -> None:

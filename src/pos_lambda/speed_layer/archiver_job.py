@@ -39,7 +39,8 @@ log = logging.getLogger("pos.speed")
 
 
 def start(spark: SparkSession, settings: Settings, available_now: bool = False) -> StreamingQuery:
-    if settings.speed.warm_up and not available_now:
+    checkpoint = settings.checkpoint_dir / "archiver"
+    if warm_up.wanted(settings.speed.warm_up, available_now, checkpoint):
         # The first Delta commit of a fresh driver, paid before the query starts
         # (src/pos_lambda/speed_layer/warm_up.py), in a scratch table of this process.
         scratch = settings.data_dir / "warm-up" / f"archiver-{os.getpid()}"
@@ -53,7 +54,7 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
         rows.writeStream.queryName(QUERY_NAME)
         .format("delta")
         .option("path", str(settings.master_dataset_dir))
-        .option("checkpointLocation", str(settings.checkpoint_dir / "archiver"))
+        .option("checkpointLocation", str(checkpoint))
         .partitionBy("event_day")
         .outputMode("append")
     )

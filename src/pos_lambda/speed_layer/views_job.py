@@ -82,6 +82,7 @@ def start(
     """Start the named views query (after a warm-up, if settings.speed.warm_up); returns
     the StreamingQuery."""
     cassandra.await_tables(spark, settings.cassandra.keyspace, SPEED_TABLES)
+    checkpoint = settings.checkpoint_dir / "views"
     limits = Thresholds(
         driver_reads_below=settings.speed.driver_reads_below,
         driver_writes_below=settings.speed.driver_writes_below,
@@ -91,7 +92,7 @@ def start(
     # A CQL session of its own for the driver's reads and writes, closed with the query.
     session = cassandra_client.cluster(settings).connect() if limits.uses_driver else None
     try:
-        if settings.speed.warm_up and not available_now:
+        if warm_up.wanted(settings.speed.warm_up, available_now, checkpoint):
             _warm_up(spark, settings, limits, session)
         failpoints = Failpoints.from_settings(settings.faults, supervisor_pid=_supervisor())
         job = _views_batch(
@@ -105,7 +106,6 @@ def start(
     # A micro-batch's size, before it is read: from the offsets the checkpoint logged
     # for it. Unknown (an unreadable log), the previous micro-batch's predicts it, and
     # a run's first counts as a full one, as it takes what came since the last run.
-    checkpoint = settings.checkpoint_dir / "views"
     previous_records = settings.speed.max_offsets_per_trigger
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
@@ -120,7 +120,7 @@ def start(
         kafka.read_transactions(spark, settings)
         .writeStream.queryName(QUERY_NAME)
         .foreachBatch(on_batch)
-        .option("checkpointLocation", str(settings.checkpoint_dir / "views"))
+        .option("checkpointLocation", str(checkpoint))
     )
     try:
         query = start_in_pool(

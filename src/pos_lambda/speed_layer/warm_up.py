@@ -145,6 +145,30 @@ def warm_archiver(spark: Any, scratch: Path) -> list[Pass]:
     return passes
 
 
+def wanted(enabled: bool, available_now: bool, checkpoint: Path) -> bool:
+    """Whether a driver warms up before its query starts: if enabled, on a continuous
+    run, and not when resuming. A checkpoint that has committed a micro-batch means a
+    restart (after a death, an outage, a deploy): the query's first micro-batch then
+    takes what came meanwhile and does the warm-up's work on real records, and warming
+    up first would only keep the views stale 15-40 s longer."""
+    if not enabled or available_now:
+        return False
+    if resuming(checkpoint):
+        log.info("no warm-up: resuming from %s, whose replay does its work", checkpoint)
+        return False
+    return True
+
+
+def resuming(checkpoint: Path) -> bool:
+    """Whether the streaming query's checkpoint has committed a micro-batch."""
+    try:
+        return any(
+            p.name.isascii() and p.name.isdigit() for p in (checkpoint / "commits").iterdir()
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def report(query: str, passes: list[Pass]) -> str:
     """One log line: each pass's time."""
     parts = ", ".join(f"{p.name} {p.seconds:.2f} s" for p in passes)

@@ -6,12 +6,13 @@ import os
 import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 from pos_lambda.schemas.contract import Invalid, Receipt, parse_message
 from pos_lambda.settings import load_settings
-from pos_lambda.speed_layer import supervisor
+from pos_lambda.speed_layer import supervisor, warm_up
 from pos_lambda.speed_layer.warm_up import Pass, report, synthetic_records
 
 NOW = datetime(2026, 11, 27, 12, 0, 30, tzinfo=UTC)
@@ -78,3 +79,17 @@ def test_the_supervisor_hears_each_drivers_readiness_and_logs_once_all_are_ready
     assert "speed layer ready in" in caplog.text
     assert "archiver; views running" in caplog.text
     assert supervisor.READY_FD_ENV not in os.environ  # reported once
+
+
+def test_a_fresh_checkpoint_warms_up_a_resumed_one_does_not(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "views"
+    assert warm_up.wanted(True, False, checkpoint)  # no checkpoint yet
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "commits" / ".0.crc").write_text("")
+    assert warm_up.wanted(True, False, checkpoint)  # started, nothing committed
+    (checkpoint / "commits" / "²").write_text("")  # a digit to str.isdigit only
+    assert warm_up.wanted(True, False, checkpoint)
+    (checkpoint / "commits" / "0").write_text("v1\n")
+    assert not warm_up.wanted(True, False, checkpoint)  # resuming: the replay warms it
+    assert not warm_up.wanted(True, True, tmp_path / "fresh")  # --available-now never
+    assert not warm_up.wanted(False, False, tmp_path / "fresh")  # turned off

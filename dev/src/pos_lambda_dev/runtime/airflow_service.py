@@ -162,10 +162,11 @@ def child_env(
             # are local and heartbeat every few seconds, so 2 minutes of silence is
             # death, not load (default 5). One a dead scheduler had queued (killed with
             # its LocalExecutor workers) by the check for orphaned tasks, which resets
-            # it once that scheduler's own heartbeat is 30 s old: every minute, not
-            # every 5 (the chaos run's scheduler kill waited 5 minutes for it).
+            # it once that scheduler's own heartbeat is 30 s old: every 15 s, not every
+            # 5 minutes (the chaos run's scheduler kill waited 5 minutes for it, then
+            # 63 s at a check every minute). The check is one small query.
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "120",
-            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "60",
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "15",
             # Airflow 3 creates no default connections, and SparkSubmitOperator without
             # a connection silently submits to master `yarn`. A connection from the
             # environment needs no DB write and follows POS_SPARK_MASTER on each start;

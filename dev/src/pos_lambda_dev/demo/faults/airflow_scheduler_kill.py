@@ -49,11 +49,29 @@ class AirflowSchedulerKill(Fault[Killed]):
             "starting it again"
         )
         airflow_service.start_component(run.base, "scheduler")
+        killed_try = int(made.attempt.removeprefix("try "))
+
+        def recompute_again(tasks: list[tuple[str, str, int]]) -> bool:
+            return any(
+                t == "recompute" and st == "running" and n > killed_try for t, st, n in tasks
+            )
+
+        # "The DAG run going on": the new scheduler has reset the dead one's task and a
+        # new try of it runs (the run may also end first, if the reset try was quick).
+        resumed = None
+        if (
+            batch_dag.await_dag(
+                run.base, made.dag_run, run.say, run.args.step_timeout, recompute_again
+            )
+            is None
+        ):
+            resumed = time.monotonic() - made.at
         done = batch_dag.await_dag(run.base, made.dag_run, run.say, run.args.step_timeout)
         assert done is not None
         tries = ", ".join(f"{t} try {n}" for t, _, n in done.tasks)
+        again = f"recompute running again {resumed:.0f} s after the kill; " if resumed else ""
         return Survived(
-            f"scheduler pid {made.pid} killed during recompute ({made.attempt}); run "
+            f"scheduler pid {made.pid} killed during recompute ({made.attempt}); {again}run "
             f"{made.dag_run.run_id} succeeded ({tries})",
             round(time.monotonic() - made.at, 1),
         )
