@@ -50,6 +50,43 @@ MAX_BATCH_BYTES = 512 * 1024
 # fixed-size value's payload (an int, a bigint, a timestamp: at most 8 bytes).
 _VALUE_OVERHEAD = 4
 _FIXED_VALUE = 8
+# A write that must not be sent twice at once (it sets a non-frozen list, so it is not
+# speculated: cassandra_client.sets_a_list) is given this long to answer, then sent
+# again as a new request, at most this many times in all. A new request carries a new,
+# later client timestamp: its overwrite deletes the earlier request's list elements
+# whichever of the two lands first, so a resend is exact where a speculative copy (the
+# same timestamp) doubles the list. A frozen node then costs a micro-batch this timeout,
+# not the driver's 10 s and a failed micro-batch.
+ONCE_ONLY_TIMEOUT_S = 3.0
+ONCE_ONLY_ATTEMPTS = 3
+
+
+Outcome = tuple[bool, Any]  # execute_concurrent's (success, result or exception)
+
+
+def execute_resending_timeouts(
+    execute: Callable[[list[Any], bool], list[Outcome]],
+    requests: list[Any],
+    attempts: int = ONCE_ONLY_ATTEMPTS,
+) -> None:
+    """Run `requests` (`execute(requests, once_only)` runs a list and returns each one's
+    outcome, in order). Requests whose statement may run twice went out speculated
+    already; the others (`once_only`) that timed out on the client are sent again as new
+    requests, up to `attempts` in all. Any other failure, or a timeout on the last
+    attempt, is raised: the micro-batch fails and is replayed."""
+    from cassandra import OperationTimedOut
+
+    once_only = bool(requests) and not requests[0][0].is_idempotent
+    pending = requests
+    for attempt in range(1, attempts + 1):
+        outcomes = execute(pending, once_only)
+        failed = [(r, e) for r, (ok, e) in zip(pending, outcomes, strict=True) if not ok]
+        if not failed:
+            return
+        resend = once_only and attempt < attempts
+        if not resend or any(not isinstance(e, OperationTimedOut) for _, e in failed):
+            raise next((e for _, e in failed if not isinstance(e, OperationTimedOut)), failed[0][1])
+        pending = [r for r, _ in failed]
 
 
 def value_bytes(value: Any) -> int:
@@ -167,8 +204,6 @@ class DriverWriter:
         """Each target's rows of `df` into its table, in order, from one collect of `df`
         (one Spark job, where a collect per table would cost one each: ~50 ms of a
         10-record micro-batch per table); `written(table)` once a table is written."""
-        from cassandra.concurrent import execute_concurrent
-
         wanted = [t.columns or tuple(df.columns) for t in targets]
         columns = tuple(dict.fromkeys(c for names in wanted for c in names))
         chosen = [F.lit(True) if t.where is None else t.where for t in targets]
@@ -186,10 +221,29 @@ class DriverWriter:
                 # reported them when the statement was prepared.
                 batches = partition_batches(values, statement.routing_key_indexes)
                 requests = [self._request(statement, b) for b in batches]
-                execute_concurrent(
-                    self.session, requests, concurrency=CONCURRENT_WRITES
-                )  # raises the first failure: the micro-batch fails and is replayed
+                execute_resending_timeouts(self._execute, requests)
             written(target.table)
+
+    def _execute(self, requests: list[Any], once_only: bool) -> list[Outcome]:
+        """Every request's outcome, many in flight at once; a once-only write (above) with
+        the shorter timeout."""
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT
+        from cassandra.concurrent import execute_concurrent
+
+        profile: Any = EXEC_PROFILE_DEFAULT
+        if once_only:
+            profile = self.session.execution_profile_clone_update(
+                EXEC_PROFILE_DEFAULT, request_timeout=ONCE_ONLY_TIMEOUT_S
+            )
+        return list(
+            execute_concurrent(
+                self.session,
+                requests,
+                concurrency=CONCURRENT_WRITES,
+                raise_on_first_error=False,
+                execution_profile=profile,
+            )
+        )
 
     def _request(self, statement: Any, rows: list[tuple[Any, ...]]) -> tuple[Any, Any]:
         """One partition's rows: the statement alone for one row, else an unlogged batch."""

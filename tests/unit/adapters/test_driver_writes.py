@@ -20,8 +20,10 @@ from pyspark.sql import types as T
 
 from pos_lambda.adapters.driver_writes import (
     MAX_BATCH_BYTES,
+    Outcome,
     _has_instant,
     cql_value,
+    execute_resending_timeouts,
     partition_batches,
     value_bytes,
 )
@@ -114,3 +116,64 @@ def test_value_bytes_counts_payloads_and_a_fixed_size_per_number() -> None:
     assert value_bytes(Decimal("123.45")) == 17
     assert value_bytes({1: "ab"}) == 4 + 12 + 6
     assert value_bytes([("tea", Decimal("1.5"), 2)]) == 4 + (4 + 7 + 14 + 12)
+
+
+class _Statement:
+    def __init__(self, idempotent: bool) -> None:
+        self.is_idempotent = idempotent
+
+
+class _Cassandra:
+    """Stands in for execute_concurrent: each request's outcome from a script, per
+    attempt; records what was sent, and whether as once-only writes."""
+
+    def __init__(self, failures: list[dict[str, Exception]]) -> None:
+        self.failures = failures  # attempt n: {request name: the error it meets}
+        self.sent: list[tuple[list[str], bool]] = []
+
+    def execute(self, requests: list[tuple[_Statement, str]], once_only: bool) -> list[Outcome]:
+        attempt = self.failures[len(self.sent)] if len(self.sent) < len(self.failures) else {}
+        self.sent.append(([name for _, name in requests], once_only))
+        return [(name not in attempt, attempt.get(name, "ok")) for _, name in requests]
+
+
+def _requests(idempotent: bool) -> list[tuple[_Statement, str]]:
+    statement = _Statement(idempotent)
+    return [(statement, name) for name in ("r1", "r2", "r3")]
+
+
+def test_a_list_write_that_timed_out_is_sent_again_alone_as_a_new_request() -> None:
+    from cassandra import OperationTimedOut
+
+    cassandra = _Cassandra([{"r2": OperationTimedOut("frozen")}, {}])
+    execute_resending_timeouts(cassandra.execute, _requests(idempotent=False))
+    assert cassandra.sent == [(["r1", "r2", "r3"], True), (["r2"], True)]
+
+
+def test_a_list_write_that_times_out_every_time_fails_the_micro_batch() -> None:
+    from cassandra import OperationTimedOut
+
+    timeout = OperationTimedOut("frozen")
+    cassandra = _Cassandra([{"r3": timeout}] * 3)
+    with pytest.raises(OperationTimedOut):
+        execute_resending_timeouts(cassandra.execute, _requests(idempotent=False), attempts=3)
+    assert cassandra.sent == [(["r1", "r2", "r3"], True), (["r3"], True), (["r3"], True)]
+
+
+def test_a_speculated_write_is_not_sent_again_after_its_timeout() -> None:
+    from cassandra import OperationTimedOut
+
+    cassandra = _Cassandra([{"r1": OperationTimedOut("all replicas silent")}])
+    with pytest.raises(OperationTimedOut):
+        execute_resending_timeouts(cassandra.execute, _requests(idempotent=True))
+    assert cassandra.sent == [(["r1", "r2", "r3"], False)]
+
+
+def test_a_failure_other_than_a_client_timeout_is_raised_at_once() -> None:
+    from cassandra import OperationTimedOut, Unavailable
+
+    unavailable = Unavailable("2 of 3 replicas down")
+    cassandra = _Cassandra([{"r1": OperationTimedOut("frozen"), "r2": unavailable}])
+    with pytest.raises(Unavailable):
+        execute_resending_timeouts(cassandra.execute, _requests(idempotent=False))
+    assert len(cassandra.sent) == 1
