@@ -65,21 +65,24 @@ Outcome = tuple[bool, Any]  # execute_concurrent's (success, result or exception
 
 
 def execute_resending_timeouts(
-    execute: Callable[[list[Any], bool], list[Outcome]],
+    execute: Callable[[list[Any], bool, frozenset[Any]], list[Outcome]],
     requests: list[Any],
     attempts: int = ONCE_ONLY_ATTEMPTS,
 ) -> None:
-    """Run `requests` (`execute(requests, once_only)` runs a list and returns each one's
-    outcome, in order). Requests whose statement may run twice went out speculated
+    """Run `requests` (`execute(requests, once_only, avoid)` runs a list and returns each
+    one's outcome, in order). Requests whose statement may run twice went out speculated
     already; the others (`once_only`) that timed out on the client are sent again as new
-    requests, up to `attempts` in all. Any other failure, or a timeout on the last
+    requests, up to `attempts` in all, each resend coordinated by another replica than
+    the hosts that timed out so far (`avoid`: the token-aware policy would send it to the
+    same frozen primary replica every time). Any other failure, or a timeout on the last
     attempt, is raised: the micro-batch fails and is replayed."""
     from cassandra import OperationTimedOut
 
     once_only = bool(requests) and not requests[0][0].is_idempotent
     pending = requests
+    avoid: frozenset[Any] = frozenset()
     for attempt in range(1, attempts + 1):
-        outcomes = execute(pending, once_only)
+        outcomes = execute(pending, once_only, avoid)
         failed = [(r, e) for r, (ok, e) in zip(pending, outcomes, strict=True) if not ok]
         if not failed:
             return
@@ -87,6 +90,23 @@ def execute_resending_timeouts(
         if not resend or any(not isinstance(e, OperationTimedOut) for _, e in failed):
             raise next((e for _, e in failed if not isinstance(e, OperationTimedOut)), failed[0][1])
         pending = [r for r, _ in failed]
+        avoid |= {e.last_host for _, e in failed if getattr(e, "last_host", None) is not None}
+
+
+class OthersFirst:
+    """A load-balancing policy: `child`'s query plan with the hosts in `avoid` moved to
+    its end (kept: on one node, or with every replica avoided, they are all there is)."""
+
+    def __init__(self, child: Any, avoid: frozenset[Any]) -> None:
+        self.child = child
+        self.avoid = avoid
+
+    def make_query_plan(self, working_keyspace: Any = None, query: Any = None) -> list[Any]:
+        plan = list(self.child.make_query_plan(working_keyspace, query))
+        return [h for h in plan if h not in self.avoid] + [h for h in plan if h in self.avoid]
+
+    def __getattr__(self, name: str) -> Any:  # distance, on_up, ...: the child's
+        return getattr(self.child, name)
 
 
 def value_bytes(value: Any) -> int:
@@ -224,16 +244,21 @@ class DriverWriter:
                 execute_resending_timeouts(self._execute, requests)
             written(target.table)
 
-    def _execute(self, requests: list[Any], once_only: bool) -> list[Outcome]:
+    def _execute(
+        self, requests: list[Any], once_only: bool, avoid: frozenset[Any]
+    ) -> list[Outcome]:
         """Every request's outcome, many in flight at once; a once-only write (above) with
-        the shorter timeout."""
+        the shorter timeout, coordinated by the hosts in `avoid` last."""
         from cassandra.cluster import EXEC_PROFILE_DEFAULT
         from cassandra.concurrent import execute_concurrent
 
         profile: Any = EXEC_PROFILE_DEFAULT
         if once_only:
+            default = self.session.get_execution_profile(EXEC_PROFILE_DEFAULT)
             profile = self.session.execution_profile_clone_update(
-                EXEC_PROFILE_DEFAULT, request_timeout=ONCE_ONLY_TIMEOUT_S
+                EXEC_PROFILE_DEFAULT,
+                request_timeout=ONCE_ONLY_TIMEOUT_S,
+                load_balancing_policy=OthersFirst(default.load_balancing_policy, avoid),
             )
         return list(
             execute_concurrent(

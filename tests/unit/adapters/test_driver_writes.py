@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 
 from pos_lambda.adapters.driver_writes import (
     MAX_BATCH_BYTES,
+    OthersFirst,
     Outcome,
     _has_instant,
     cql_value,
@@ -130,10 +131,14 @@ class _Cassandra:
     def __init__(self, failures: list[dict[str, Exception]]) -> None:
         self.failures = failures  # attempt n: {request name: the error it meets}
         self.sent: list[tuple[list[str], bool]] = []
+        self.avoided: list[frozenset[str]] = []  # the hosts each attempt coordinates last
 
-    def execute(self, requests: list[tuple[_Statement, str]], once_only: bool) -> list[Outcome]:
+    def execute(
+        self, requests: list[tuple[_Statement, str]], once_only: bool, avoid: frozenset[str]
+    ) -> list[Outcome]:
         attempt = self.failures[len(self.sent)] if len(self.sent) < len(self.failures) else {}
         self.sent.append(([name for _, name in requests], once_only))
+        self.avoided.append(avoid)
         return [(name not in attempt, attempt.get(name, "ok")) for _, name in requests]
 
 
@@ -153,11 +158,31 @@ def test_a_list_write_that_timed_out_is_sent_again_alone_as_a_new_request() -> N
 def test_a_list_write_that_times_out_every_time_fails_the_micro_batch() -> None:
     from cassandra import OperationTimedOut
 
-    timeout = OperationTimedOut("frozen")
-    cassandra = _Cassandra([{"r3": timeout}] * 3)
+    cassandra = _Cassandra(
+        [{"r3": OperationTimedOut("frozen", last_host=host)} for host in ("h1", "h2", "h3")]
+    )
     with pytest.raises(OperationTimedOut):
         execute_resending_timeouts(cassandra.execute, _requests(idempotent=False), attempts=3)
     assert cassandra.sent == [(["r1", "r2", "r3"], True), (["r3"], True), (["r3"], True)]
+    # Each resend is coordinated by a host that has not timed out yet, where there is one.
+    assert cassandra.avoided == [frozenset(), {"h1"}, {"h1", "h2"}]
+
+
+class _Plan:
+    def make_query_plan(self, keyspace: object = None, query: object = None) -> list[str]:
+        return ["primary", "second", "third"]
+
+    def distance(self, host: str) -> str:
+        return f"local {host}"
+
+
+def test_a_resend_goes_to_the_replicas_that_did_not_time_out_first() -> None:
+    assert OthersFirst(_Plan(), frozenset({"primary"})).make_query_plan() == [
+        "second", "third", "primary",
+    ]  # fmt: skip
+    everyone = frozenset({"primary", "second", "third"})
+    assert OthersFirst(_Plan(), everyone).make_query_plan() == ["primary", "second", "third"]
+    assert OthersFirst(_Plan(), frozenset()).distance("x") == "local x"  # the child's
 
 
 def test_a_speculated_write_is_not_sent_again_after_its_timeout() -> None:
