@@ -13,8 +13,10 @@ gets `CommitConflict` and leaves its rows, never pointed to, for `pos-batch gc`.
 
 from __future__ import annotations
 
+import logging
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Protocol
@@ -22,6 +24,14 @@ from typing import Any, Protocol
 from pos_lambda.batch_layer import runs
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings
+
+log = logging.getLogger("pos.batch")
+
+# A conditional commit that timed out may or may not have applied (a replica died inside
+# its Paxos round: "CAS operation timed out"). It is sent again on the same condition
+# until it answers, for at most this long: Paxos makes the next round finish a proposal
+# that was accepted first, so the answer then tells which.
+COMMIT_PATIENCE_S = 30.0
 
 
 class NothingToDo(Exception):
@@ -99,6 +109,38 @@ def advancing(
 def _utc(t: datetime) -> datetime:
     # The driver returns timestamps naive, in UTC.
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def commit_through_timeouts(
+    execute: Callable[[], Any],
+    holds_this_commit: Callable[[], bool],
+    timeouts: tuple[type[BaseException], ...],
+    patience_s: float = COMMIT_PATIENCE_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Run the conditional write `execute` (its result has `was_applied`) until it
+    answers; whether this commit is in. After a timeout, a "not applied" may be this
+    commit's own first attempt, which did apply: `holds_this_commit` reads the pointer
+    to tell. A timeout past `patience_s` is raised."""
+    deadline = clock() + patience_s
+    delay = 0.5
+    timed_out = False
+    while True:
+        try:
+            result = execute()
+        except timeouts as exc:
+            if clock() + delay > deadline:
+                raise
+            log.warning(
+                "the pointer's conditional commit timed out (%s); sending it again in %.1f s",
+                exc, delay,
+            )  # fmt: skip
+            timed_out = True
+            sleep(delay)  # backoff while the failure detector catches up, not a wait
+            delay = min(delay * 2, 4.0)
+            continue
+        return bool(result.was_applied) or (timed_out and holds_this_commit())
 
 
 class BatchPointer(Protocol):
@@ -310,9 +352,30 @@ class BatchStore:
             ),
             (*values, cql.BATCH_VIEW_NAME, read.commits),
         )
-        result = self.session.execute(batch)
-        if not result.was_applied:
-            now = result.one()
+        from cassandra import OperationTimedOut, WriteTimeout
+
+        results: list[Any] = []
+
+        def execute() -> Any:
+            results.append(self.session.execute(batch))
+            return results[-1]
+
+        def holds_this_commit() -> bool:
+            now = self.state()  # SERIAL: it sees a Paxos round that applied
+            return (
+                now.commits == (read.commits or 0) + 1
+                and now.horizon
+                == _utc(horizon).replace(microsecond=horizon.microsecond // 1000 * 1000)
+                and all(
+                    (served := now.days.get(d.day)) is not None and served.version == d.version
+                    for d in days
+                )
+            )
+
+        if not commit_through_timeouts(
+            execute, holds_this_commit, (WriteTimeout, OperationTimedOut)
+        ):
+            now = results[-1].one()
             raise CommitConflict(
                 f"another batch run committed the pointer while this run ({run_id}) was "
                 f"computing (commit counter {read.commits} when read, "

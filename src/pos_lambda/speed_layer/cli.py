@@ -73,14 +73,20 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
         "beyond_lateness_bound",
     )
 
+    statements: dict[tuple[str, ...], Any] = {}
+
     def write(row: dict[str, Any]) -> None:
         # Partial rows (counts first, rates later) upsert only the columns they carry.
-        present = [c for c in cols if c in row]
-        session.execute(
-            f"INSERT INTO {cql.SPEED_PROGRESS_TABLE} ({', '.join(present)}) "
-            f"VALUES ({', '.join('%s' for _ in present)})",
-            [row[c] for c in present],
-        )
+        present = tuple(c for c in cols if c in row)
+        if present not in statements:
+            # Marked idempotent (a plain upsert), so speculated: the micro-batch waits for
+            # this write, and a frozen coordinator held it the whole request timeout.
+            statements[present] = cassandra_client.prepare_idempotent(
+                session,
+                f"INSERT INTO {cql.SPEED_PROGRESS_TABLE} ({', '.join(present)}) "
+                f"VALUES ({', '.join('?' for _ in present)})",
+            )
+        session.execute(statements[present], [row[c] for c in present])
 
     return write, cluster
 
