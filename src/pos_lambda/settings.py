@@ -467,6 +467,20 @@ class SpeedSettings(_Section):
         ge=0,
         description="The longest wait before a driver's restart (the backoff's cap).",
     )
+    query_restarts_in_place: int = Field(
+        default=3,
+        ge=0,
+        description="A driver whose query failed (Cassandra or Kafka away) keeps its JVM: it "
+        "waits for the services to answer, then starts the query again from its checkpoint, "
+        "at most this many times within speed_restart_window_seconds; past that it exits and "
+        "`pos-speed run` starts a fresh driver (speed_layer/in_place.py). 0: always a fresh one.",
+    )
+    query_restart_wait_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long a driver whose query failed waits for Cassandra and Kafka to "
+        "answer before it exits for `pos-speed run` to start a fresh one.",
+    )
     metrics_port: int = Field(
         default=9410,
         ge=0,

@@ -8,9 +8,11 @@
 Each query is named and has its own checkpoint under <data_dir>/checkpoints. In local
 mode each runs in a Spark application (a driver process) of its own, the archiver's at
 a lower CPU priority, so that it never delays the views users wait on; on a cluster
-master both share one driver (POS_SPEED_DRIVERS). `pos-speed run` supervises its
-drivers: a driver that dies (a failed query, Cassandra or Kafka unreachable, exits with
-the root cause in one line; or it is killed, by any signal) is started again from its
+master both share one driver (POS_SPEED_DRIVERS). A query that fails (Cassandra or Kafka
+unreachable) is started again inside its driver once they answer, keeping the JVM
+(POS_SPEED_QUERY_RESTARTS_IN_PLACE, speed_layer/in_place.py). `pos-speed run` supervises
+its drivers: a driver that dies (past those restarts, exiting with the root cause in one
+line; or it is killed, by any signal) is started again from its
 checkpoints, at once the first time, then after a growing backoff, at most
 POS_SPEED_MAX_RESTARTS times within POS_SPEED_RESTART_WINDOW_SECONDS; past that budget
 it stops the others and `pos-speed run` exits 1. A driver dies with its supervisor.
@@ -28,6 +30,8 @@ import logging
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -116,14 +120,21 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     cluster = None
     queries: list[StreamingQuery] = []
     failed: str | None = None
+    in_place_at: list[float] = []  # when this driver restarted a failed query in place
     try:
         writer, cluster = _progress_writer(settings)
         recorder = ProgressRecorder(settings.speed_status_file, writer)
         spark.streams.addListener(recorder.listener())
+        starters: dict[str, Callable[[], StreamingQuery]] = {}
         if "archiver" in jobs:
-            queries.append(archiver_job.start(spark, settings, available_now))
+            starters[archiver_job.QUERY_NAME] = lambda: archiver_job.start(
+                spark, settings, available_now
+            )
         if "views" in jobs:
-            queries.append(views_job.start(spark, settings, recorder, available_now))
+            starters[views_job.QUERY_NAME] = lambda: views_job.start(
+                spark, settings, recorder, available_now
+            )
+        queries = [start_query() for start_query in starters.values()]
         log.info("started %s (available-now: %s)", ", ".join(jobs), available_now)
         report_ready()
         # Short waits keep the main thread free to receive signals between them.
@@ -132,9 +143,15 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
                 spark.streams.awaitAnyTermination(1)
             spark.streams.resetTerminated()
             broken = [q for q in queries if not q.isActive and q.exception() is not None]
-            if broken:
-                failed = f"{broken[0].name} failed: {first_line(broken[0].exception())}"
+            if not broken:
+                continue
+            failed = f"{broken[0].name} failed: {first_line(broken[0].exception())}"
+            if available_now or not _restart_in_place(settings, in_place_at, failed, stop):
                 break
+            for i, q in enumerate(queries):  # keep the JVM: the failed ones, again
+                if q in broken:
+                    queries[i] = starters[q.name]()
+            failed = None
     except Exception as exc:  # e.g. Cassandra unreachable while the queries start
         failed = f"could not start: {first_line(exc)}"
     finally:
@@ -151,6 +168,61 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
         log.error("%s", failed)
         return EXIT_RETRY
     return 0
+
+
+def _restart_in_place(
+    settings: Settings, failures_at: list[float], failed: str, stop: threading.Event
+) -> bool:
+    """Whether to start the failed query again in this driver (speed_layer/in_place.py):
+    within the budget, once Cassandra and Kafka answer. Records the restart."""
+    from pos_lambda.speed_layer import in_place
+
+    now = time.monotonic()
+    speed = settings.speed
+    limit, window = speed.query_restarts_in_place, speed.restart_window_seconds
+    if not in_place.allowed(failures_at, now, limit, window):
+        log.warning("%s; %d restart(s) in place within %.0f s: a fresh driver", failed,
+                    limit, window)  # fmt: skip
+        return False
+    log.warning("%s; restarting it in this driver once Cassandra and Kafka answer", failed)
+    answered = in_place.await_services(
+        lambda: _services_missing(settings),
+        stop.is_set,
+        speed.query_restart_wait_seconds,
+        time.monotonic,
+        stop.wait,
+    )
+    if answered:
+        failures_at.append(now)
+        log.info("services answer %.1f s after the failure: restarting the query from its "
+                 "checkpoint (%d of %d in place)", time.monotonic() - now, len(failures_at),
+                 limit)  # fmt: skip
+    return answered
+
+
+def _services_missing(settings: Settings) -> str | None:
+    """None when Cassandra answers a query and Kafka lists the input topic; else which
+    one does not, and why."""
+    from pos_lambda.adapters import cassandra_client, kafka_admin
+
+    try:
+        cluster = cassandra_client.cluster(settings, timeout=2.0)
+        try:
+            cluster.connect().execute("SELECT release_version FROM system.local")
+        finally:
+            cluster.shutdown()
+    except Exception as exc:  # NoHostAvailable, OperationTimedOut, ...
+        return f"Cassandra does not answer ({type(exc).__name__})"
+    try:
+        kafka_admin.require_topic(
+            settings.bootstrap_servers,
+            settings.topics.transactions,
+            timeout_s=2.0,
+            security=settings.kafka.security_config,
+        )
+    except Exception as exc:  # ServiceError, KafkaException
+        return f"Kafka does not answer ({type(exc).__name__})"
+    return None
 
 
 def status(settings: Settings, as_json: bool) -> int:
