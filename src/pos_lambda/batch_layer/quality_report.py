@@ -34,10 +34,17 @@ class QualityNotRecorded(RuntimeError):
 
 
 def pick(runs: Iterable[BatchRun], start: datetime, end: datetime) -> BatchRun | None:
-    """The newest run over exactly [start, end) (a retried recompute leaves one row per
-    try; the last is the one that got as far as the check)."""
+    """The newest run over exactly [start, end) that recorded a check, passed or failed;
+    else the newest over it, whose verdict says it recorded none.
+
+    A retried recompute leaves one row per try; the last is the one that got as far as
+    the check. A run without --quality over the same hours (`pos-batch run` by hand
+    beside the DAG run, found by the chaos run) may start after the recompute and commit
+    before it: the newest row is then that one, and the recompute's recorded check is
+    the one to report."""
     over = [r for r in runs if r.interval_start == start and r.interval_end == end]
-    return max(over, key=lambda r: r.started_at or datetime.min, default=None)
+    checked = [r for r in over if r.quality_checked_at is not None or r.quality_error is not None]
+    return max(checked or over, key=lambda r: r.started_at or datetime.min, default=None)
 
 
 def verdict(run: BatchRun | None, start: datetime, end: datetime) -> dict[str, Any]:

@@ -37,6 +37,21 @@ def test_the_newest_run_over_exactly_the_interval_is_reported() -> None:
     assert pick([], START, END) is None
 
 
+def test_a_manual_run_beside_the_recompute_does_not_hide_its_check() -> None:
+    # The DAG's recompute (with --quality) started at :01; a `pos-batch run` by hand over
+    # the same hours started at :03 and committed first; the recompute committed after
+    # it and recorded its check.
+    runs = [
+        _run("recompute", 1, quality_checked_at=CHECKED, quality_windows=12),
+        _run("by-hand", 3),
+    ]
+    picked = pick(runs, START, END)
+    assert picked is not None and picked.run_id == "recompute"
+    failed = [_run("recompute", 1, quality_error="timed out"), _run("by-hand", 3)]
+    picked = pick(failed, START, END)
+    assert picked is not None and picked.run_id == "recompute"
+
+
 def test_a_recorded_check_is_reported_with_its_figures() -> None:
     run = _run(
         "r1",
