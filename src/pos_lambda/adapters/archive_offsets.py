@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -132,16 +132,26 @@ def archived_until(settings: Settings, instant: datetime, timeout_s: float = 10.
 
 class OffsetsCommitter:
     """Commits a query's end offsets to the archiver's consumer group, each time Spark
-    reports a micro-batch (from a StreamingQueryListener: see archiver_job)."""
+    reports a micro-batch (from a StreamingQueryListener: see archiver_job).
 
-    def __init__(self, settings: Settings) -> None:
-        from confluent_kafka.admin import AdminClient
+    A commit that fails is sent again: at the next micro-batch, or at the query's next
+    idle event when no micro-batch comes (the batch layer's `await_archive` waits for
+    these offsets; nothing else would move them). And it is sent by a fresh admin client:
+    after a broker's hard restart, librdkafka's client timed out on every commit for as
+    long as the chaos run watched (minutes), while a new one commits at once.
+    """
 
+    def __init__(self, settings: Settings, admin: Callable[[dict[str, Any]], Any] | None = None):
         self.group = settings.speed.archiver_group
         self.topic = settings.topics.transactions
-        conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, "log_level": 2}
-        self._admin: Any = AdminClient(conf | settings.kafka.security_config)
-        self._last: dict[int, int] = {}
+        self._conf: dict[str, Any] = {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "log_level": 2,
+        } | dict(settings.kafka.security_config)
+        self._new_admin = admin or _admin_client
+        self._admin: Any = self._new_admin(self._conf)
+        self._last: dict[int, int] = {}  # committed
+        self._wanted: dict[int, int] = {}  # the newest asked for
 
     def close(self) -> None:
         """Let the client go (its threads end when it is collected); commits stop."""
@@ -149,11 +159,19 @@ class OffsetsCommitter:
 
     def commit(self, offsets: Mapping[int, int]) -> None:
         """Commit these partition offsets (unchanged ones are not sent again). A failure
-        is logged, never raised: the archive is unaffected, and the next micro-batch
-        commits further offsets."""
+        is logged, never raised: the archive is unaffected, and the offsets are sent
+        again by `retry` or the next commit."""
+        if self._admin is None or not offsets:
+            return
+        self._wanted = dict(offsets)
+        self.retry()
+
+    def retry(self) -> None:
+        """Send the newest offsets asked for, unless they are committed already."""
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-        if self._admin is None or not offsets or dict(offsets) == self._last:
+        offsets = self._wanted
+        if self._admin is None or not offsets or offsets == self._last:
             return
         request = ConsumerGroupTopicPartitions(
             self.group, [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
@@ -161,7 +179,19 @@ class OffsetsCommitter:
         try:
             for future in self._admin.alter_consumer_group_offsets([request]).values():
                 future.result(timeout=30)
-        except Exception as exc:  # Kafka briefly away: the next micro-batch tries again
-            log.warning("could not commit the archiver's offsets to %s: %s", self.group, exc)
+        except Exception as exc:  # Kafka away, or this client wedged since a broker restart
+            log.warning(
+                "could not commit the archiver's offsets to %s: %s; a fresh client sends "
+                "them again",
+                self.group,
+                str(exc) or type(exc).__name__,  # a timeout's message is empty
+            )
+            self._admin = self._new_admin(self._conf)
             return
         self._last = dict(offsets)
+
+
+def _admin_client(conf: dict[str, Any]) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(conf)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -114,3 +115,16 @@ def await_tables(
                 f"Cassandra table {keyspace}.{table} not found: apply the schema with "
                 "`make schema` (or `make up`) and check POS_CASSANDRA_KEYSPACE."
             )
+
+
+def close_idle_sessions(spark: SparkSession) -> None:
+    """Close the connector's cached CQL sessions that no job uses (in this driver's JVM).
+
+    The connector keeps a released session open for an hour
+    (spark.cassandra.connection.keepAliveMS) to reuse it. One that lived through a
+    Cassandra restart could block for good in a schema refresh when a query starts on it
+    again. So a driver that restarts a failed query in place (speed_layer/in_place.py)
+    closes them first, and the query opens fresh ones.
+    """
+    jvm: Any = spark.sparkContext._jvm
+    jvm.com.datastax.spark.connector.cql.CassandraConnector.evictCache()

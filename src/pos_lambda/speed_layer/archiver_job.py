@@ -101,6 +101,11 @@ class CommitArchived(ProgressListener):
             return
         _commit_ends(self.committer, [s.get("endOffset") for s in progress.get("sources", [])])
 
+    def onQueryIdle(self, event: Any) -> None:
+        # No micro-batch is coming: the only chance to send again a commit that failed.
+        if str(event.runId) == self.run_id:
+            self.committer.retry()
+
     def onQueryTerminated(self, event: Any) -> None:
         if str(event.runId) == self.run_id:
             self.committer.close()

@@ -99,7 +99,7 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     """One Spark application running the jobs; EXIT_RETRY when a query failed."""
     from pyspark.errors import StreamingQueryException
 
-    from pos_lambda.adapters import kafka_admin
+    from pos_lambda.adapters import cassandra, kafka_admin
     from pos_lambda.adapters.spark_session import build_session
     from pos_lambda.speed_layer import archiver_job, views_job
     from pos_lambda.speed_layer.progress import ProgressRecorder, first_line
@@ -148,6 +148,9 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
             failed = f"{broken[0].name} failed: {first_line(broken[0].exception())}"
             if available_now or not _restart_in_place(settings, in_place_at, failed, stop):
                 break
+            # Fresh connector sessions for the restarted query: a cached one that lived
+            # through a Cassandra restart could block for good in a schema refresh.
+            cassandra.close_idle_sessions(spark)
             for i, q in enumerate(queries):  # keep the JVM: the failed ones, again
                 if q in broken:
                     queries[i] = starters[q.name]()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pos_lambda.adapters.archive_offsets import ArchiveLag, end_offsets, lag
 
 
@@ -42,3 +44,47 @@ def test_an_instant_before_every_record_needs_nothing_even_with_no_commit() -> N
 
 def test_an_archiver_ahead_of_the_instant_is_done() -> None:
     assert ArchiveLag(needed={0: 5}, committed={0: 9}).done
+
+
+class _Wedged:
+    """An admin client whose commits time out, as librdkafka's did after a broker's
+    hard restart; or one that commits (recording what)."""
+
+    def __init__(self, wedged: bool, sent: list[dict[int, int]]) -> None:
+        self.wedged, self.sent = wedged, sent
+
+    def alter_consumer_group_offsets(self, requests: list[Any]) -> dict[str, Any]:
+        from concurrent.futures import Future, TimeoutError
+
+        future: Future[None] = Future()
+        if self.wedged:
+            future.set_exception(TimeoutError())
+        else:
+            self.sent.append({tp.partition: tp.offset for tp in requests[0].topic_partitions})
+            future.set_result(None)
+        return {"pos-archiver": future}
+
+
+def test_a_failed_commit_is_sent_again_by_a_fresh_client_even_with_no_new_micro_batch() -> None:
+    from pos_lambda.adapters.archive_offsets import OffsetsCommitter
+    from pos_lambda.settings import load_settings
+
+    sent: list[dict[int, int]] = []
+    clients = iter([_Wedged(True, sent), _Wedged(False, sent)])
+    made: list[dict[str, Any]] = []
+
+    def admin(conf: dict[str, Any]) -> _Wedged:
+        made.append(conf)
+        return next(clients)
+
+    committer = OffsetsCommitter(load_settings(), admin=admin)
+    committer.commit({0: 747, 1: 1459})  # times out: a fresh client is made
+    assert sent == [] and len(made) == 2
+    committer.retry()  # the query's idle event: the same offsets, by the new client
+    assert sent == [{0: 747, 1: 1459}]
+    committer.retry()  # committed: nothing sent again
+    committer.commit({0: 747, 1: 1459})
+    assert sent == [{0: 747, 1: 1459}]
+    committer.close()
+    committer.commit({0: 800, 1: 1500})  # closed with its query: commits stop
+    assert sent == [{0: 747, 1: 1459}]
