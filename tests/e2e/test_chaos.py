@@ -47,7 +47,9 @@ def assert_survived(args: argparse.Namespace, facts: figures.ChaosFacts) -> None
     assert made == planned, f"faults made {dict(made)}, planned {dict(planned)}: {facts.notes}"
     # lost, duplicated, wrong; the message names each view off and the audit's report,
     # whose examples say which receipts (a CI log may be all that is left of the run).
-    assert figures.exact_totals(facts.audit) == (0, 0, 0), _off_views(facts.audit.report)
+    assert figures.exact_totals(facts.audit) == (0, 0, 0), (
+        f"{_off_views(facts.audit.report)}; notes: {facts.notes}"
+    )
     audited = {v.name for v in facts.audit.views}
     skipped = [v for v in audit_run.VIEWS if v not in audited]
     assert skipped == [], f"views the audit skipped (their processor never ran): {skipped}"

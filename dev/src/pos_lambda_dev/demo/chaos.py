@@ -236,6 +236,38 @@ def send_held(chaos: Chaos) -> None:
         chaos.send(chaos.held.pop(0)[0])
 
 
+def check_input_topic(chaos: Chaos, acknowledged: int) -> None:
+    """Count the records the input topic holds against the messages the producer had
+    acknowledged, once the stream is over. Fewer means the broker lost acknowledged
+    messages before any layer could read them (one run did, at the single broker's
+    kill -9: docs/deploy.md, Limits on one host): a note the verdict prints, so that
+    the loss is not taken for the pipeline's."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+
+    s = chaos.settings
+    topic = s.topics.transactions
+    clients = ConfluentClients.from_settings(s)
+    consumer = Consumer({**clients.offsets_reader_config("pos-chaos-count"), "log_level": 2})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        held = 0
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            held += high - low
+    finally:
+        consumer.close()
+    if held < acknowledged:
+        note = (
+            f"the input topic {topic} holds {held:,} records of the {acknowledged:,} messages "
+            f"the producer had acknowledged: {acknowledged - held:,} lost by the broker "
+            f"(replication factor {s.topics.replication_factor}) before any layer read them"
+        )
+        chaos.say(f"stream: {note}")
+        chaos.notes.append(note)
+
+
 def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> threading.Thread:
     from confluent_kafka import Producer
 
@@ -535,6 +567,7 @@ def run(args: argparse.Namespace) -> figures.ChaosFacts:
         producer = produce_in_background(chaos, messages)
         storm(chaos, producer, len(messages))
         send_held(chaos)
+        check_input_topic(chaos, summary["messages"])
         catch_up(chaos)
         batch_via = final_batch(chaos)
         report = Path(args.logs) / "audit.json"
