@@ -147,6 +147,8 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
                 continue
             failed = f"{broken[0].name} failed: {first_line(broken[0].exception())}"
             if available_now or not _restart_in_place(settings, in_place_at, failed, stop):
+                if stop.is_set():  # stopped while it waited: a stop, resumed from the checkpoint
+                    failed = None
                 break
             # Fresh connector sessions for the restarted query: a cached one that lived
             # through a Cassandra restart could block for good in a schema refresh.
