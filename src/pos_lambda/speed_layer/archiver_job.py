@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -41,10 +42,7 @@ log = logging.getLogger("pos.speed")
 def start(spark: SparkSession, settings: Settings, available_now: bool = False) -> StreamingQuery:
     checkpoint = settings.checkpoint_dir / "archiver"
     if warm_up.wanted(settings.speed.warm_up, available_now, checkpoint):
-        # The first Delta commit of a fresh driver, paid before the query starts
-        # (src/pos_lambda/speed_layer/warm_up.py), in a scratch table of this process.
-        scratch = settings.data_dir / "warm-up" / f"archiver-{os.getpid()}"
-        log.info(warm_up.report(QUERY_NAME, warm_up.warm_archiver(spark, scratch)))
+        run_warm_up(spark, settings)
     # No verdict here: the record as received (records.archive_rows), judged by the
     # views query for the speed views and again by every batch run.
     # Ingest time is the one wall-clock value we keep; it is taken here in the shell
@@ -65,6 +63,16 @@ def start(spark: SparkSession, settings: Settings, available_now: bool = False) 
     )
     spark.streams.addListener(CommitArchived(query.runId, committer))
     return query
+
+
+def run_warm_up(
+    spark: SparkSession, settings: Settings, cut_short: Callable[[], bool] = lambda: False
+) -> None:
+    """The first Delta commit of a fresh driver, paid before the query starts
+    (src/pos_lambda/speed_layer/warm_up.py), in a scratch table of this process; no
+    further commit once `cut_short()` says so (a standby told to take over)."""
+    scratch = settings.data_dir / "warm-up" / f"archiver-{os.getpid()}"
+    log.info(warm_up.report(QUERY_NAME, warm_up.warm_archiver(spark, scratch, cut_short)))
 
 
 def commit_last(settings: Settings, query: StreamingQuery) -> None:

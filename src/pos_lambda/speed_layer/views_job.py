@@ -83,12 +83,7 @@ def start(
     the StreamingQuery."""
     cassandra.await_tables(spark, settings.cassandra.keyspace, SPEED_TABLES)
     checkpoint = settings.checkpoint_dir / "views"
-    limits = Thresholds(
-        driver_reads_below=settings.speed.driver_reads_below,
-        driver_writes_below=settings.speed.driver_writes_below,
-        bucket_reads_from=settings.speed.bucket_reads_from,
-        native_check_from=settings.speed.native_check_from,
-    )
+    limits = _thresholds(settings)
     # A CQL session of its own for the driver's reads and writes, closed with the query.
     session = cassandra_client.cluster(settings).connect() if limits.uses_driver else None
     try:
@@ -135,6 +130,30 @@ def start(
     return query
 
 
+def run_warm_up(
+    spark: SparkSession, settings: Settings, cut_short: Callable[[], bool] = lambda: False
+) -> None:
+    """The warm-up alone, with a CQL session of its own, closed afterwards: a standby's
+    (cli.stand_by), which then waits holding no connection; no further pass once
+    `cut_short()` says so."""
+    limits = _thresholds(settings)
+    session = cassandra_client.cluster(settings).connect() if limits.uses_driver else None
+    try:
+        _warm_up(spark, settings, limits, session, cut_short)
+    finally:
+        if session is not None:
+            session.cluster.shutdown()
+
+
+def _thresholds(settings: Settings) -> Thresholds:
+    return Thresholds(
+        driver_reads_below=settings.speed.driver_reads_below,
+        driver_writes_below=settings.speed.driver_writes_below,
+        bucket_reads_from=settings.speed.bucket_reads_from,
+        native_check_from=settings.speed.native_check_from,
+    )
+
+
 SPEED_TABLES = [
     cql.RAW_TABLE,
     cql.RECEIPT_KEYS_TABLE,
@@ -171,7 +190,11 @@ def _views_batch(
 
 
 def _warm_up(
-    spark: SparkSession, settings: Settings, limits: Thresholds, session: Session | None
+    spark: SparkSession,
+    settings: Settings,
+    limits: Thresholds,
+    session: Session | None,
+    cut_short: Callable[[], bool] = lambda: False,
 ) -> None:
     """The micro-batch's work on synthetic records, into the scratch keyspace (see
     pos_lambda.speed_layer.warm_up), before the query starts."""
@@ -191,7 +214,9 @@ def _warm_up(
     if created:
         cassandra.await_tables(spark, keyspace, SPEED_TABLES)
     job = _views_batch(spark, settings, keyspace, limits, session)
-    passes = warm_up.warm_views(spark, lambda b, native, keys: job.process(b, native, keys))
+    passes = warm_up.warm_views(
+        spark, lambda b, native, keys: job.process(b, native, keys), cut_short
+    )
     log.info(warm_up.report(QUERY_NAME, passes))
 
 

@@ -20,9 +20,10 @@ synthetic records of its own, through the same code:
 
 Nothing reaches the pipeline's topics, tables or master dataset. `pos-speed run` reports
 itself ready once every driver has warmed up and started its query
-(`pos_lambda.speed_layer.supervisor`). The synthetic records are pure data
-(`synthetic_records`), unit-tested; the passes run against the real services
-(tests/integration/test_speed_layer.py).
+(`pos_lambda.speed_layer.supervisor`). A standby driver (POS_SPEED_STANDBY) warms up the
+same way before it stands by, and stops between passes once told to take over. The
+synthetic records are pure data (`synthetic_records`), unit-tested; the passes run
+against the real services (tests/integration/test_speed_layer.py).
 """
 
 from __future__ import annotations
@@ -109,23 +110,35 @@ def timed(name: str, work: Callable[[], object]) -> Pass:
 SMALL_PASSES = 6
 
 
-def warm_views(spark: Any, process: Callable[[Any, bool, bool], object]) -> list[Pass]:
+def _never() -> bool:
+    return False
+
+
+def warm_views(
+    spark: Any,
+    process: Callable[[Any, bool, bool], object],
+    cut_short: Callable[[], bool] = _never,
+) -> list[Pass]:
     """Views passes through `process(batch, native_first, collect_keys)` (a ViewsBatch's,
     on the scratch keyspace): once as a backlog's micro-batch (the connector's reads, the
     native check first), then SMALL_PASSES times as a small one (the driver's reads and
-    writes: the route of a running speed layer's micro-batches)."""
+    writes: the route of a running speed layer's micro-batches). No further pass once
+    `cut_short()` says so: a standby told to take over (its replay does the rest)."""
     routes = [("backlog route", True, False)] + [
         (f"small route {n + 1}", False, True) for n in range(SMALL_PASSES)
     ]
     passes = []
     for name, native_first, collect_keys in routes:
+        if cut_short():
+            break
         batch = _records(spark, datetime.now(UTC))
         passes.append(timed(name, partial(process, batch, native_first, collect_keys)))
     return passes
 
 
-def warm_archiver(spark: Any, scratch: Path) -> list[Pass]:
-    """The archiver's write, twice, into a scratch Delta table at `scratch` (removed)."""
+def warm_archiver(spark: Any, scratch: Path, cut_short: Callable[[], bool] = _never) -> list[Pass]:
+    """The archiver's write, twice, into a scratch Delta table at `scratch` (removed);
+    no further write once `cut_short()` says so."""
     from pyspark.sql import functions as F
 
     from pos_lambda.views import records
@@ -134,6 +147,8 @@ def warm_archiver(spark: Any, scratch: Path) -> list[Pass]:
     passes = []
     try:
         for name in ("first Delta commit", "second Delta commit"):
+            if cut_short():
+                break
             rows = records.archive_rows(_records(spark, datetime.now(UTC)), F.current_timestamp())
 
             def write(r: Any = rows) -> None:

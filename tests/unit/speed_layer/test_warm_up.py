@@ -13,7 +13,7 @@ import pytest
 from pos_lambda.schemas.contract import Invalid, Receipt, parse_message
 from pos_lambda.settings import load_settings
 from pos_lambda.speed_layer import supervisor, warm_up
-from pos_lambda.speed_layer.warm_up import Pass, report, synthetic_records
+from pos_lambda.speed_layer.warm_up import Pass, report, synthetic_records, warm_views
 
 NOW = datetime(2026, 11, 27, 12, 0, 30, tzinfo=UTC)
 
@@ -93,3 +93,21 @@ def test_a_fresh_checkpoint_warms_up_a_resumed_one_does_not(tmp_path: Path) -> N
     assert not warm_up.wanted(True, False, checkpoint)  # resuming: the replay warms it
     assert not warm_up.wanted(True, True, tmp_path / "fresh")  # --available-now never
     assert not warm_up.wanted(False, False, tmp_path / "fresh")  # turned off
+
+
+class _Frames:
+    """A stand-in Spark session: its DataFrames are the rows themselves."""
+
+    def createDataFrame(self, rows: list[tuple[object, ...]], ddl: str) -> object:
+        return rows
+
+
+def test_a_warm_up_cut_short_runs_no_further_pass() -> None:
+    routes: list[tuple[bool, bool]] = []
+    passes = warm_views(
+        _Frames(),
+        lambda batch, native, keys: routes.append((native, keys)),
+        cut_short=lambda: len(routes) == 2,  # a standby told to take over, after two passes
+    )
+    assert [p.name for p in passes] == ["backlog route", "small route 1"]
+    assert routes == [(True, False), (False, True)]
