@@ -481,6 +481,24 @@ class SpeedSettings(_Section):
         description="How long a driver whose query failed waits for Cassandra and Kafka to "
         "answer before it exits for `pos-speed run` to start a fresh one.",
     )
+    standby: bool = Field(
+        default=False,
+        description=(
+            "A continuous `pos-speed run` keeps beside each driver a standby: a driver process "
+            "that has started its Python, JVM and Spark session and warmed up, then waits "
+            "without touching the checkpoint, Kafka or the views (and holds no connection to "
+            "them). When the driver dies, the standby takes over and starts the query from its "
+            "checkpoint at once, where a fresh process would first start all of that (kill -9 to "
+            "the views committing again took 25-40 s that way); a takeover counts as a restart "
+            "(speed_max_restarts). The standby is started once the "
+            "driver is ready, so its start-up (a core for tens of seconds) never slows a "
+            "replay, but it does slow running micro-batches a while after each start and "
+            "takeover. Memory: each standby is one more driver JVM (spark_driver_memory of heap "
+            "at most): two more with per-query drivers. Never for --available-now. Off by "
+            "default until a kill-to-commit time on the target machine shows it pays "
+            "(tests/integration/test_speed_standby.py prints it; docs/speed-layer.md, Faults)."
+        ),
+    )
     metrics_port: int = Field(
         default=9410,
         ge=0,
@@ -488,7 +506,7 @@ class SpeedSettings(_Section):
         description="A continuous `pos-speed run` (its supervisor process) serves OpenMetrics "
         "for Prometheus at bind_host:this/metrics: each query's Kafka lag (to the last stable "
         "offset), micro-batches, receipts, resends, conflicts, late and invalid records, "
-        "driver up and restarts (docs/operations.md, Metrics). 0: no metrics port.",
+        "driver up and restarts, standby up (docs/operations.md, Metrics). 0: no metrics port.",
     )
 
 

@@ -16,6 +16,8 @@ line; or it is killed, by any signal) is started again from its
 checkpoints, at once the first time, then after a growing backoff, at most
 POS_SPEED_MAX_RESTARTS times within POS_SPEED_RESTART_WINDOW_SECONDS; past that budget
 it stops the others and `pos-speed run` exits 1. A driver dies with its supervisor.
+With POS_SPEED_STANDBY, a standby driver, started and warmed up, waits beside each driver
+and takes over from the checkpoint when it dies (a restart all the same).
 Stopping is graceful: on SIGTERM the queries are stopped and the sessions closed, and
 `pos-speed run` exits 0; anything half-done is replayed from the checkpoint on the next
 start, and the sinks make that replay harmless.
@@ -27,6 +29,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -41,13 +44,20 @@ from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings, explain, load_settings
 from pos_lambda.speed_layer.restart_policy import EXIT_RETRY
 from pos_lambda.speed_layer.supervisor import (
+    GO_FD_ENV,
+    TOOK_OVER_NAME,
+    Word,
     die_with_supervisor,
     drivers_for,
+    hear_word,
+    name_this_process,
     report_ready,
+    report_standing_by,
     supervise,
 )
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 JOBS = ("archiver", "views")
@@ -95,8 +105,11 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
     return write, cluster
 
 
-def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
-    """One Spark application running the jobs; EXIT_RETRY when a query failed."""
+def run(
+    settings: Settings, jobs: tuple[str, ...], available_now: bool, standby: bool = False
+) -> int:
+    """One Spark application running the jobs; EXIT_RETRY when a query failed. A
+    `standby` first waits for its supervisor's word (`stand_by`)."""
     from pyspark.errors import StreamingQueryException
 
     from pos_lambda.adapters import cassandra, kafka_admin
@@ -104,6 +117,7 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     from pos_lambda.speed_layer import archiver_job, views_job
     from pos_lambda.speed_layer.progress import ProgressRecorder, first_line
 
+    word = hear_word() if standby else None  # listening before the slow start-up
     # Spark would fail later with a Java stack trace; say what to do instead.
     kafka_admin.require_topic(
         settings.bootstrap_servers,
@@ -122,6 +136,11 @@ def run(settings: Settings, jobs: tuple[str, ...], available_now: bool) -> int:
     failed: str | None = None
     in_place_at: list[float] = []  # when this driver restarted a failed query in place
     try:
+        if word is not None:
+            if not stand_by(spark, settings, jobs, word, stop):
+                return 0  # nothing started: nothing to stop but the session (below)
+            # Its warm-up is done (or cut short): as a restarted driver, straight to the replay.
+            settings = settings.with_overrides(speed_warm_up=False)
         writer, cluster = _progress_writer(settings)
         recorder = ProgressRecorder(settings.speed_status_file, writer)
         spark.streams.addListener(recorder.listener())
@@ -230,6 +249,48 @@ def _services_missing(settings: Settings) -> str | None:
     return None
 
 
+def stand_by(
+    spark: SparkSession,
+    settings: Settings,
+    jobs: tuple[str, ...],
+    word: Word,
+    stop: threading.Event,
+) -> bool:
+    """A standby driver's wait, its session built: warm up (as a driver would before its
+    query, cut short once the word comes), close every connection, say `standing by`,
+    then wait. True once told to go; False when told to stand down, or stopped.
+
+    Nothing here touches the query's checkpoint, Kafka or the views: the queries, the
+    progress listener and the sessions they use start after the word, in `run`. Holding
+    no connection while it waits, a standby that lived through a Cassandra or Kafka
+    restart takes over with fresh ones.
+    """
+    from pos_lambda.adapters import cassandra
+    from pos_lambda.speed_layer import archiver_job, views_job
+
+    def cut_short() -> bool:
+        return word.heard.is_set() or stop.is_set()
+
+    if settings.speed.warm_up:
+        if "archiver" in jobs and not cut_short():
+            archiver_job.run_warm_up(spark, settings, cut_short)
+        if "views" in jobs and not cut_short():
+            views_job.run_warm_up(spark, settings, cut_short)
+    if not cut_short():
+        cassandra.close_idle_sessions(spark)
+        report_standing_by()
+        log.info("standby for %s standing by: it takes over when its driver dies", ", ".join(jobs))
+    while not stop.is_set():  # short waits: the main thread takes the signals
+        if word.heard.wait(1):
+            if not word.go:
+                log.info("standby for %s told to stand down", ", ".join(jobs))
+                return False
+            name_this_process(TOOK_OVER_NAME)  # before anything starts: `ps` says driver
+            log.info("standby for %s takes over: starting from the checkpoints", ", ".join(jobs))
+            return True
+    return False
+
+
 def status(settings: Settings, as_json: bool) -> int:
     from cassandra.cluster import NoHostAvailable
 
@@ -304,8 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run_p.add_argument("--starting-offsets", help="earliest|latest for a new checkpoint")
     run_p.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
-    # The supervisor starts each driver (a Spark application) with this flag.
+    # The supervisor starts each driver (a Spark application) with this flag, and each
+    # standby (POS_SPEED_STANDBY) with --standby too.
     run_p.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    run_p.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)
     st = sub.add_parser("status", help="show the last micro-batch of each query")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     from pos_lambda.speed_layer import replay
@@ -380,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         unknown = sorted(set(jobs) - set(JOBS))
         if unknown or not jobs:
             parser.error(f"--jobs: unknown job(s) {unknown}; choose from {', '.join(JOBS)}")
+        if args.standby and (not args.driver or args.available_now or GO_FD_ENV not in os.environ):
+            parser.error("--standby: only `pos-speed run` starts standbys (POS_SPEED_STANDBY)")
         try:
             settings = load_settings(
                 topic_transactions=args.topic,
@@ -395,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
             die_with_supervisor()
             if args.available_now:  # a bounded run on a cold JVM: C1 only (settings)
                 settings = settings.bounded()
-            return run(settings, jobs, args.available_now)
+            return run(settings, jobs, args.available_now, standby=args.standby)
         from pos_lambda.adapters import cassandra_client, kafka_admin
 
         # Once, before any driver starts: what no restart can fix is said once, at once.

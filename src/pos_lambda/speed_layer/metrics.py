@@ -67,7 +67,8 @@ class DriverState:
 
     queries: tuple[str, ...]
     up: bool  # its process runs and has said it is ready
-    restarts: int  # times the supervisor started it again
+    restarts: int  # times the supervisor started it again (or its standby took over)
+    standby_up: bool = False  # a standby waits beside it, ready to take over
 
 
 def committed_offsets(checkpoint: Path) -> dict[str, dict[str, int]] | None:
@@ -110,14 +111,21 @@ def families(
     )
     restarts = CounterMetricFamily(
         "pos_speed_driver_restarts",
-        "Times the supervisor started this query's driver again after a failure.",
+        "Times the supervisor started this query's driver again after a failure (or its "
+        "standby took over).",
+        labels=["query"],
+    )
+    standby = GaugeMetricFamily(
+        "pos_speed_standby_up",
+        "1 while a standby driver stands by to take this query over (POS_SPEED_STANDBY).",
         labels=["query"],
     )
     for d in drivers:
         for q in d.queries:
             up.add_metric([q], 1.0 if d.up else 0.0)
             restarts.add_metric([q], float(d.restarts))
-    out: list[Metric] = [up, restarts]
+            standby.add_metric([q], 1.0 if d.standby_up else 0.0)
+    out: list[Metric] = [up, restarts, standby]
 
     kafka_up = GaugeMetricFamily(
         "pos_speed_kafka_up", "1 if Kafka answered this scrape's last-stable-offset query."

@@ -48,7 +48,7 @@ STATUS = {
 def test_the_exposition_of_a_known_state() -> None:
     drivers = [
         DriverState(("pos-speed-archiver",), up=False, restarts=2),
-        DriverState(("pos-speed-views",), up=True, restarts=0),
+        DriverState(("pos-speed-views",), up=True, restarts=0, standby_up=True),
     ]
     lines = _exposition(
         families(STATUS, drivers, {"pos-speed-views": 0, "pos-speed-archiver": 250}, "t")
@@ -57,6 +57,8 @@ def test_the_exposition_of_a_known_state() -> None:
         'pos_speed_driver_up{query="pos-speed-archiver"} 0.0',
         'pos_speed_driver_up{query="pos-speed-views"} 1.0',
         'pos_speed_driver_restarts_total{query="pos-speed-archiver"} 2.0',
+        'pos_speed_standby_up{query="pos-speed-archiver"} 0.0',
+        'pos_speed_standby_up{query="pos-speed-views"} 1.0',
         "pos_speed_kafka_up 1.0",
         'pos_speed_kafka_lag_records{query="pos-speed-archiver",topic="t"} 250.0',
         'pos_speed_kafka_lag_records{query="pos-speed-views",topic="t"} 0.0',

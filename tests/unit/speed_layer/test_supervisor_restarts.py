@@ -1,13 +1,12 @@
 """The supervisor's restart policy (pure): deaths at literal times -> restart delays or
-giving up; and the loop that applies it to one driver, with a fake process and clock."""
+giving up (the supervisor's steps that apply it: test_supervision.py); and the end of
+what a dead driver left behind, in real processes."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,7 +20,6 @@ from pos_lambda.speed_layer.restart_policy import (
     exit_status,
     in_window,
 )
-from pos_lambda.speed_layer.supervisor import keep_running
 
 # 3 restarts within 60 s; 2 s, 4 s, ... up to 5 s between.
 POLICY = RestartPolicy(max_restarts=3, window_s=60, backoff_s=2, backoff_max_s=5)
@@ -103,79 +101,6 @@ def test_the_shipped_policy_restarts_five_times_in_ten_minutes() -> None:
 def test_how_a_driver_ended_is_said_and_its_shell_status(code: int, said: str, status: int) -> None:
     assert describe_exit(code) == said
     assert exit_status(code) == status
-
-
-class FakeDriver:
-    """Each `run` is one life of the driver: it ends with the next code, at the next time
-    of a fake clock; `wait` records the delays instead of sleeping."""
-
-    def __init__(
-        self,
-        lives: list[tuple[float, int]],
-        stop_at_run: int | None = None,
-        stop_in_wait: bool = False,
-    ) -> None:
-        self.lives: Iterator[tuple[float, int]] = iter(lives)
-        self.now = 0.0
-        self.runs = 0
-        self.waits: list[float] = []
-        self.stop = threading.Event()
-        self.stop_at_run = stop_at_run
-        self.stop_in_wait = stop_in_wait  # SIGTERM to the supervisor during a backoff
-
-    def run(self) -> int:
-        self.runs += 1
-        if self.runs == self.stop_at_run:  # SIGTERM to the supervisor during this life
-            self.stop.set()
-        self.now, code = next(self.lives)
-        return code
-
-    def wait(self, seconds: float) -> bool:
-        self.waits.append(seconds)
-        self.now += seconds
-        if self.stop_in_wait:
-            self.stop.set()
-        return self.stop.is_set()
-
-    def keep(self, one_shot: bool = False) -> int:
-        return keep_running(
-            "pos-speed-views", self.run, self.stop, POLICY, one_shot, "/ckpt",
-            clock=lambda: self.now, wait=self.wait,
-        )  # fmt: skip
-
-
-def test_any_death_is_restarted_until_the_budget_is_spent_then_exit_1(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # SIGKILL, a failed query, an unexpected exit 0, SIGTERM from outside: 4 deaths in 60 s.
-    driver = FakeDriver([(10, -signal.SIGKILL), (20, 75), (30, 0), (40, -signal.SIGTERM)])
-    assert driver.keep() == 1
-    assert driver.runs == 4
-    assert driver.waits == [2, 4]  # the first restart immediate
-    assert "pos-speed-views: driver killed by SIGTERM, its death 4 within 60 s" in caplog.text
-    assert "restart budget spent" in caplog.text and "/ckpt" in caplog.text
-
-
-def test_a_clean_stop_returns_the_drivers_exit_status_without_a_restart() -> None:
-    driver = FakeDriver([(10, -signal.SIGKILL), (20, 0)], stop_at_run=2)
-    assert driver.keep() == 0
-    assert driver.runs == 2
-    unclean = FakeDriver([(10, -signal.SIGKILL)], stop_at_run=1)
-    assert unclean.keep() == 137
-
-
-def test_a_stop_during_the_backoff_starts_no_driver() -> None:
-    driver = FakeDriver([(10, 75), (11, 75)], stop_in_wait=True)
-    assert driver.keep() == 0
-    assert driver.runs == 2  # the second death's 2 s backoff was cut short by the stop
-    assert driver.waits == [2]
-
-
-def test_a_one_shot_drivers_exit_0_is_done_and_its_kill_is_restarted() -> None:
-    driver = FakeDriver([(10, -signal.SIGKILL), (40, 0)])
-    assert driver.keep(one_shot=True) == 0
-    assert driver.runs == 2
-    assert driver.waits == []
 
 
 LEFTOVER = """

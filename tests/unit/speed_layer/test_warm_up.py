@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -56,29 +55,29 @@ def test_the_warm_up_keyspace_is_a_setting_refused_when_not_a_keyspace_name() ->
         load_settings(speed_warm_up_keyspace="no-dashes")
 
 
-def test_the_supervisor_hears_each_drivers_readiness_and_logs_once_all_are_ready(
+def test_a_driver_reports_ready_once_and_the_supervisor_logs_once_all_are_ready(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    readiness = supervisor.Readiness(["archiver", "views"])
-    pipes = [os.pipe(), os.pipe()]
-    listeners = [
-        threading.Thread(target=readiness.await_from, args=(i, r)) for i, (r, _) in enumerate(pipes)
-    ]
-    for t in listeners:
-        t.start()
+    ours, theirs = os.pipe()
+    monkeypatch.setenv(supervisor.READY_FD_ENV, str(theirs))
+    supervisor.report_standing_by()  # a standby first: the pipe stays open
+    supervisor.report_ready()  # then, as any driver, ready: the pipe closed
+    supervisor.report_ready()  # reported once
+    with os.fdopen(ours, "rb") as lines:
+        assert list(lines) == [supervisor.STANDING_BY, supervisor.READY]
+    assert supervisor.READY_FD_ENV not in os.environ
+
     caplog.set_level("INFO", logger="pos.speed")
-    monkeypatch.setenv(supervisor.READY_FD_ENV, str(pipes[1][1]))
-    supervisor.report_ready()  # the views driver, as a driver process reports it
-    listeners[1].join(10)
-    assert readiness.ready == {1}
+    readiness = supervisor.Readiness(["archiver", "views"])
+    readiness.mark(1)  # the views driver
     assert "speed layer ready" not in caplog.text
-    os.close(pipes[0][1])  # the archiver driver exits before it is ready
-    listeners[0].join(10)
-    assert readiness.ready == {1}
-    readiness.mark(0)  # its restart reports ready
+    readiness.mark(0)  # the archiver's (say, after its restart)
     assert "speed layer ready in" in caplog.text
     assert "archiver; views running" in caplog.text
-    assert supervisor.READY_FD_ENV not in os.environ  # reported once
+    readiness.unmark(1)  # the views driver restarts
+    readiness.mark(1)
+    assert caplog.text.count("speed layer ready in") == 1
+    assert "driver (views) ready again after its restart" in caplog.text
 
 
 def test_a_fresh_checkpoint_warms_up_a_resumed_one_does_not(tmp_path: Path) -> None:

@@ -150,12 +150,33 @@ def children(pid: int) -> list[int]:
 
 def driver_jobs(pid: int) -> str | None:
     """The jobs a `pos-speed run` driver process runs ("views", "archiver,views"), or
-    None if `pid` is no driver. The last --jobs counts: the supervisor appends one."""
+    None if `pid` is no driver (a standby that waits is none: `standby_jobs`)."""
+    role = _speed_role(pid)
+    return role[1] if role is not None and role[0] == "driver" else None
+
+
+def standby_jobs(pid: int) -> str | None:
+    """The jobs a `pos-speed run` standby (POS_SPEED_STANDBY) would take over, while it
+    waits for its driver to die; None if `pid` is no waiting standby."""
+    role = _speed_role(pid)
+    return role[1] if role is not None and role[0] == "standby" else None
+
+
+def _speed_role(pid: int) -> tuple[str, str] | None:
+    """("driver" or "standby", its jobs) of a `pos-speed run` child, from /proc. The last
+    --jobs counts: the supervisor appends one. A standby's command line says --standby
+    for good; once it takes over it names itself TOOK_OVER_NAME (/proc/PID/comm)."""
+    from pos_lambda.speed_layer.supervisor import TOOK_OVER_NAME
+
     with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = f.read().decode().split("\0")
         if "--driver" in argv:
             jobs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--jobs"]
-            return jobs[-1] if jobs else "archiver,views"
+            which = jobs[-1] if jobs else "archiver,views"
+            if "--standby" in argv:
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+                return ("driver" if name == TOOK_OVER_NAME else "standby", which)
+            return ("driver", which)
     return None
 
 
