@@ -16,7 +16,8 @@ carries the actions out. Unit-tested with literal event sequences
 
 - Every death of the driver counts against the restart budget (restart_policy.py),
   whether the standby or a fresh process takes over: a takeover is a restart. Its
-  backoff applies to both; the standby waits meanwhile.
+  backoff applies to both (the standby waits meanwhile), but a driver killed by a
+  signal is taken over at once: there is no cause outside to give time to.
 - Whatever the dead driver left behind is ended before another one starts the query
   (`EndLeftovers`): two JVMs must never run the query on one checkpoint.
 - A standby is started once the driver has said it is ready, never while a driver
@@ -254,13 +255,18 @@ def _driver_died(rules: Rules, slot: Slot, now: float, code: int) -> tuple[Slot,
                 )
             ],
         )
+    delay_s = decision.delay_s
+    if code < 0 and slot.standby is not Phase.DOWN:
+        # Killed by a signal: no cause outside to wait out (a query that failed exits
+        # with a code, after its restarts in place), and the standby is already started.
+        delay_s = 0.0
     said = Say(
         logging.WARNING,
-        f"{rules.name}: driver {how}; restarting from its checkpoint in {decision.delay_s:.0f} s "
+        f"{rules.name}: driver {how}; restarting from its checkpoint in {delay_s:.0f} s "
         f"(restart {decision.nth} of {policy.max_restarts} within {policy.window_s:.0f} s)",
     )
-    slot = replace(slot, restart_at=now + decision.delay_s)
-    if decision.delay_s > 0:  # giving Cassandra or Kafka time to come back
+    slot = replace(slot, restart_at=now + delay_s)
+    if delay_s > 0:  # giving Cassandra or Kafka time to come back
         return slot, [said]
     return _restart(slot, [said])
 

@@ -136,6 +136,23 @@ def test_the_backoff_applies_to_a_takeover_the_standby_waits_meanwhile() -> None
     assert slot.restarts == 2
 
 
+def test_a_second_kill_is_taken_over_at_once_the_backoff_is_for_failed_queries() -> None:
+    slot, _ = play(
+        WITH_STANDBY, [DriverDied(100, KILLED), DriverReady(105), StandingBy(130)], STANDING
+    )
+    slot, actions = play(WITH_STANDBY, [DriverDied(140, KILLED)], slot)
+    assert said(actions) == [
+        "pos-speed-views: driver killed by SIGKILL; restarting from its checkpoint in 0 s "
+        "(restart 2 of 3 within 60 s)"
+    ]
+    assert deeds(actions) == [EndLeftovers("driver"), TakeOver()]
+    # Without a standby, the second kill's fresh driver still waits its backoff.
+    slot, _ = play(WITHOUT, [Begin(0), DriverReady(30), DriverDied(100, KILLED)])
+    slot, actions = play(WITHOUT, [DriverReady(120), DriverDied(140, KILLED)], slot)
+    assert deeds(actions) == []
+    assert wake_at(WITHOUT, slot) == 142
+
+
 def test_a_spent_budget_ends_the_standby_and_finishes_1_once_it_is_gone() -> None:
     never = Rules("pos-speed-views", RestartPolicy(0, 60, 2, 30), standby=True, resume_hint="/c")
     slot = play(never, [Begin(0), DriverReady(30), StandingBy(60)])[0]

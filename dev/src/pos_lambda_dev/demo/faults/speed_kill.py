@@ -21,6 +21,7 @@ class Killed:
     pid: int
     in_micro_batch: bool
     commit_before: int  # the views query's last commit before the kill
+    standby: str = ""  # with POS_SPEED_STANDBY: whether one stood by at the kill
 
 
 def views_driver(run: Chaos) -> int | None:
@@ -46,6 +47,19 @@ def in_micro_batch(run: Chaos) -> bool:
     return bool(offsets) and (not commits or offsets[-1] > commits[-1])
 
 
+def standby_standing_by(run: Chaos) -> bool:
+    """A views standby has said it stands by since the last takeover (its log lines)."""
+    text = run.log("speed").read_text(errors="replace")
+    return text.count("standby for views standing by") > text.count("standby for views takes over")
+
+
+# With POS_SPEED_STANDBY the kill waits this long for the standby to stand by (started
+# once its driver is ready, it warms up for tens of seconds): what is measured is a
+# takeover from a standing standby, as in a layer that has run a while. Past it, the
+# kill strikes anyway, and its recovery says so.
+STANDBY_WAIT_S = 120
+
+
 class SpeedKill(Fault[Killed]):
     name = "speed_kill"
     label = "kill -9 of the speed-layer driver (mid micro-batch)"
@@ -68,9 +82,14 @@ class SpeedKill(Fault[Killed]):
         busy = wait_for(driver_busy, timeout=120 if flowing else 30, interval=0.05)
         if not got:
             raise StepFailed(f"no speed-layer driver to kill; log {run.log('speed')}")
+        standby = ""
+        if run.settings.speed.standby:
+            stood = wait_for(lambda: standby_standing_by(run), STANDBY_WAIT_S, interval=0.5)
+            standby = "a standby stood by" if stood else "its standby was still starting"
+            busy = wait_for(driver_busy, timeout=30 if flowing else 5, interval=0.05)
         before = run.last_views_commit()
         os.kill(got[0], signal.SIGKILL)
-        return Killed(got[0], busy, before)
+        return Killed(got[0], busy, before, standby)
 
     def await_recovery(self, run: Chaos, made: Killed) -> Survived:
         how: list[str] = []
@@ -89,7 +108,8 @@ class SpeedKill(Fault[Killed]):
 
         await_or_fail(recovered, run.args.step_timeout, "a new speed driver to recover")
         where = "in a micro-batch" if made.in_micro_batch else "between micro-batches"
-        return Survived(f"driver pid {made.pid} killed {where}; {how[0]}")
+        beside = f" ({made.standby})" if made.standby else ""
+        return Survived(f"driver pid {made.pid} killed {where}{beside}; {how[0]}")
 
 
 FAULT = SpeedKill()
