@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
+import time
 from dataclasses import dataclass
 
 from pos_lambda.adapters.service import wait_for
@@ -22,6 +24,7 @@ class Killed:
     in_micro_batch: bool
     commit_before: int  # the views query's last commit before the kill
     standby: str = ""  # with POS_SPEED_STANDBY: whether one stood by at the kill
+    at: float = 0.0  # monotonic time of the kill: recovery is timed from it
 
 
 def views_driver(run: Chaos) -> int | None:
@@ -48,9 +51,15 @@ def in_micro_batch(run: Chaos) -> bool:
 
 
 def standby_standing_by(run: Chaos) -> bool:
-    """A views standby has said it stands by since the last takeover (its log lines)."""
+    """The views standby started last has said it stands by (the supervisor's log lines;
+    the log is appended to across runs, so by the standby's pid)."""
     text = run.log("speed").read_text(errors="replace")
-    return text.count("standby for views standing by") > text.count("standby for views takes over")
+    started = re.findall(r"pos-speed-views: started a standby driver \(pid (\d+)\)", text)
+    if not started:
+        return False
+    pid = started[-1]
+    last_start = text.rindex(f"pos-speed-views: started a standby driver (pid {pid})")
+    return f"pos-speed-views: standby driver (pid {pid}) standing by" in text[last_start:]
 
 
 # With POS_SPEED_STANDBY the kill waits this long for the standby to stand by (started
@@ -89,7 +98,7 @@ class SpeedKill(Fault[Killed]):
             busy = wait_for(driver_busy, timeout=30 if flowing else 5, interval=0.05)
         before = run.last_views_commit()
         os.kill(got[0], signal.SIGKILL)
-        return Killed(got[0], busy, before, standby)
+        return Killed(got[0], busy, before, standby, time.monotonic())
 
     def await_recovery(self, run: Chaos, made: Killed) -> Survived:
         how: list[str] = []
@@ -109,7 +118,10 @@ class SpeedKill(Fault[Killed]):
         await_or_fail(recovered, run.args.step_timeout, "a new speed driver to recover")
         where = "in a micro-batch" if made.in_micro_batch else "between micro-batches"
         beside = f" ({made.standby})" if made.standby else ""
-        return Survived(f"driver pid {made.pid} killed {where}{beside}; {how[0]}")
+        return Survived(
+            f"driver pid {made.pid} killed {where}{beside}; {how[0]}",
+            recovered_s=time.monotonic() - made.at,  # not the wait for a micro-batch
+        )
 
 
 FAULT = SpeedKill()
