@@ -499,6 +499,14 @@ class SpeedSettings(_Section):
             "(tests/integration/test_speed_standby.py prints it; docs/speed-layer.md, Faults)."
         ),
     )
+    standby_after_ready_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="With speed_standby, a new standby is started this long after its driver "
+        "said it is ready (after a start or a takeover): the driver's first micro-batches, a "
+        "replay, get the cores first (a standby started at once made a takeover's first "
+        "micro-batch take 12 s on 2 cores).",
+    )
     metrics_port: int = Field(
         default=9410,
         ge=0,

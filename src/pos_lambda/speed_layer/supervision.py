@@ -20,8 +20,9 @@ carries the actions out. Unit-tested with literal event sequences
   signal is taken over at once: there is no cause outside to give time to.
 - Whatever the dead driver left behind is ended before another one starts the query
   (`EndLeftovers`): two JVMs must never run the query on one checkpoint.
-- A standby is started once the driver has said it is ready, never while a driver
-  starts: on two cores its start-up would slow the replay that users wait for.
+- A standby is started once the driver has said it is ready and `standby_after_ready_s`
+  more have passed, never while a driver starts or replays: on two cores its start-up
+  would slow the replay that users wait for.
 - A standby that dies while it waits is started again, after a backoff that doubles
   with each of its deaths within the restart window (up to the window itself: a start
   that keeps failing must not keep a core busy); it never counts against the budget.
@@ -62,6 +63,10 @@ class Rules:
     standby: bool = False  # keep a standby beside the driver
     one_shot: bool = False  # --available-now: the driver's exit 0 means done
     resume_hint: str = ""  # where the checkpoints are, for the give-up message
+    # A new standby waits this long after its driver said it is ready: the driver's
+    # first micro-batches (a replay after a takeover) get the cores. Started at once, a
+    # standby's JVM and warm-up made a takeover's first micro-batch take 12 s.
+    standby_after_ready_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -207,7 +212,8 @@ def step(rules: Rules, slot: Slot, event: Event) -> tuple[Slot, list[Action]]:
         case Begin():
             return replace(slot, driver=Phase.STARTING), [StartDriver(warm_up=True)]
         case DriverReady() if slot.driver is Phase.STARTING:
-            return _standby_if_due(rules, replace(slot, driver=Phase.UP), now, [])
+            later = max(slot.standby_at, now + rules.standby_after_ready_s)
+            return _standby_if_due(rules, replace(slot, driver=Phase.UP, standby_at=later), now, [])
         case StandingBy() if slot.standby is Phase.STARTING:
             return replace(slot, standby=Phase.UP), []
         case DriverDied(code=code):

@@ -155,6 +155,7 @@ def supervise(
                 standby=settings.speed.standby and not one_shot,
                 one_shot=one_shot,
                 resume_hint=str(settings.checkpoint_dir),
+                standby_after_ready_s=settings.speed.standby_after_ready_seconds,
             ),
             shared,
         )

@@ -75,6 +75,17 @@ def test_the_standby_starts_once_the_driver_is_ready_never_while_it_starts() -> 
     assert slot == STANDING
 
 
+def test_a_new_standby_waits_after_its_driver_is_ready_so_the_replay_gets_the_cores() -> None:
+    later = Rules("pos-speed-views", POLICY, standby=True, standby_after_ready_s=30)
+    slot, actions = play(later, [Begin(0), DriverReady(10)])
+    assert actions == [StartDriver(warm_up=True)]
+    assert wake_at(later, slot) == 40
+    slot, actions = play(later, [Tick(39)], slot)
+    assert actions == []
+    slot, actions = play(later, [Tick(40)], slot)
+    assert actions == [StartStandby()]
+
+
 def test_a_killed_driver_is_taken_over_by_its_standby_at_once_and_that_is_a_restart() -> None:
     slot, actions = play(WITH_STANDBY, [DriverDied(100, KILLED)], STANDING)
     assert actions == [

@@ -81,6 +81,7 @@ class Run:
                 "STAND_IN_LOG": str(self.log),
                 "POS_DATA_DIR": str(tmp_path / "data"),
                 "POS_SPEED_RESTART_BACKOFF_SECONDS": "0",  # a standby's: the 1 s floor
+                "POS_SPEED_STANDBY_AFTER_READY_SECONDS": "0",
                 **env,
             },
             stderr=subprocess.PIPE,
