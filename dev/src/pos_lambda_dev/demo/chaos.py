@@ -328,8 +328,9 @@ def storm(
                 point = fault_point(fault, total)
                 while chaos.sent() < point and producer.is_alive():
                     time.sleep(0.2)  # pacing against the producer's count, not sync
-                # The stream waits at the point (Counting's hold) until the fault
-                # starts, and flows on while it strikes and recovers.
+                # The stream waits at the point (Counting's hold) until the fault is
+                # prepared, and flows on while it strikes and recovers.
+                chaos.prepared = faults.named(fault.kind, registry).prepare(chaos)
                 if chaos.stream is not None:
                     chaos.stream.release(point)
                 strike(chaos, fault, registry)

@@ -151,6 +151,7 @@ class Chaos:
     outcomes: list[figures.Outcome] = field(default_factory=list)
     restarts: int = 0
     notes: list[str] = field(default_factory=list)
+    prepared: str = ""  # what the fault about to strike waited for (Fault.prepare)
     stream: Counting | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     deadline: float = 0.0

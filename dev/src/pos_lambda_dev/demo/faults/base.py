@@ -42,6 +42,11 @@ class Fault(ABC, Generic[Made]):
     slots: ClassVar[tuple[int, ...]]
     table_rank: ClassVar[int]  # its row in the figures table (0 first)
 
+    def prepare(self, run: Chaos) -> str:
+        """Wait for what the fault needs before the stream passes its point (the stream is
+        held meanwhile, so the fault still strikes while it flows); say what, if anything."""
+        return ""
+
     @abstractmethod
     def strike(self, run: Chaos) -> Made:
         """Make the fault (waiting for its moment first if it needs one)."""

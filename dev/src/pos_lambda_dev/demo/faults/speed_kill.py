@@ -63,9 +63,9 @@ def standby_standing_by(run: Chaos) -> bool:
 
 
 # With POS_SPEED_STANDBY the kill waits this long for the standby to stand by (started
-# once its driver is ready, it warms up for tens of seconds): what is measured is a
-# takeover from a standing standby, as in a layer that has run a while. Past it, the
-# kill strikes anyway, and its recovery says so.
+# after its driver is ready, it warms up for tens of seconds), the stream held at the
+# fault's point: what is measured is a takeover from a standing standby, as in a layer
+# that has run a while, mid-stream. Past it, the kill strikes anyway, and says so.
 STANDBY_WAIT_S = 120
 
 
@@ -74,6 +74,12 @@ class SpeedKill(Fault[Killed]):
     label = "kill -9 of the speed-layer driver (mid micro-batch)"
     slots = (0, 1, 2)
     table_rank = 0
+
+    def prepare(self, run: Chaos) -> str:
+        if not run.settings.speed.standby:
+            return ""
+        stood = wait_for(lambda: standby_standing_by(run), STANDBY_WAIT_S, interval=0.5)
+        return "a standby stood by" if stood else "its standby was still starting"
 
     def strike(self, run: Chaos) -> Killed:
         got: list[int] = []
@@ -91,14 +97,9 @@ class SpeedKill(Fault[Killed]):
         busy = wait_for(driver_busy, timeout=120 if flowing else 30, interval=0.05)
         if not got:
             raise StepFailed(f"no speed-layer driver to kill; log {run.log('speed')}")
-        standby = ""
-        if run.settings.speed.standby:
-            stood = wait_for(lambda: standby_standing_by(run), STANDBY_WAIT_S, interval=0.5)
-            standby = "a standby stood by" if stood else "its standby was still starting"
-            busy = wait_for(driver_busy, timeout=30 if flowing else 5, interval=0.05)
         before = run.last_views_commit()
         os.kill(got[0], signal.SIGKILL)
-        return Killed(got[0], busy, before, standby, time.monotonic())
+        return Killed(got[0], busy, before, run.prepared, time.monotonic())
 
     def await_recovery(self, run: Chaos, made: Killed) -> Survived:
         how: list[str] = []
