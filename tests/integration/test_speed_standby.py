@@ -92,6 +92,9 @@ def test_a_sigkilled_drivers_standby_takes_over_and_a_new_standby_follows(
             "speed_metrics_port": port,
             "speed_warm_up": True,
             "speed_standby": True,
+            # Not the 30 s that spare a takeover's replay (unit-tested in
+            # test_supervision.py): the standbys here start 5 s after their driver is ready.
+            "speed_standby_after_ready_seconds": 5.0,
         }
     )
     ledger = tmp_path / "ledger"
