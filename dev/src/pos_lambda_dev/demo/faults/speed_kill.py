@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import time
+import urllib.request
 from dataclasses import dataclass
 
 from pos_lambda.adapters.service import wait_for
@@ -51,15 +51,15 @@ def in_micro_batch(run: Chaos) -> bool:
 
 
 def standby_standing_by(run: Chaos) -> bool:
-    """The views standby started last has said it stands by (the supervisor's log lines;
-    the log is appended to across runs, so by the standby's pid)."""
-    text = run.log("speed").read_text(errors="replace")
-    started = re.findall(r"pos-speed-views: started a standby driver \(pid (\d+)\)", text)
-    if not started:
+    """The supervisor says a views standby stands by (`pos_speed_standby_up`, on its
+    metrics port: the log is appended to across runs)."""
+    url = f"http://{run.settings.bind_host}:{run.settings.speed.metrics_port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            metrics = answer.read().decode()
+    except OSError:  # not serving yet
         return False
-    pid = started[-1]
-    last_start = text.rindex(f"pos-speed-views: started a standby driver (pid {pid})")
-    return f"pos-speed-views: standby driver (pid {pid}) standing by" in text[last_start:]
+    return 'pos_speed_standby_up{query="pos-speed-views"} 1.0' in metrics
 
 
 # With POS_SPEED_STANDBY the kill waits this long for the standby to stand by (started
