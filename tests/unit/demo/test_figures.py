@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -130,3 +131,52 @@ def test_the_receipts_kill_is_in_the_table_with_its_recovery_time() -> None:
         "| 4 | kill -9 of the receipts processor (the deduplicated topic) | 50,000 | 19 s "
         "| pid 9 killed; its successor committed |\n"
     ) in text
+
+
+# One receipt the broker lost after acknowledging it (a chaos run's, 2026-11-29).
+BROKER_LOST = [[119, 1046, 2542, "2026-11-19T10:30:00+00:00"]]
+
+
+def _view(lost: int = 0, examples: list[Any] | None = None, **kw: int) -> dict[str, Any]:
+    return {"lost": lost, "duplicated": 0, "wrong": 0, "examples": examples or []} | kw
+
+
+def _lost(*key: Any) -> dict[str, Any]:
+    return {"kind": "lost", "key": list(key)}
+
+
+def test_views_that_lost_only_what_the_broker_lost_pass_the_verdict() -> None:
+    from pos_lambda_dev.demo.figures import lost_only_to_the_broker
+
+    views = {
+        "receipts_topic": _view(1, [_lost(119, 1046, 2542)]),
+        "agg_15m_speed": _view(1, [_lost(119, "2026-11-19T10:30:00+00:00")]),
+        "dead_letters": _view(),
+    }
+    assert lost_only_to_the_broker(views, BROKER_LOST)
+
+
+@pytest.mark.parametrize(
+    "views",
+    [
+        {"receipts_topic": _view(1, [_lost(119, 1046, 2543)])},  # another receipt
+        {"receipts_topic": _view(2, [_lost(119, 1046, 2542)])},  # more than the broker lost
+        {"agg_15m_speed": _view(1, [_lost(119, "2026-11-19T10:45:00+00:00")])},  # window
+        {"receipts_topic": _view(0, duplicated=1)},
+        {"agg_15m_speed": _view(0, wrong=1)},
+        {"receipts_topic": _view(1, [{"kind": "wrong", "key": [119, 1046, 2542]}])},
+    ],
+)
+def test_any_other_loss_fails_the_verdict(views: dict[str, Any]) -> None:
+    from pos_lambda_dev.demo.figures import lost_only_to_the_broker
+
+    assert not lost_only_to_the_broker(views, BROKER_LOST)
+
+
+def test_without_a_broker_loss_or_past_what_examples_name_nothing_is_excused() -> None:
+    from pos_lambda_dev.demo.figures import lost_only_to_the_broker
+
+    views = {"receipts_topic": _view(1, [_lost(119, 1046, 2542)])}
+    assert not lost_only_to_the_broker(views, [])
+    six = [[119, 1046, n, "2026-11-19T10:30:00+00:00"] for n in range(2542, 2548)]
+    assert not lost_only_to_the_broker(views, six)

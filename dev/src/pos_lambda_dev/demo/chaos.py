@@ -47,6 +47,7 @@ package carries no tests: run it from a checkout), 4 a pytest usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -239,33 +240,57 @@ def send_held(chaos: Chaos) -> None:
 def check_input_topic(chaos: Chaos, acknowledged: int) -> None:
     """Count the records the input topic holds against the messages the producer had
     acknowledged, once the stream is over. Fewer means the broker lost acknowledged
-    messages before any layer could read them (one run did, at the single broker's
-    kill -9: docs/deploy.md, Limits on one host): a note the verdict prints, so that
-    the loss is not taken for the pipeline's."""
+    messages before any layer could read them (runs did, at the single broker's kill -9:
+    docs/deploy.md, Limits on one host). Then the topic is read whole, and the ledger's
+    receipts none of whose copies it holds are the broker's losses (`chaos.broker_lost`):
+    a note, and what the verdict holds the views' losses against, so that they are not
+    taken for the pipeline's."""
     from confluent_kafka import Consumer, TopicPartition
 
     from pos_lambda.adapters.kafka_clients import ConfluentClients
+    from pos_lambda.producer import ledger
 
     s = chaos.settings
     topic = s.topics.transactions
     clients = ConfluentClients.from_settings(s)
     consumer = Consumer({**clients.offsets_reader_config("pos-chaos-count"), "log_level": 2})
     try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        held = 0
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            held += high - low
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                for p in partitions}  # fmt: skip
+        held = sum(high - low for low, high in ends.values())
+        if held >= acknowledged:
+            return
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in ends.items()])
+        present: set[tuple[Any, Any, Any]] = set()
+        todo = {p for p, (low, high) in ends.items() if high > low}
+        while todo:
+            message = consumer.poll(10)
+            if message is None:
+                raise StepFailed(f"reading {topic} back stalled with partitions {todo} left")
+            if message.error():
+                continue
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                value = json.loads(message.value() or b"")
+                present.add(
+                    (value.get("operation_id"), value.get("vendor_fiscal_module"),
+                     value.get("transaction_id"))
+                )  # fmt: skip
+            partition, offset = message.partition(), message.offset()
+            if partition is not None and offset is not None and offset + 1 >= ends[partition][1]:
+                todo.discard(partition)
     finally:
         consumer.close()
-    if held < acknowledged:
-        note = (
-            f"the input topic {topic} holds {held:,} records of the {acknowledged:,} messages "
-            f"the producer had acknowledged: {acknowledged - held:,} lost by the broker "
-            f"(replication factor {s.topics.replication_factor}) before any layer read them"
-        )
-        chaos.say(f"stream: {note}")
-        chaos.notes.append(note)
+    lost = {k: r for k, r in ledger.load_receipts(chaos.args.ledger).items() if k not in present}
+    chaos.broker_lost = [[*k, r["window_start"]] for k, r in sorted(lost.items())]
+    note = (
+        f"the input topic {topic} holds {held:,} records of the {acknowledged:,} messages "
+        f"the producer had acknowledged: {acknowledged - held:,} lost by the broker "
+        f"(replication factor {s.topics.replication_factor}) before any layer read them; "
+        f"receipts none of whose copies it holds: {[list(k) for k in sorted(lost)]}"
+    )
+    chaos.say(f"stream: {note}")
+    chaos.notes.append(note)
 
 
 def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> threading.Thread:
@@ -492,6 +517,7 @@ def gather(
         when=f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         commit=_commit(),
         notes=chaos.notes,
+        broker_lost=chaos.broker_lost,
     )
 
 

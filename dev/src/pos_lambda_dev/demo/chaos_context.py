@@ -152,6 +152,9 @@ class Chaos:
     restarts: int = 0
     notes: list[str] = field(default_factory=list)
     prepared: str = ""  # what the fault about to strike waited for (Fault.prepare)
+    # Receipts the broker lost after acknowledging them, none of their copies in the
+    # input topic: [operation_id, vendor_fiscal_module, transaction_id, window_start].
+    broker_lost: list[list[Any]] = field(default_factory=list)
     stream: Counting | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     deadline: float = 0.0

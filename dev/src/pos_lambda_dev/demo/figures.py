@@ -9,6 +9,7 @@ writes to docs/chaos.md; `as_json` is the same as data (docs/chaos.json).
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -92,6 +93,9 @@ class ChaosFacts:
     when: str
     commit: str
     notes: list[str] = field(default_factory=list)
+    # Receipts the broker lost after acknowledging them (chaos.check_input_topic):
+    # [operation_id, vendor_fiscal_module, transaction_id, window_start].
+    broker_lost: list[list[Any]] = field(default_factory=list)
 
 
 def exact_totals(audit: Audited) -> tuple[int, int, int]:
@@ -185,3 +189,32 @@ def as_json(facts: ChaosFacts) -> dict[str, Any]:
     doc = asdict(facts)
     doc["totals"] = {"lost": lost, "duplicated": dup, "wrong": wrong}
     return doc
+
+
+# The auditor reports a view's first examples; past this many broker losses they would
+# not name every one, and the verdict could not tell the pipeline's losses from them.
+EXAMPLES_SHOWN = 5
+
+
+def lost_only_to_the_broker(views: Mapping[str, Any], broker_lost: list[list[Any]]) -> bool:
+    """The chaos verdict on an audit that is off (`views`: its report's "views"): true
+    when every view that is off lost only receipts (or their 15-minute windows) the input
+    topic never held, no more of them than the broker lost, and nothing is duplicated or
+    wrong. `broker_lost`: [operation_id, vendor_fiscal_module, transaction_id,
+    window_start] of each receipt the broker lost after acknowledging it."""
+    if not broker_lost or len(broker_lost) > EXAMPLES_SHOWN:
+        return False
+    receipts = {tuple(k[:3]) for k in broker_lost}
+    windows = {(k[0], k[3]) for k in broker_lost}
+    for view in views.values():
+        if view.get("duplicated") or view.get("wrong"):
+            return False
+        if not view.get("lost"):
+            continue
+        if view["lost"] > len(broker_lost):
+            return False
+        for example in view.get("examples", []):
+            key = tuple(example["key"])
+            if example["kind"] != "lost" or (key not in receipts and key not in windows):
+                return False
+    return True
