@@ -490,13 +490,13 @@ class SpeedSettings(_Section):
             "them). When the driver dies, the standby takes over and starts the query from its "
             "checkpoint at once, where a fresh process would first start all of that (kill -9 to "
             "the views committing again took 25-40 s that way); a takeover counts as a restart "
-            "(speed_max_restarts). The standby is started once the "
-            "driver is ready, so its start-up (a core for tens of seconds) never slows a "
-            "replay, but it does slow running micro-batches a while after each start and "
-            "takeover. Memory: each standby is one more driver JVM (spark_driver_memory of heap "
-            "at most): two more with per-query drivers. Never for --available-now. Off by "
-            "default until a kill-to-commit time on the target machine shows it pays "
-            "(tests/integration/test_speed_standby.py prints it; docs/speed-layer.md, Faults)."
+            "(speed_max_restarts). The standby is started speed_standby_after_ready_seconds "
+            "after the driver is ready, so its start-up (a core for tens of seconds) does not "
+            "slow a replay, but it does slow running micro-batches a while after each start "
+            "and takeover. Memory: each standby is one more driver JVM (spark_driver_memory of "
+            "heap at most): two more with per-query drivers. Never for --available-now. On "
+            "this machine a takeover commits 4-6 s after the kill (docs/speed-layer.md, "
+            "Faults); off by default for its memory and CPU, on in CI's chaos run."
         ),
     )
     standby_after_ready_seconds: float = Field(
