@@ -3,8 +3,10 @@ jobs, read the views back and compare them with the producer's ledger."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -116,6 +118,37 @@ def assert_views_match_ledger(cql: Any, ledger: Path) -> None:
             r["late"],
         ), key
     assert speed_aggregates(cql) == expected_aggregates(ledger)
+
+
+def views_match_ledger(cql: Any, ledger: Path) -> bool:
+    """assert_views_match_ledger as a condition to await."""
+    try:
+        assert_views_match_ledger(cql, ledger)
+        return True
+    except AssertionError:
+        return False
+
+
+def views_commits(settings: Settings) -> dict[int, float]:
+    """The views query's committed micro-batches: id -> when the commit was written."""
+    commits = settings.checkpoint_dir / "views" / "commits"
+    with contextlib.suppress(FileNotFoundError):
+        return {int(p.name): p.stat().st_mtime for p in commits.iterdir() if p.name.isdigit()}
+    return {}
+
+
+def process_gone(pid: int) -> bool:
+    """`pid` has exited (reaped, or a zombie its parent has yet to reap)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def master_rows(spark: Any, settings: Settings) -> list[Any]:

@@ -9,10 +9,8 @@ Prints the time from the kill to the restarted driver's first committed micro-ba
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -28,17 +26,15 @@ from tests.integration.speed_helpers import (
     VENV_BIN,
     assert_views_match_ledger,
     env_for,
+    free_port,
     plan,
+    process_gone,
     send,
+    views_commits,
+    views_match_ledger,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _drivers(supervisor: int) -> dict[str, int]:
@@ -46,35 +42,11 @@ def _drivers(supervisor: int) -> dict[str, int]:
     return {jobs: pid for pid in children(supervisor) if (jobs := driver_jobs(pid))}
 
 
-def _commits(settings: Settings) -> dict[int, float]:
-    """The views query's committed micro-batches: id -> when the commit was written."""
-    commits = settings.checkpoint_dir / "views" / "commits"
-    with contextlib.suppress(FileNotFoundError):
-        return {int(p.name): p.stat().st_mtime for p in commits.iterdir() if p.name.isdigit()}
-    return {}
-
-
-def _gone(pid: int) -> bool:
-    """`pid` has exited (reaped, or a zombie its parent has yet to reap)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _matches(cql: Any, ledger: Path) -> bool:
-    try:
-        assert_views_match_ledger(cql, ledger)
-        return True
-    except AssertionError:
-        return False
-
-
 def test_a_sigkilled_driver_is_restarted_and_receipts_sent_after_the_kill_become_visible(
     isolated: tuple[Settings, Any], tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    port = _free_port()
+    port = free_port()
     # The warm-up on, as shipped: the first start pays it, the restart must not.
     settings = settings.with_overrides(
         **{"speed_trigger_seconds": 1.0, "speed_metrics_port": port, "speed_warm_up": True}
@@ -104,28 +76,29 @@ def test_a_sigkilled_driver_is_restarted_and_receipts_sent_after_the_kill_become
 
         def views_committed() -> bool:
             running()
-            return bool(_commits(settings)) and set(_drivers(speed.pid)) == {"archiver", "views"}
+            both = set(_drivers(speed.pid)) == {"archiver", "views"}
+            return bool(views_commits(settings)) and both
 
         assert wait_for(views_committed, timeout=600, interval=0.5), tail()
         before = _drivers(speed.pid)
         killed_at = time.time()
         os.kill(before["views"], signal.SIGKILL)
-        assert wait_for(lambda: _gone(before["views"]), timeout=30, interval=0.05)
-        last = max(_commits(settings))  # the killed driver's last commit
+        assert wait_for(lambda: process_gone(before["views"]), timeout=30, interval=0.05)
+        last = max(views_commits(settings))  # the killed driver's last commit
         send(settings, messages[half:])  # produced after the kill
 
         def restarted_and_committed() -> bool:
             running()
-            return max(_commits(settings)) > last
+            return max(views_commits(settings)) > last
 
         assert wait_for(restarted_and_committed, timeout=600, interval=0.2), tail()
-        first = min(i for i in _commits(settings) if i > last)
-        took = _commits(settings)[first] - killed_at
+        first = min(i for i in views_commits(settings) if i > last)
+        took = views_commits(settings)[first] - killed_at
         print(f"\nkill -9 of the views driver -> its restarted driver's first commit: {took:.1f} s")
 
         def converged() -> bool:
             running()
-            return _matches(cql, ledger)
+            return views_match_ledger(cql, ledger)
 
         assert wait_for(converged, timeout=600, interval=1), tail()
         after = _drivers(speed.pid)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -31,19 +30,17 @@ from tests.integration.speed_helpers import (
     VENV_BIN,
     assert_views_match_ledger,
     env_for,
+    free_port,
     plan,
+    process_gone,
     send,
+    views_commits,
+    views_match_ledger,
 )
 
 # CI's chaos run (.ci/run: POS_SPEED_STANDBY=true) strikes three takeovers mid-stream
 # with its exact audit; here alone it is `make test-faults`.
 pytestmark = [pytest.mark.integration, pytest.mark.chaos_also]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _roles(supervisor: int) -> tuple[dict[str, int], dict[str, int]]:
@@ -58,35 +55,11 @@ def _roles(supervisor: int) -> tuple[dict[str, int], dict[str, int]]:
     return drivers, standbys
 
 
-def _commits(settings: Settings) -> dict[int, float]:
-    """The views query's committed micro-batches: id -> when the commit was written."""
-    commits = settings.checkpoint_dir / "views" / "commits"
-    with contextlib.suppress(FileNotFoundError):
-        return {int(p.name): p.stat().st_mtime for p in commits.iterdir() if p.name.isdigit()}
-    return {}
-
-
-def _gone(pid: int) -> bool:
-    """`pid` has exited (reaped, or a zombie its parent has yet to reap)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _matches(cql: Any, ledger: Path) -> bool:
-    try:
-        assert_views_match_ledger(cql, ledger)
-        return True
-    except AssertionError:
-        return False
-
-
 def test_a_sigkilled_drivers_standby_takes_over_and_a_new_standby_follows(
     isolated: tuple[Settings, Any], tmp_path: Path
 ) -> None:
     settings, cql = isolated
-    port = _free_port()
+    port = free_port()
     # The warm-up on, as shipped: the standby warms up before it stands by.
     settings = settings.with_overrides(
         **{
@@ -129,7 +102,7 @@ def test_a_sigkilled_drivers_standby_takes_over_and_a_new_standby_follows(
             running()
             drivers, standbys = _roles(speed.pid)
             return (
-                bool(_commits(settings))
+                bool(views_commits(settings))
                 and set(drivers) == {"archiver", "views"}
                 and "views" in standbys
                 and stands_by(standbys["views"])
@@ -140,22 +113,22 @@ def test_a_sigkilled_drivers_standby_takes_over_and_a_new_standby_follows(
         standby = standbys["views"]
         killed_at = time.time()
         os.kill(before["views"], signal.SIGKILL)
-        assert wait_for(lambda: _gone(before["views"]), timeout=30, interval=0.05)
-        last = max(_commits(settings))  # the killed driver's last commit
+        assert wait_for(lambda: process_gone(before["views"]), timeout=30, interval=0.05)
+        last = max(views_commits(settings))  # the killed driver's last commit
         send(settings, messages[half:])  # produced after the kill
 
         def taken_over_and_committed() -> bool:
             running()
-            return max(_commits(settings)) > last
+            return max(views_commits(settings)) > last
 
         assert wait_for(taken_over_and_committed, timeout=600, interval=0.2), tail()
-        first = min(i for i in _commits(settings) if i > last)
-        took = _commits(settings)[first] - killed_at
+        first = min(i for i in views_commits(settings) if i > last)
+        took = views_commits(settings)[first] - killed_at
         print(f"\nkill -9 of the views driver -> its standby's first commit: {took:.1f} s")
 
         def converged() -> bool:
             running()
-            return _matches(cql, ledger)
+            return views_match_ledger(cql, ledger)
 
         assert wait_for(converged, timeout=600, interval=1), tail()
         after, _ = _roles(speed.pid)
