@@ -165,6 +165,7 @@ def test_views_that_lost_only_what_the_broker_lost_pass_the_verdict() -> None:
         {"receipts_topic": _view(0, duplicated=1)},
         {"agg_15m_speed": _view(0, wrong=1)},
         {"receipts_topic": _view(1, [{"kind": "wrong", "key": [119, 1046, 2542]}])},
+        {"receipts_topic": _view(1, [])},  # a loss the examples do not name
     ],
 )
 def test_any_other_loss_fails_the_verdict(views: dict[str, Any]) -> None:

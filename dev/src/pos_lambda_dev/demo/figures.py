@@ -191,18 +191,17 @@ def as_json(facts: ChaosFacts) -> dict[str, Any]:
     return doc
 
 
-# The auditor reports a view's first examples; past this many broker losses they would
-# not name every one, and the verdict could not tell the pipeline's losses from them.
-EXAMPLES_SHOWN = 5
-
-
 def lost_only_to_the_broker(views: Mapping[str, Any], broker_lost: list[list[Any]]) -> bool:
     """The chaos verdict on an audit that is off (`views`: its report's "views"): true
     when every view that is off lost only receipts (or their 15-minute windows) the input
     topic never held, no more of them than the broker lost, and nothing is duplicated or
     wrong. `broker_lost`: [operation_id, vendor_fiscal_module, transaction_id,
     window_start] of each receipt the broker lost after acknowledging it."""
-    if not broker_lost or len(broker_lost) > EXAMPLES_SHOWN:
+    from pos_lambda.audit.compare import MAX_EXAMPLES
+
+    # The auditor reports a view's first MAX_EXAMPLES discrepancies: past that many
+    # broker losses they would not name every one, and the pipeline's could hide.
+    if not broker_lost or len(broker_lost) > MAX_EXAMPLES:
         return False
     receipts = {tuple(k[:3]) for k in broker_lost}
     windows = {(k[0], k[3]) for k in broker_lost}
@@ -211,9 +210,10 @@ def lost_only_to_the_broker(views: Mapping[str, Any], broker_lost: list[list[Any
             return False
         if not view.get("lost"):
             continue
-        if view["lost"] > len(broker_lost):
+        examples = view.get("examples", [])
+        if view["lost"] > len(broker_lost) or len(examples) < view["lost"]:
             return False
-        for example in view.get("examples", []):
+        for example in examples:
             key = tuple(example["key"])
             if example["kind"] != "lost" or (key not in receipts and key not in windows):
                 return False
