@@ -50,6 +50,12 @@ def test_the_longest_gap_is_between_two_commits_around_the_fault() -> None:
     assert cluster_chaos.longest_gap(gappy, "views", 1, 2) == 4.0
     # A stall still open at the last sample counts up to it.
     assert cluster_chaos.longest_gap(_samples([0, 3, 3, 3]), "views", 2, 3) == 2.0
+    # Before its first known value the series had not committed yet (start-up): the
+    # gap around a fault over [3.5, 4] is 3 -> 5, not 0 -> 5.
+    starting = _samples([None, None, None, 5, 5, 9])
+    assert cluster_chaos.longest_gap(starting, "views", 3.5, 4) == 2.0
+    # Never known: the whole run is one open gap, as before.
+    assert cluster_chaos.longest_gap(_samples([None, None, None]), "views", 1, 2) == 2.0
 
 
 def test_rates_are_offsets_per_second_from_the_last_known_values() -> None:

@@ -106,19 +106,28 @@ def value_at(samples: list[Sample], series: str, at: float) -> int | None:
 
 def longest_gap(samples: list[Sample], series: str, start: float, end: float) -> float:
     """The longest time between two commits of `series` (its value rising) among the
-    intervals that overlap [start, end]; one still open at the last sample counts to it."""
+    intervals that overlap [start, end]; one still open at the last sample counts to it.
+
+    Gaps start at the series' first known value, not at the first sample: before it the
+    views had not committed yet (no checkpoint), which is the speed layer's start-up, not
+    an outage. Counted from the first sample, a first fault struck before the second
+    views commit was charged the whole start-up (a CI run reported a 137 s views gap
+    for a broker kill struck 8 s after the first views commit)."""
     rises = []
+    first_known = None
     last = None
     for s in samples:
         v = getattr(s, series)
         if v is None:
             continue
-        if last is not None and v > last:
+        if last is None:
+            first_known = s.at
+        elif v > last:
             rises.append(s.at)
         last = v
     if not samples:
         return 0.0
-    edges = [samples[0].at, *rises, samples[-1].at]
+    edges = [samples[0].at if first_known is None else first_known, *rises, samples[-1].at]
     gaps = [b - a for a, b in itertools.pairwise(edges) if b >= start and a <= end]
     return max(gaps, default=0.0)
 
