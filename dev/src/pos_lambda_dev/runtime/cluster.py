@@ -296,14 +296,22 @@ def up(settings: Settings, layout: Layout, say: Callable[[str], None] | None = N
 
 
 def down(settings: Settings) -> list[str]:
-    """Stop every node (Cassandra first: the slower to flush); the names stopped."""
+    """Stop every node, Cassandra's first; the names stopped.
+
+    The nodes of a kind stop together. One by one, the last brokers waited: a KRaft
+    broker's controlled shutdown needs the controller quorum, which leaves with its
+    peers (three brokers took 83 s in all with the Cassandra nodes, one after another)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     stopped = []
-    for node_id in range(1, NODES + 1):
-        if cassandra_process(settings, node_id).stop(timeout=90):
-            stopped.append(f"cassandra-{node_id}")
-    for node_id in range(1, NODES + 1):
-        if kafka_process(settings, node_id).stop(timeout=60):
-            stopped.append(f"kafka-{node_id}")
+    for kind, proc_of, timeout in (
+        ("cassandra", cassandra_process, 90.0),
+        ("kafka", kafka_process, 60.0),
+    ):
+        procs = [proc_of(settings, n) for n in range(1, NODES + 1)]
+        with ThreadPoolExecutor(max_workers=NODES) as pool:
+            ran = list(pool.map(ManagedProcess.stop, procs, [timeout] * NODES))
+        stopped += [f"{kind}-{n}" for n, was in enumerate(ran, start=1) if was]
     return stopped
 
 
