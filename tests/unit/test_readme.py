@@ -1,5 +1,6 @@
-"""The README and docs/ stay true: the configuration table is the settings' own, every
-link resolves to a file (and heading) inside the repository, and the README stays short.
+"""The README, CHANGELOG.md and docs/ stay true: the configuration table is the settings'
+own, every link resolves to a file (and heading) inside the repository, and the README
+stays short.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from pos_lambda.settings import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
+CHANGELOG = PROJECT_ROOT / "CHANGELOG.md"
 CONFIGURATION = PROJECT_ROOT / "docs" / "configuration.md"
 BEGIN, END = "<!-- settings:begin -->", "<!-- settings:end -->"
 MAX_README_LINES = 340
@@ -34,7 +36,7 @@ HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$", re.MULTILINE)
 
 def markdown_files() -> list[Path]:
     docs = sorted((PROJECT_ROOT / "docs").rglob("*.md"))
-    return [README, *docs]
+    return [README, CHANGELOG, *docs]
 
 
 def prose(text: str) -> str:
