@@ -244,12 +244,12 @@ def read_all(bootstrap: str, topic: str, isolation: str, timeout: float = 120) -
     return records
 
 
-def faulty_stream(seed: int) -> SimulationResult:
-    """3,000 receipts of 5 stores with resends, malformed, late and out-of-order messages
+def faulty_stream(seed: int, count: int = 3000) -> SimulationResult:
+    """`count` receipts of 5 stores with resends, malformed, late and out-of-order messages
     and clock skew: the input of the exactly-once tests."""
     return simulate(
         SimulationConfig(
-            count=3000, seed=seed, start=datetime(2026, 3, 2, 19, 30, tzinfo=UTC), stores=5,
+            count=count, seed=seed, start=datetime(2026, 3, 2, 19, 30, tzinfo=UTC), stores=5,
             faults=FaultConfig(resend_rate=0.05, malformed_rate=0.02, late_rate=0.03,
                                late_max_delay_s=3600, out_of_order_rate=0.02,
                                clock_skew_max_s=30),

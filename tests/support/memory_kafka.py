@@ -41,6 +41,10 @@ and `clients.kill()` is its `kill -9`. What it mirrors of the real thing:
   its clients raises Crash again, it writes nothing more, and its open transaction stays
   open until a new producer with the same transactional.id calls init_transactions.
 
+- **Growth.** `grow(topic, count)` adds partitions, as `kafka-topics --alter` does: the
+  group's member rebalances at its next poll (revoke, then assign every partition).
+  Offset commits keep their metadata (`TopicPartition.metadata`), as the broker does.
+
 Not modelled: the broker's own transaction timeout, replication, leader changes,
 quotas, more than one live member per group.
 """
@@ -52,6 +56,7 @@ import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, SupportsIndex
 
 from confluent_kafka import (
@@ -186,6 +191,7 @@ class Txn:
     state: str = "open"  # "committed", "aborted"
     first_offsets: dict[TP, int] = field(default_factory=dict)
     offsets: dict[str, dict[TP, int]] = field(default_factory=dict)  # group -> offsets
+    metadata: dict[str, dict[TP, str | None]] = field(default_factory=dict)  # ... their metadata
 
 
 @dataclass(eq=False)
@@ -247,6 +253,7 @@ class Message:
 @dataclass
 class Group:
     committed: dict[TP, int] = field(default_factory=dict)
+    metadata: dict[TP, str | None] = field(default_factory=dict)  # of each committed offset
     generation: int = 0
     member: MemoryConsumer | None = None
 
@@ -288,6 +295,16 @@ class MemoryBroker:
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
         self.logs.setdefault(name, [[] for _ in range(partitions)])
+
+    def grow(self, topic: str, count: int) -> None:
+        """More partitions (never fewer, as Kafka); the group members rebalance."""
+        self.create_topic(topic)
+        assert count >= len(self.logs[topic]), "Kafka cannot shrink a topic"
+        self.logs[topic].extend([] for _ in range(count - len(self.logs[topic])))
+        for group in self.groups.values():
+            member = group.member
+            if member is not None and not member.closed and topic in member.topics:
+                member.events.append("revoke")
 
     def partitions(self, topic: str) -> int:
         self.create_topic(topic)  # auto.create.topics.enable
@@ -374,10 +391,14 @@ class MemoryBroker:
         del self.open_txns[txn.transactional_id]
         if commit:
             for group, offsets in txn.offsets.items():
-                self.commit_offsets(group, offsets)
+                self.commit_offsets(group, offsets, txn.metadata.get(group))
 
-    def commit_offsets(self, group: str, offsets: Mapping[TP, int]) -> None:
-        self.groups.setdefault(group, Group()).committed.update(offsets)
+    def commit_offsets(
+        self, group: str, offsets: Mapping[TP, int], metadata: Mapping[TP, str | None] | None = None
+    ) -> None:
+        record = self.groups.setdefault(group, Group())
+        record.committed.update(offsets)
+        record.metadata.update({tp: (metadata or {}).get(tp) for tp in offsets})
         for hook in self.on_commit:
             hook(group, dict(offsets))
 
@@ -415,6 +436,12 @@ class MemoryClients:
     def reader(self) -> MemoryConsumer:
         self.check()
         return MemoryConsumer(self, "reader", None, None, partition_eof=True)
+
+    def group_offsets_reader(self, group_id: str) -> MemoryConsumer:
+        self.check()
+        reader = MemoryConsumer(self, "offsets_reader", group_id, None, partition_eof=False)
+        reader.require_stable = False
+        return reader
 
     def producer(
         self, *, idempotence: bool = True, error_cb: Callable[[KafkaError], None] | None = None
@@ -491,6 +518,7 @@ class MemoryConsumer(_Client):
         self.fenced_out = False
         self.assigned_in_callback = False
         self.polls = 0  # poll() and consume() calls
+        self.require_stable = True  # committed() waits for open transactions (KIP-447)
         self.empty_polls = 0  # ... in a row that returned nothing
 
     @property
@@ -673,20 +701,39 @@ class MemoryConsumer(_Client):
         self, partitions: list[TopicPartition], timeout: float | None = None
     ) -> list[TopicPartition]:
         fault = self._enter("committed")
-        if (fault is not None and fault.kind in (TIMED_OUT, RETRIABLE)) or any(
-            self.broker.unstable(self.group_id or "", (tp.topic, tp.partition)) for tp in partitions
+        if (fault is not None and fault.kind in (TIMED_OUT, RETRIABLE)) or (
+            self.require_stable
+            and any(
+                self.broker.unstable(self.group_id or "", (tp.topic, tp.partition))
+                for tp in partitions
+            )
         ):
             # librdkafka retries UNSTABLE_OFFSET_COMMIT until the call's timeout.
             self.broker.clock.sleep(timeout or 0.0)
             raise KafkaException(error(KafkaError._TIMED_OUT, "Local: Timed out", retriable=True))
         return [
-            TopicPartition(
+            _partition(
                 tp.topic,
                 tp.partition,
                 self.group.committed.get((tp.topic, tp.partition), OFFSET_INVALID),
+                self.group.metadata.get((tp.topic, tp.partition)),
             )
             for tp in partitions
         ]
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """ClusterMetadata's shape, as far as the shell reads it."""
+        self._enter("list_topics")
+        names = [topic] if topic is not None else list(self.broker.logs)
+        return SimpleNamespace(
+            topics={
+                name: SimpleNamespace(
+                    error=None,
+                    partitions={p: None for p in range(self.broker.partitions(name))},
+                )
+                for name in names
+            }
+        )
 
     def commit(
         self,
@@ -705,7 +752,9 @@ class MemoryConsumer(_Client):
                 error(KafkaError.ILLEGAL_GENERATION, "Broker: the group rebalanced since")
             )
         self.broker.commit_offsets(
-            self.group_id or "", {(tp.topic, tp.partition): tp.offset for tp in offsets}
+            self.group_id or "",
+            {(tp.topic, tp.partition): tp.offset for tp in offsets},
+            {(tp.topic, tp.partition): tp.metadata for tp in offsets},
         )
         return None if asynchronous else offsets
 
@@ -726,6 +775,13 @@ class MemoryConsumer(_Client):
         self._enter("close")
         self.closed = True
         self.fetches.clear()
+
+
+def _partition(topic: str, partition: int, offset: int, metadata: str | None) -> TopicPartition:
+    """A TopicPartition as committed() returns it (confluent-kafka refuses metadata=None)."""
+    if metadata is None:
+        return TopicPartition(topic, partition, offset)
+    return TopicPartition(topic, partition, offset, metadata=metadata)
 
 
 # --- producers -----------------------------------------------------------------------
@@ -857,8 +913,11 @@ class MemoryProducer(_Client):
         if 0 <= group_metadata.generation != group.generation:
             code, text = KafkaError.ILLEGAL_GENERATION, "the group rebalanced since"
             raise self._fail(error(code, text, abortable=True))
-        offsets = self._open_txn().offsets.setdefault(group_metadata.group_id, {})
+        txn = self._open_txn()
+        offsets = txn.offsets.setdefault(group_metadata.group_id, {})
         offsets.update({(tp.topic, tp.partition): tp.offset for tp in positions})
+        metadata = txn.metadata.setdefault(group_metadata.group_id, {})
+        metadata.update({(tp.topic, tp.partition): tp.metadata for tp in positions})
         self._after(fault, "send_offsets_to_transaction")
 
     def commit_transaction(self, timeout: float | None = None) -> None:

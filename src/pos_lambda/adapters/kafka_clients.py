@@ -7,6 +7,9 @@ timeouts are decided once:
 
 - `group_consumer`: a member of a consumer group that reads only committed records
   (`read_committed`) and never auto-commits: the processors, the alerts sink;
+- `group_offsets_reader`: a consumer that never joins its group and reads the group's
+  committed offsets as they are, without waiting for open transactions (KIP-447's
+  require_stable off): a processor's view of the partitions other members own;
 - `reader`: a consumer outside any group (`assign()` only, never commits) that reads
   committed records to the end of a partition: state rebuilds, audits;
 - `producer`: the idempotent producer (the simulator, replays);
@@ -32,6 +35,10 @@ if TYPE_CHECKING:
 ErrorCallback = Callable[["KafkaError"], None]
 # librdkafka's own logging: errors only (the processes log what matters themselves).
 _LOG_LEVEL = 3
+# How often clients refresh topic metadata. librdkafka's default (5 minutes) left a grown
+# input topic's new partitions unread by the processors, and a producer sending by the old
+# partition count, for that long (transactional/layout.py).
+METADATA_REFRESH_MS = 5000
 
 
 class KafkaClients(Protocol):
@@ -52,6 +59,11 @@ class KafkaClients(Protocol):
     def reader(self) -> Any:
         """A consumer outside any group: `assign()` only, read_committed, reports the end
         of a partition (`_PARTITION_EOF`), commits nothing."""
+        ...
+
+    def group_offsets_reader(self, group_id: str) -> Any:
+        """A consumer that never subscribes: `committed()` gives `group_id`'s committed
+        offsets and their metadata at once, open transactions or not."""
         ...
 
     def producer(self, *, idempotence: bool = True, error_cb: ErrorCallback | None = None) -> Any:
@@ -88,6 +100,7 @@ class ConfluentClients:
             **self.security,
             "bootstrap.servers": self.bootstrap_servers,
             "log_level": _LOG_LEVEL,
+            "topic.metadata.refresh.interval.ms": METADATA_REFRESH_MS,
         }
 
     def group_consumer_config(
@@ -136,6 +149,16 @@ class ConfluentClients:
             "enable.auto.commit": False,
         }
 
+    def group_offsets_reader_config(self, group_id: str) -> dict[str, Any]:
+        return {
+            **self.base_config(),
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            # read_committed makes committed() wait for transactions holding offsets
+            # (require_stable); the last committed offsets are what the caller wants.
+            "isolation.level": "read_uncommitted",
+        }
+
     def producer_config(self, *, idempotence: bool = True) -> dict[str, Any]:
         return {
             **self.base_config(),
@@ -181,6 +204,11 @@ class ConfluentClients:
         from confluent_kafka import Consumer
 
         return Consumer(self.reader_config())
+
+    def group_offsets_reader(self, group_id: str) -> Any:
+        from confluent_kafka import Consumer
+
+        return Consumer(self.group_offsets_reader_config(group_id))
 
     def producer(self, *, idempotence: bool = True, error_cb: ErrorCallback | None = None) -> Any:
         from confluent_kafka import Producer

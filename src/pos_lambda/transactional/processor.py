@@ -30,6 +30,15 @@ does not; the local broker keeps everything). Past that, a changelog topic is th
 upgrade path. A state is kept across a rebalance when the partition's committed offset
 shows that nobody processed it in between.
 
+**A growing input topic** (src/pos_lambda/transactional/layout.py). The state is per
+partition because producers key by device; when the partition count grows, keys move.
+Each record is processed on its home partition under the count in force (a record
+elsewhere is forwarded there, in the same transaction), each partition's committed
+offset carries the counts it was processed under, and after a change of the count a
+partition's state is rebuilt from the records of every partition that now belong to it.
+New partitions are seen within `topic.metadata.refresh.interval.ms` (5 s). A topic with
+fewer partitions than it was processed with (recreated) is refused: EXIT_FATAL.
+
 **Errors.** Retriable errors (a coordinator moving, a timeout) are retried with
 backoff; errors that require an abort abort the transaction, rewind the consumer to
 the committed offsets and rebuild the state from there; fatal errors, fencing among
@@ -65,7 +74,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.settings import ProcessorSettings, Settings
-from pos_lambda.transactional import restore, watchdog
+from pos_lambda.transactional import layout, restore, watchdog
+from pos_lambda.transactional.layout import History, LayoutShrunk
 from pos_lambda.transactional.lease import Lease
 from pos_lambda.transactional.refused import RECORD_REFUSED, RefusedOutputs, dead_letter
 from pos_lambda.transactional.step import Output, Source, Step
@@ -185,6 +195,11 @@ class Processor(Generic[S]):
         self.topic = job.input_topic
         self.failpoint = f"{job.name}.after_produce"
         self.states: dict[int, S] = {}
+        # The input's partition count the owned partitions are processed under (read at
+        # each assignment), and each owned partition's layout history extended to it:
+        # what its offset commits carry (transactional/layout.py).
+        self.count = 0
+        self.histories: dict[int, History] = {}
         # The committed offset each partition's state corresponds to (-1: none yet).
         self.synced: dict[int, int] = {}
         # The partitions whose states the open batch has changed (ahead of `synced`).
@@ -201,11 +216,13 @@ class Processor(Generic[S]):
         self.opened_at = 0.0
         self.batch_records = 0
         self.batch_outputs = 0
+        self.batch_forwards = 0  # records forwarded to their home partition (layout.py)
         self.output_batches = 0  # batches that produced something (for the failpoint)
         self.failpoints = Failpoints.from_settings(settings.faults)
         total_restarts, in_a_row = watchdog.restarts()
         self.totals = {
             "records": 0, job.outputs: 0, "commits": 0, "aborts": 0, "dead_letters": 0,
+            "forwarded": 0,
             "restarts_in_place": total_restarts, "restarts_in_a_row": in_a_row,
         }  # fmt: skip
         self.failed_deliveries = 0
@@ -271,6 +288,10 @@ class Processor(Generic[S]):
             what = "fenced by a newer instance" if exc.fenced else "fatal Kafka error"
             self.log.error("%s (%s): stopping, writing nothing more", what, exc)
             return EXIT_FENCED if exc.fenced else EXIT_FATAL
+        except LayoutShrunk as exc:
+            self.dead = True
+            self.log.error("%s: stopping, writing nothing more", exc)
+            return EXIT_FATAL
         except LeaseTaken as exc:
             self.dead = True
             self.log.error("fenced by a newer instance (%s): stopping, writing nothing more", exc)
@@ -333,9 +354,16 @@ class Processor(Generic[S]):
         state = self.states.get(msg.partition())
         if state is None or msg.partition() not in self.owned:
             return  # fetched before a revocation: no longer ours
+        source = Source(msg.partition(), msg.offset(), msg.timestamp()[1])
+        forwarder = layout.forwarded_by(msg.headers())
+        if forwarder is not None and forwarder != self.job.name:
+            return  # another kind of processor's forward: this one forwards the original
         if not self.open:
             self._begin()
-        source = Source(msg.partition(), msg.offset(), msg.timestamp()[1])
+        target = layout.home(msg.key(), self.count)
+        if target is not None and target != source.partition:
+            self._forward(msg, source, target)
+            return
         outputs = self.step.apply(state, msg.value(), source)
         self.touched.add(msg.partition())
         verdict, reason = self.refused.verdict(source, time.monotonic())
@@ -350,19 +378,43 @@ class Processor(Generic[S]):
             self.batch_outputs += len(outputs)
         self.batch_records += 1
 
+    def _forward(self, msg: Any, source: Source, target: int) -> None:
+        """A record off its home partition (a producer with the old partition count, or
+        another partitioner): to its home, byte for byte, in this transaction."""
+        headers = (
+            *(msg.headers() or ()),
+            (layout.FORWARDED_BY, self.job.name.encode()),
+            (layout.FORWARDED_FROM, f"{source.partition}:{source.offset}".encode()),
+        )
+        forward = Output(msg.key(), msg.value(), headers)
+        self._produce(
+            forward, source, topic=self.topic, partition=target, timestamp=source.timestamp_ms
+        )
+        self.batch_records += 1
+        self.batch_forwards += 1
+
     def _begin(self) -> None:
         if self.exactly_once:
             self._call(self.producer.begin_transaction, "begin_transaction", 30)
         self.open, self.opened_at = True, time.monotonic()
-        self.batch_records = self.batch_outputs = 0
+        self.batch_records = self.batch_outputs = self.batch_forwards = 0
 
-    def _produce(self, output: Output, source: Source, topic: str | None = None) -> None:
+    def _produce(
+        self,
+        output: Output,
+        source: Source,
+        topic: str | None = None,
+        partition: int = -1,
+        timestamp: int = 0,
+    ) -> None:
         while True:
             try:
                 self.producer.produce(
                     topic or self.job.output_topic,
                     key=output.key,
                     value=output.value,
+                    partition=partition,
+                    timestamp=timestamp,
                     headers=list(output.headers) or None,
                     on_delivery=partial(self._on_delivery, source),
                 )
@@ -417,15 +469,18 @@ class Processor(Generic[S]):
             self.output_batches += 1
             self._maybe_crash()
         assignment = self.consumer.assignment()
-        offsets = [tp for tp in self.consumer.position(assignment) if tp.offset >= 0]
-        if self.polled is not None:
-            at = (self.polled.partition(), self.polled.offset())
-            offsets = [
-                TopicPartition(tp.topic, tp.partition, min(tp.offset, at[1]))
-                if tp.partition == at[0]
-                else tp
-                for tp in offsets
-            ]
+        polled = (self.polled.partition(), self.polled.offset()) if self.polled else None
+        # Each offset with the partition counts it was processed under (its metadata).
+        offsets = [
+            TopicPartition(
+                tp.topic,
+                tp.partition,
+                min(tp.offset, polled[1]) if polled and tp.partition == polled[0] else tp.offset,
+                metadata=self._history(tp.partition).encode(),
+            )
+            for tp in self.consumer.position(assignment)
+            if tp.offset >= 0
+        ]
         if self.exactly_once:
             self._call(
                 lambda: self.producer.send_offsets_to_transaction(
@@ -449,6 +504,7 @@ class Processor(Generic[S]):
         self.open = False
         self.totals["records"] += self.batch_records
         self.totals[self.job.outputs] += self.batch_outputs
+        self.totals["forwarded"] += self.batch_forwards
         self.totals["commits"] += 1
         watchdog.committed()  # progress: the next hang starts a new row of restarts
         self.totals["restarts_in_a_row"] = 0
@@ -490,7 +546,7 @@ class Processor(Generic[S]):
         assignment = self.consumer.assignment()
         if not assignment:
             return
-        for tp in self._restore(self._committed(self.consumer, assignment)):
+        for tp in self._restore(self.consumer, assignment):
             self.consumer.seek(tp)
 
     def _abort(self) -> None:
@@ -526,31 +582,122 @@ class Processor(Generic[S]):
 
     # --- rebalancing -----------------------------------------------------------------
 
-    def _restore(self, committed: list[TopicPartition]) -> list[TopicPartition]:
-        """Make each partition's state match its committed offset; where to start reading."""
-        starts = []
+    def _history(self, partition: int) -> History:
+        return self.histories.get(partition) or History.starting(self.count)
+
+    def _restore(self, consumer: Any, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Make each partition's state match its committed offset under the partition
+        count `self.count`; where to start reading."""
+        owned = {tp.partition for tp in partitions}
+        committed = self._committed(consumer, partitions)
         for tp in committed:
             if tp.error is not None:
                 raise KafkaException(tp.error)
-            offset = tp.offset if tp.offset >= 0 else -1
-            if tp.partition not in self.states or self.synced.get(tp.partition) != offset:
-                t0 = time.monotonic()
-                self.states[tp.partition], applied = restore.rebuild(
-                    self.clients,
-                    self.topic,
-                    tp.partition,
-                    offset,
-                    self.step,
-                    stall_s=self.section.restore_stall_s,
-                )
-                self.synced[tp.partition] = offset
-                self.log.info(
-                    "partition %d: state rebuilt from %d records below offset %d in %.2f s",
-                    tp.partition, applied, offset, time.monotonic() - t0,
-                )  # fmt: skip
-            start = offset if offset >= 0 else OFFSET_BEGINNING
-            starts.append(TopicPartition(self.topic, tp.partition, start))
-        return starts
+        offsets = {tp.partition: max(tp.offset, 0) for tp in committed}
+        recorded = {tp.partition: History.decode(tp.metadata, self.count) for tp in committed}
+        self._check_shrunk(recorded)
+        # From the committed offset on, each owned partition is processed under `count`.
+        histories = {p: h.extended(offsets[p], self.count) for p, h in recorded.items()}
+        targets = {p for p in owned if p not in self.states or self.synced.get(p) != offsets[p]}
+        if targets:
+            # The other partitions' histories say whether records below their committed
+            # offsets belong to these states (only after a change of the count).
+            others = self._peek_committed([p for p in range(self.count) if p not in owned])
+            for p, (offset, metadata) in others.items():
+                offsets[p] = offset
+                histories.setdefault(p, History.decode(metadata, self.count))
+            self._check_shrunk(histories)
+            self._rebuild(targets, offsets, histories)
+        self.histories.update({p: histories[p] for p in owned})
+        return [
+            TopicPartition(
+                self.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            )
+            for tp in committed
+        ]
+
+    def _rebuild(
+        self, targets: set[int], offsets: dict[int, int], histories: dict[int, History]
+    ) -> None:
+        """The states of `targets` from every record processed in place below the committed
+        offsets that belongs to them under `self.count` (transactional/layout.py), each
+        source partition read once."""
+        t0 = time.monotonic()
+        states = {p: self.step.initial() for p in targets}
+        name, count = self.job.name, self.count
+
+        def apply_to(source_partition: int) -> Callable[[Any, Source], bool]:
+            history = histories[source_partition]
+
+            def apply(msg: Any, source: Source) -> bool:
+                key = msg.key()
+                forwarder = layout.forwarded_by(msg.headers())
+                if not layout.processed_in_place(
+                    history, source.partition, source.offset, key, forwarder, name
+                ):
+                    return False
+                home = layout.home(key, count)
+                state = states.get(source.partition if home is None else home)
+                if state is None:
+                    return False
+                self.step.apply(state, msg.value(), source)  # outputs already committed
+                return True
+
+            return apply
+
+        applied = 0
+        for partition, until in layout.reads_for_rebuild(targets, count, histories, offsets):
+            applied += restore.replay(
+                self.clients,
+                self.topic,
+                partition,
+                until,
+                apply_to(partition),
+                stall_s=self.section.restore_stall_s,
+            )
+        for p in targets:
+            self.states[p], self.synced[p] = states[p], offsets[p]
+        self.log.info(
+            "partitions %s: state rebuilt from %d records below their committed offsets "
+            "(%d partitions) in %.2f s",
+            sorted(targets), applied, count, time.monotonic() - t0,
+        )  # fmt: skip
+
+    def _check_shrunk(self, histories: dict[int, History]) -> None:
+        largest = max((h.largest for h in histories.values()), default=self.count)
+        if largest > self.count:
+            raise LayoutShrunk(
+                f"{self.topic} has {self.count} partitions, but group "
+                f"{self.section.group_id} processed it with {largest}: it was recreated "
+                "with fewer. Kafka cannot shrink a topic, and this group's offsets and state "
+                "describe the old one. Grow it back to at least that many partitions, or "
+                "start over with a new group id (POS_<PROCESSOR>_GROUP_ID) on the new topic"
+            )
+
+    def _peek_committed(self, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
+        """The group's committed offsets (and their metadata) of partitions other members
+        own, as committed now: not waiting for transactions that hold some (a member's
+        open transaction must not stall this one's assignment)."""
+        if not partitions:
+            return {}
+        reader = self.clients.group_offsets_reader(self.section.group_id)
+        try:
+            tps = [TopicPartition(self.topic, p) for p in partitions]
+            committed = self._committed(reader, tps)
+        finally:
+            reader.close()
+        return {tp.partition: (max(tp.offset, 0), tp.metadata) for tp in committed}
+
+    def _partition_count(self, consumer: Any, partitions: list[TopicPartition]) -> int:
+        """The input's partition count now (a fresh metadata request), at least what the
+        assignment implies."""
+        metadata = consumer.list_topics(self.topic, timeout=30)
+        topic = metadata.topics.get(self.topic)
+        if topic is None or topic.error is not None:
+            raise KafkaException(
+                topic.error if topic is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+            )
+        return max(len(topic.partitions), *(tp.partition + 1 for tp in partitions))
 
     def _committed(self, consumer: Any, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The group's committed offsets of `partitions`. Retriable errors (a coordinator
@@ -571,7 +718,17 @@ class Processor(Generic[S]):
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
-        starts = self._restore(self._committed(consumer, partitions))
+        count = self._partition_count(consumer, partitions)
+        if count != self.count:
+            if self.count:
+                self.log.warning(
+                    "%s has %d partitions, was %d: rebuilding every state under the new "
+                    "count", self.topic, count, self.count,
+                )  # fmt: skip
+            self.count = count
+            self.states.clear()
+            self.synced.clear()
+        starts = self._restore(consumer, partitions)
         consumer.assign(starts)
         self.owned |= {tp.partition for tp in partitions}
         self.log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))

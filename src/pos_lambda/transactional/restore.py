@@ -45,8 +45,34 @@ def rebuild(
     `stall_s`: the partition cannot be read (a leader gone, records unreadable).
     """
     state = step.initial()
+
+    def apply(msg: Any, source: Source) -> bool:
+        step.apply(state, msg.value(), source)  # outputs dropped: already committed
+        return True
+
+    applied = replay(clients, topic, partition, until, apply, stall_s, clock)
+    return state, applied
+
+
+def replay(
+    clients: KafkaClients,
+    topic: str,
+    partition: int,
+    until: int,
+    apply: Callable[[Any, Source], bool],
+    stall_s: float = 120.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Hand every committed record of `topic`/`partition` with offset < `until` to
+    `apply(message, source)`, in offset order; how many it applied (returned True for).
+    The caller decides which state a record feeds (transactional/layout.py: after a
+    change of the partition count, one partition's records feed several states).
+
+    Raises KafkaException (`_TIMED_OUT`) when the reader's position has not moved for
+    `stall_s`: the partition cannot be read (a leader gone, records unreadable).
+    """
     if until <= 0:
-        return state, 0
+        return 0
     consumer = clients.reader()
     started = last_progress = last_report = clock()
     applied, position = 0, -1
@@ -67,13 +93,12 @@ def rebuild(
                 if msg.error() is not None and _informational(msg.error(), topic, partition):
                     continue
                 if _done(msg, until):
-                    return state, applied
+                    return applied
                 source = Source(partition, int(msg.offset() or 0), msg.timestamp()[1])
-                step.apply(state, msg.value(), source)  # outputs dropped: already committed
-                applied += 1
+                applied += apply(msg, source)
             now_at = _position(consumer, topic, partition)
             if now_at >= until:
-                return state, applied
+                return applied
             now = clock()
             if now_at > position:
                 position, last_progress = now_at, now
