@@ -232,8 +232,12 @@ def _kafka_topics() -> Any:
 def _kafka_keys_and_headers() -> Any:
     from pos_lambda.alerts import rules
     from pos_lambda.dedup import step
+    from pos_lambda.transactional import layout
 
     return {
+        # What the processors write into pos.transactions and its group's offset commits.
+        "pos.transactions forward headers": [layout.FORWARDED_BY, layout.FORWARDED_FROM],
+        "processor offset metadata": layout.History.starting(2).extended(10, 6).encode(),
         "pos.receipts key": step.record_key(SAMPLE_NATURAL_KEY).decode(),
         "pos.receipts headers": [step.SOURCE_HEADER, step.HASH_HEADER],
         # As the rules call it: only a conflict's id carries the conflicting content.
