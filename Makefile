@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars up down status test-cluster chaos-cluster cluster-up cluster-down schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-pure test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
+.PHONY: upgrade-test help setup jars up down status test-cluster chaos-cluster cluster-up cluster-down schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-pure test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -124,6 +124,12 @@ CHAOS_SEED ?= 13
 CHAOS_ARGS ?=
 chaos: up ## the e2e test tests/e2e/test_chaos.py: kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
 	$(PY) -m pytest -m e2e tests/e2e/test_chaos.py -s --count $(CHAOS_COUNT) --seed $(CHAOS_SEED) --chaos-args='$(CHAOS_ARGS)' $(PYTEST_ARGS)
+
+UPGRADE_COUNT ?= 6000
+UPGRADE_RATE ?= 20
+upgrade-test: up ## the previous release (releases.json) under a faulty stream, upgraded layer by layer to this checkout mid-stream, then the audit; figures in docs/upgrade.md
+	bash dev/upgrade/install-previous.sh
+	$(PY) -m pytest -m e2e tests/e2e/test_upgrade.py -s --upgrade-count $(UPGRADE_COUNT) --upgrade-rate $(UPGRADE_RATE) $(PYTEST_ARGS)
 
 chaos-seeds: up ## short chaos runs under several seeds, one with every fault in the stream's first 15% (tests/e2e/test_chaos_seeds.py)
 	$(PY) -m pytest -m e2e tests/e2e/test_chaos_seeds.py -s $(PYTEST_ARGS)

@@ -35,6 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="further pos-chaos options, as one string (`pos-chaos --help` lists them)",
     )
 
+    group = parser.getgroup("upgrade", "the upgrade under load (tests/e2e/test_upgrade.py)")
+    group.addoption("--upgrade-count", type=int, default=6000, help="unique receipts (6000)")
+    group.addoption("--upgrade-rate", type=float, default=20.0, help="messages per second (20)")
+
 
 @pytest.fixture
 def chaos_args(request: pytest.FixtureRequest) -> argparse.Namespace:
