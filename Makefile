@@ -81,8 +81,19 @@ batch: up ## recompute the batch views of [START, END) (default: the last hour),
 	$(VENV)/bin/pos-batch run --start $(START) --end $(END)
 	$(VENV)/bin/pos-batch quality --start $(START) --end $(END)
 
-test: setup ## run the tests: unit + integration (starts the services it needs); CI adds deploy, chaos and cluster chaos
-	$(PY) -m pytest $(PYTEST_ARGS)
+# The default selection (unit + integration, pyproject's marker expression) in three
+# parts: the unit tests, then the integration tests, each on two workers side by side
+# (most integration tests wait on a service's cadence, not on a core; each file stays on
+# one worker), then one at a time the tests marked `serial` (they restart a shared
+# service, or their items share a node id, which pytest-xdist cannot tell apart).
+# Unit and integration tests never share a worker: a worker's Spark session is the first
+# one built, and the unit tests' has none of the connectors' jars.
+TEST_WORKERS ?= 2
+test: setup ## run the tests: unit + integration (starts the services it needs), two workers side by side; CI adds deploy, upgrade, chaos and cluster chaos
+	$(VENV)/bin/pos-infra up
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --serial=exclude tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest --serial=only tests/integration $(PYTEST_ARGS)
 
 test-unit: $(INSTALLED) ## run the unit tests: pure logic and local Spark (JDK 17), no services
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -3,6 +3,7 @@
 import logging
 import os
 
+import pytest
 from hypothesis import settings
 
 # py4j's gateway objects log "Closing down clientserver connection" at INFO from their
@@ -24,3 +25,28 @@ settings.register_profile(
     "long", max_examples=3000, derandomize=False, deadline=None, print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial",
+        choices=("include", "exclude", "only"),
+        default="include",
+        help="tests marked `serial`: run them with the others (include, the default), leave "
+        "them out (exclude: the parallel part of `make test`) or run only them (only: its "
+        "serial part)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect by `--serial` (the marker expression already ran: this narrows it)."""
+    choice = config.getoption("--serial")
+    if choice == "include":
+        return
+    want = choice == "only"
+    kept, dropped = [], []
+    for item in items:
+        (kept if (item.get_closest_marker("serial") is not None) == want else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

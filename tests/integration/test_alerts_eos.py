@@ -41,7 +41,9 @@ from tests.integration.alerts_helpers import (
     through_faults,
 )
 
-pytestmark = pytest.mark.integration
+# The broker restart would strike the tests running beside it: `make test` runs this
+# file after its parallel part.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 HIGH_VALUE = Decimal("60.00")
 LARGE_RETURN = Decimal("4.00")

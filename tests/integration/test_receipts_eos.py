@@ -39,7 +39,9 @@ from tests.integration.alerts_helpers import (
     through_faults,
 )
 
-pytestmark = pytest.mark.integration
+# The broker restart would strike the tests running beside it: `make test` runs this
+# file after its parallel part.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def _originals(messages: list[OutgoingMessage]) -> dict[bytes, bytes]:

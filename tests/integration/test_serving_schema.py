@@ -29,7 +29,9 @@ from pos_lambda.serving import Serving
 from pos_lambda.serving.http import create_app
 from pos_lambda.settings import Settings, load_settings
 
-pytestmark = pytest.mark.integration
+# Schemathesis gives every operation's item one node id: pytest-xdist would run one of
+# them only, so `make test` runs this file in its serial part.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 # Per operation: enough to reach the boundaries and a good spread of random values, small
 # enough that the module runs in about a minute beside Cassandra on 2 cores.
