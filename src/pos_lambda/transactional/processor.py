@@ -73,6 +73,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
 from pos_lambda.failpoints import Failpoints
+from pos_lambda.schemas.contract import Receipt, parse_message
 from pos_lambda.settings import ProcessorSettings, Settings
 from pos_lambda.transactional import layout, restore, watchdog
 from pos_lambda.transactional.layout import History, LayoutShrunk
@@ -361,7 +362,7 @@ class Processor(Generic[S]):
         if not self.open:
             self._begin()
         target = layout.home(msg.key(), self.count)
-        if target is not None and target != source.partition:
+        if target is not None and target != source.partition and _keeps_state(msg.value()):
             self._forward(msg, source, target)
             return
         outputs = self.step.apply(state, msg.value(), source)
@@ -870,3 +871,10 @@ class Processor(Generic[S]):
                     raise Fatal(err) from exc
                 # Abortable, or retried until the transaction would time out anyway.
                 raise Abortable(f"{what}: {err}") from exc
+
+
+def _keeps_state(value: bytes | None) -> bool:
+    """Only a receipt changes a processor's state. Anything else (malformed input, which
+    the speed layer dead-letters) is processed where it landed: forwarding it would only
+    hand the speed layer a second copy to dead-letter."""
+    return value is not None and isinstance(parse_message(value), Receipt)

@@ -37,6 +37,7 @@ from pos_lambda.dedup import processor as dedup
 from pos_lambda.producer.simulation import encode
 from pos_lambda.schemas.contract import LineItem, NaturalKey, Receipt
 from pos_lambda.settings import Settings, load_settings
+from pos_lambda.transactional.layout import forwarded_by
 from tests.support import memory_kafka as mk
 from tests.support.memory_kafka import Fault, MemoryBroker
 from tests.support.processor_harness import quiet, run_to_completion
@@ -172,6 +173,13 @@ def run_growth(
     return broker, sent, commits
 
 
+def check_only_receipts_forwarded(broker: MemoryBroker) -> None:
+    """A malformed record stays where it landed: its forward would be a second copy for
+    the speed layer to dead-letter (its dead letters are keyed by Kafka coordinates)."""
+    forwarded = [m.value() for m in broker.read_committed(IN) if forwarded_by(m.headers())]
+    assert b"not json" not in forwarded
+
+
 def check_no_output_twice(commits: list[Counter[bytes]], what: str) -> None:
     for n, seen in enumerate(commits):
         twice = sorted(k for k, c in seen.items() if c > 1)
@@ -191,6 +199,7 @@ def test_receipts_once_while_the_input_grows(g: Growth, schedule: tuple[Fault, .
         key = tuple(map(int, (m.key() or b"").decode().split(":")))
         assert m.value() in sent.copies[key], f"{m.key()!r}: not one of its copies"
     check_no_output_twice(commits, "a receipt")
+    check_only_receipts_forwarded(broker)
 
 
 @hypothesis_settings(max_examples=examples(25))
@@ -212,3 +221,4 @@ def test_alerts_once_while_the_input_grows(g: Growth, schedule: tuple[Fault, ...
     }
     assert value_rules == expected
     check_no_output_twice(commits, "an alert")
+    check_only_receipts_forwarded(broker)
