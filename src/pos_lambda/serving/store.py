@@ -5,7 +5,10 @@ rows of `pos_lambda.serving.model`; it reads them through the `Statements` port,
 `CassandraStatements` runs on Cassandra (unit tests: on tables in memory built from the
 same DDL, tests/support/memory_views.py).
 
-Prepared statements only (prepared once per connection), single-partition reads for
+Prepared statements only (each prepared on its first use in a connection, not all at
+connect: a keyspace whose schema lags this release, an index or table missing, then fails
+only the requests that read through what is missing, with the hint to apply the schema,
+and the others keep answering), single-partition reads for
 a store's days, and Storage-Attached Index reads (Cassandra 5 SAI, declared in
 src/pos_lambda/schemas/cql.py) where a question crosses stores: "which stores sold on day D" reads
 the day's aggregate rows of every store through the `day` index, so its cost follows
@@ -330,19 +333,49 @@ class CassandraStatements:
             try:
                 with self._errors():
                     session = cluster.connect(s.cassandra.keyspace)
-                    self._prepared = {
-                        k: cassandra_client.prepare_idempotent(session, v)
-                        for k, v in STATEMENTS.items()
-                    }
             except BaseException:
                 cluster.shutdown()
                 raise
-            self._cluster, self._session = cluster, session
+            # Statements are prepared per connection, each on first use (`_statement`).
+            self._cluster, self._session, self._prepared = cluster, session, {}
             return session
+
+    def _statement(self, session: Any, name: str) -> Any:
+        """Statement `name` prepared on `session`, at its first use. Not all at connect:
+        one statement the keyspace cannot take (a serving process newer than the schema,
+        an index or table missing) would fail every request, where it should fail only
+        the requests that run it. A statement that failed is prepared again next time,
+        so applying the schema heals the running process."""
+        prepared = self._prepared.get(name)
+        if prepared is not None:
+            return prepared
+        from cassandra import InvalidRequest
+
+        from pos_lambda.adapters import cassandra_client
+
+        with self._errors():  # connection trouble, as for any query
+            try:
+                prepared = cassandra_client.prepare_idempotent(session, STATEMENTS[name])
+            except InvalidRequest as exc:  # the keyspace lacks what the statement needs
+                keyspace = self._settings.cassandra.keyspace
+                raise Unavailable(
+                    f"keyspace {keyspace!r} in Cassandra at {self.where} lacks what this "
+                    f"request reads (statement {name}: {exc}): the serving layer is newer "
+                    "than the keyspace's schema. Apply the schema (`make schema`, or "
+                    "`pos-infra schema`; `pos-provision schema` where only the product is "
+                    "installed), then ask again. Requests that do not need it are answered "
+                    "meanwhile."
+                ) from None
+        with self._lock:
+            # Kept only for the connection it was prepared on (a close and reconnect may
+            # have come between); a concurrent first use may have prepared it too.
+            if self._session is session:
+                prepared = self._prepared.setdefault(name, prepared)
+            return prepared
 
     def _run(self, name: str, *params: Any, fetch_size: int | None = None) -> Any:
         session = self._connected()
-        bound = self._prepared[name].bind(params)
+        bound = self._statement(session, name).bind(params)
         if fetch_size is not None:
             bound.fetch_size = fetch_size
         return session, bound
