@@ -84,3 +84,31 @@ def test_create_topic_then_replay_a_file(
     assert {r.value for r in records if r.key is not None} == {
         line for line in lines if isinstance(parse_message(line), Receipt)
     }
+
+
+def test_acknowledgements_are_checked_against_the_real_log(
+    kafka_bootstrap: str, new_topic: Callable[..., str]
+) -> None:
+    """A producer passed in (its connection not watched) has every acknowledgement read
+    back from the real broker: all there, nothing resent. The same read-back finds an
+    acknowledgement whose offset holds another record, or lies past the log's end."""
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+    from pos_lambda.producer.acknowledged import Ack, Missing, read_back, unconfirmed
+    from pos_lambda.producer.kafka_sink import produce
+    from pos_lambda.producer.simulation import OutgoingMessage
+
+    topic = new_topic(partitions=2)
+    clients = ConfluentClients(kafka_bootstrap)
+    messages = [
+        OutgoingMessage(f"101:{n % 4}".encode(), f"receipt {n}".encode(), 0, "receipt")
+        for n in range(200)
+    ]
+    stats = produce(messages, kafka_bootstrap, topic, quiet=True, producer=clients.producer())
+    assert (stats.acked, stats.checked, stats.resent, stats.unconfirmed) == (200, 200, 0, {})
+
+    acks = [Ack(0, 0, b"101:9", b"not what is at offset 0"), Ack(1, 10_000, b"k", b"v")]
+    records, logs = read_back(clients, topic, acks)
+    assert unconfirmed(acks, records, logs) == [
+        (acks[0], Missing.OFFSET_REUSED),
+        (acks[1], Missing.BEYOND_LOG_END),
+    ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +23,17 @@ from confluent_kafka import KafkaError, Producer
 from pos_lambda.adapters import kafka_admin
 from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
 from pos_lambda.adapters.service import ServiceError
+from pos_lambda.producer.acknowledged import Ack, read_back, unconfirmed
 from pos_lambda.producer.simulation import OutgoingMessage
 
 MAX_KEPT_ERRORS = 20
+# The acknowledgements kept for the check after a connection loss: the newest ones, which
+# are those a broker's crash could take back (at 1,000 messages/s, the last 3 minutes).
+CHECK_WINDOW = 200_000
+# Resend rounds before giving up on a record the broker keeps not holding.
+CHECK_ROUNDS = 3
+# librdkafka's connection-level errors: after one, acknowledgements are checked.
+CONNECTION_LOST = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 # librdkafka's poll() timeout is in whole milliseconds (shorter ones round to 0).
 MIN_WAIT_S = 0.001
 
@@ -43,6 +52,21 @@ class DeliveryStats:
     # with idempotence, the producer-id handshake (about 0.5 s with librdkafka).
     first_ack_s: float | None = None
     seconds: float = 0.0  # creating the client (or the call) to the end of the flush
+    # The check of acknowledgements against the log (producer/acknowledged.py): how many
+    # were read back, how many were not there (by signature), and how many were resent.
+    checked: int = 0
+    unconfirmed: dict[str, int] = field(default_factory=dict)
+    resent: int = 0
+
+    def check_line(self) -> str:
+        """One line for the operator: what the check found, or "" when nothing ran."""
+        if not self.checked:
+            return ""
+        found = ", ".join(f"{n} {why}" for why, n in self.unconfirmed.items()) or "none missing"
+        return (
+            f"checked {self.checked} acknowledged messages against the log after a "
+            f"connection loss: {found}; resent {self.resent}"
+        )
 
 
 def producer_config(
@@ -86,6 +110,7 @@ def produce(
     producer: Producer | None = None,
     security: Mapping[str, str] | None = None,
     clients: KafkaClients | None = None,
+    check_acks: bool = True,
 ) -> DeliveryStats:
     """Send messages in order at up to `rate` per second (0 = unlimited); flush; report.
 
@@ -93,20 +118,36 @@ def produce(
     Ctrl-C, flushes what is queued and re-raises KeyboardInterrupt. A `producer`
     passed in (already connected: benchmarks) is used instead of a new one, and
     `bootstrap`/`idempotence` are then ignored.
+
+    With `check_acks`, after the flush, if the connection to a broker was lost meanwhile
+    (or the producer was passed in, whose connection this call cannot watch), the newest
+    CHECK_WINDOW acknowledgements are read back and what the log does not hold is resent
+    (`check_acknowledged`).
     """
     stats = DeliveryStats()
     started = last_report = time.monotonic()
+    clients = clients or ConfluentClients(bootstrap, security or {})
+    acks: deque[Ack] = deque(maxlen=CHECK_WINDOW if check_acks else 0)
+    connection_lost = producer is not None
+
+    def on_error(err: KafkaError) -> None:
+        nonlocal connection_lost
+        if err.code() in CONNECTION_LOST:
+            connection_lost = True
+
     if producer is None:
         # The Kafka port (adapters/kafka_clients.py): the real broker unless a fake is given.
-        producer = (clients or ConfluentClients(bootstrap, security or {})).producer(
-            idempotence=idempotence
-        )
+        producer = clients.producer(idempotence=idempotence, error_cb=on_error)
 
-    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
         if err is None:
             stats.acked += 1
             if stats.first_ack_s is None:
                 stats.first_ack_s = time.monotonic() - started
+            if check_acks:
+                _, timestamp_ms = msg.timestamp()
+                acks.append(Ack(msg.partition(), msg.offset(), msg.key(), msg.value(),
+                                timestamp_ms if timestamp_ms > 0 else None))  # fmt: skip
             return
         stats.failed += 1
         if len(stats.errors) < MAX_KEPT_ERRORS:
@@ -149,12 +190,57 @@ def produce(
         _progress(stats, total, time.monotonic() - started)
     if remaining:
         stats.errors.append(f"{remaining} messages still undelivered after {flush_timeout_s} s")
+    if acks and (connection_lost or any(a.offset < 0 for a in acks)):
+        check_acknowledged(producer, clients, topic, list(acks), stats, flush_timeout_s)
+        if not quiet:
+            print(stats.check_line(), file=sys.stderr, flush=True)
     if stats.errors:
         raise ProducerError(
             f"{stats.sent - stats.acked} of {stats.sent} messages not delivered to '{topic}': "
             + "; ".join(stats.errors[:5])
         )
     return stats
+
+
+def check_acknowledged(
+    producer: Any,
+    clients: KafkaClients,
+    topic: str,
+    acks: list[Ack],
+    stats: DeliveryStats,
+    flush_timeout_s: float,
+) -> None:
+    """Read `acks` back; resend what the log does not hold, and check the resends, up to
+    CHECK_ROUNDS times. Counts into `stats`; a record still missing is a delivery error."""
+    pending = acks
+    stats.checked += len(acks)
+    for round_ in range(CHECK_ROUNDS + 1):
+        records, logs = read_back(clients, topic, pending)
+        missing = unconfirmed(pending, records, logs)
+        if not missing:
+            return
+        for why, n in Counter(why for _, why in missing).items():
+            stats.unconfirmed[why.value] = stats.unconfirmed.get(why.value, 0) + n
+        if round_ == CHECK_ROUNDS:
+            break
+        resent: list[Ack] = []
+
+        def on_resend(err: KafkaError | None, msg: Any, into: list[Ack] = resent) -> None:
+            if err is not None:
+                stats.errors.append(f"a resend of an unconfirmed message failed: {err}")
+            else:
+                into.append(Ack(msg.partition(), msg.offset(), msg.key(), msg.value()))
+
+        for ack, _why in missing:
+            producer.produce(topic, value=ack.value, key=ack.key,
+                             timestamp=ack.timestamp_ms or 0, on_delivery=on_resend)  # fmt: skip
+        producer.flush(flush_timeout_s)
+        stats.resent += len(missing)
+        pending = resent
+    stats.errors.append(
+        f"{len(missing)} acknowledged messages still not in {topic} after {CHECK_ROUNDS} "
+        f"resends: {stats.check_line()}"
+    )
 
 
 def _progress(stats: DeliveryStats, total: int | None, elapsed_s: float) -> None:
