@@ -48,12 +48,10 @@ def assert_survived(args: argparse.Namespace, facts: figures.ChaosFacts) -> None
     # lost, duplicated, wrong; the message names each view off and the audit's report,
     # whose examples say which receipts (a CI log may be all that is left of the run).
     off = f"{_off_views(facts.audit.report)}; notes: {facts.notes}"
-    lost, duplicated, wrong = figures.exact_totals(facts.audit)
-    assert (duplicated, wrong) == (0, 0), off
-    if lost or not facts.audit.clean:
-        # Only what the broker lost after acknowledging it, before any layer read it.
-        views = json.loads(Path(facts.audit.report).read_text())["views"]
-        assert figures.lost_only_to_the_broker(views, facts.broker_lost), off
+    # A receipt the broker acknowledged and then lost counts too: the producer checks its
+    # acknowledgements after a connection loss and resends (docs/broker-loss.md).
+    assert figures.exact_totals(facts.audit) == (0, 0, 0), off
+    assert facts.audit.clean, off
     audited = {v.name for v in facts.audit.views}
     skipped = [v for v in audit_run.VIEWS if v not in audited]
     assert skipped == [], f"views the audit skipped (their processor never ran): {skipped}"

@@ -240,11 +240,10 @@ def send_held(chaos: Chaos) -> None:
 def check_input_topic(chaos: Chaos, acknowledged: int) -> None:
     """Count the records the input topic holds against the messages the producer had
     acknowledged, once the stream is over. Fewer means the broker lost acknowledged
-    messages before any layer could read them (runs did, at the single broker's kill -9:
-    docs/deploy.md, Limits on one host). Then the topic is read whole, and the ledger's
-    receipts none of whose copies it holds are the broker's losses (`chaos.broker_lost`):
-    a note, and what the verdict holds the views' losses against, so that they are not
-    taken for the pipeline's."""
+    messages that the producer's check (kafka_sink.check_acknowledged) did not restore.
+    Then the topic is read whole, and the ledger's receipts none of whose copies it holds
+    (`chaos.broker_lost`) are named in a note: the audit then finds them lost, and the
+    verdict fails the run (docs/broker-loss.md)."""
     from confluent_kafka import Consumer, TopicPartition
 
     from pos_lambda.adapters.kafka_clients import ConfluentClients
@@ -312,7 +311,9 @@ def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> thre
 
     def run() -> None:
         try:
-            produce(
+            # A producer passed in has every acknowledgement read back after the flush
+            # (kafka_sink.check_acknowledged): what a broker's kill -9 took back is resent.
+            thread.stats = produce(  # type: ignore[attr-defined]
                 chaos.stream or [],
                 s.bootstrap_servers,
                 s.topics.transactions,
@@ -386,6 +387,11 @@ def storm(
     held = chaos.stream.held_s if chaos.stream else 0.0
     chaos.say(f"stream: all {chaos.sent():,} messages sent and acknowledged (held "
               f"{held:,.0f} s at the faults' points while earlier faults recovered)")  # fmt: skip
+    stats = getattr(producer, "stats", None)
+    if stats is not None and stats.checked:
+        note = f"producer: {stats.check_line()}"
+        chaos.say(f"stream: {note}")
+        chaos.notes.append(note)
 
 
 def strike(

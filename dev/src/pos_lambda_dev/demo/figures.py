@@ -9,7 +9,6 @@ writes to docs/chaos.md; `as_json` is the same as data (docs/chaos.json).
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -189,32 +188,3 @@ def as_json(facts: ChaosFacts) -> dict[str, Any]:
     doc = asdict(facts)
     doc["totals"] = {"lost": lost, "duplicated": dup, "wrong": wrong}
     return doc
-
-
-def lost_only_to_the_broker(views: Mapping[str, Any], broker_lost: list[list[Any]]) -> bool:
-    """The chaos verdict on an audit that is off (`views`: its report's "views"): true
-    when every view that is off lost only receipts (or their 15-minute windows) the input
-    topic never held, no more of them than the broker lost, and nothing is duplicated or
-    wrong. `broker_lost`: [operation_id, vendor_fiscal_module, transaction_id,
-    window_start] of each receipt the broker lost after acknowledging it."""
-    from pos_lambda.audit.compare import MAX_EXAMPLES
-
-    # The auditor reports a view's first MAX_EXAMPLES discrepancies: past that many
-    # broker losses they would not name every one, and the pipeline's could hide.
-    if not broker_lost or len(broker_lost) > MAX_EXAMPLES:
-        return False
-    receipts = {tuple(k[:3]) for k in broker_lost}
-    windows = {(k[0], k[3]) for k in broker_lost}
-    for view in views.values():
-        if view.get("duplicated") or view.get("wrong"):
-            return False
-        if not view.get("lost"):
-            continue
-        examples = view.get("examples", [])
-        if view["lost"] > len(broker_lost) or len(examples) < view["lost"]:
-            return False
-        for example in examples:
-            key = tuple(example["key"])
-            if example["kind"] != "lost" or (key not in receipts and key not in windows):
-                return False
-    return True
