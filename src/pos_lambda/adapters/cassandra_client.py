@@ -22,11 +22,17 @@ from pos_lambda.settings import Settings
 
 
 def cluster(
-    settings: Settings, *, writes: bool = False, timeout: float | None = None, **kwargs: Any
+    settings: Settings,
+    *,
+    writes: bool = False,
+    timeout: float | None = None,
+    only_host: str | None = None,
+    **kwargs: Any,
 ) -> Any:
     """A `Cluster` whose default profile uses the read consistency level, or the write
     level when the session mostly writes (`writes=True`). `timeout` bounds connecting
-    and every request (the driver's defaults otherwise)."""
+    and every request (the driver's defaults otherwise). `only_host` sends every request
+    to that node (its node-local virtual tables, `system_views`)."""
     from cassandra import ConsistencyLevel
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
@@ -34,6 +40,7 @@ def cluster(
         ConstantSpeculativeExecutionPolicy,
         DCAwareRoundRobinPolicy,
         TokenAwarePolicy,
+        WhiteListRoundRobinPolicy,
     )
 
     level = settings.cassandra.write_consistency if writes else settings.cassandra.read_consistency
@@ -44,8 +51,12 @@ def cluster(
         # Every `... IF ...` of the pipeline (the pointer, the leases) runs its Paxos
         # phase at this level; its commit phase at `consistency_level`.
         serial_consistency_level=getattr(ConsistencyLevel, settings.cassandra.serial_consistency),
-        load_balancing_policy=TokenAwarePolicy(
-            DCAwareRoundRobinPolicy(local_dc=settings.cassandra.local_dc or None)
+        load_balancing_policy=(
+            WhiteListRoundRobinPolicy([only_host])
+            if only_host
+            else TokenAwarePolicy(
+                DCAwareRoundRobinPolicy(local_dc=settings.cassandra.local_dc or None)
+            )
         ),
     )
     delay_ms = settings.cassandra.speculative_delay_ms
@@ -64,7 +75,7 @@ def cluster(
             settings.cassandra.username, settings.cassandra.password.get_secret_value()
         )
     return Cluster(
-        settings.cassandra_contact_points,
+        [only_host] if only_host else settings.cassandra_contact_points,
         port=settings.cassandra.port,
         execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         **kwargs,

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -176,24 +175,32 @@ def _cassandra_back(run: ClusterRun, node_id: int) -> None:
     cluster.await_cassandra_ring(run.base, run.layout, [run.layout.hosts[node_id - 1]])
 
 
-def hint_rows(listpendinghints: str) -> int:
-    """Target nodes in `nodetool listpendinghints` output: one row per node this node
-    holds hints for, each starting with its host id ("This node does not have any
-    pending hints" when none)."""
-    return sum(1 for line in listpendinghints.splitlines() if HOST_ID.match(line.strip()))
-
-
-HOST_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+def hint_holders(rows_by_node: dict[int, list[Any]]) -> int:
+    """The nodes that hold hints for another: those whose `system_views.pending_hints`
+    (one row per target node, with its count of hint files) has a row with files."""
+    return sum(1 for rows in rows_by_node.values() if any(r.files for r in rows))
 
 
 def _pending_hints(run: ClusterRun) -> int:
-    """Hints the live nodes still hold for others, as (holder, target) pairs."""
-    pending = 0
+    """Nodes that still hold hints for another. Each live node answers for itself (a
+    virtual table is node-local): a CQL query routed to it, not a nodetool JVM."""
+    from pos_lambda.adapters.cassandra_client import cluster as cql_cluster
+
+    rows: dict[int, list[Any]] = {}
     for node_id in range(1, cluster.NODES + 1):
         if cluster.cassandra_process(run.base, node_id).pid() is None:
             continue
-        pending += hint_rows(cluster.nodetool(run.base, run.layout, node_id, "listpendinghints"))
-    return pending
+        host = run.layout.hosts[node_id - 1]
+        node = cql_cluster(run.settings, timeout=10, only_host=host)
+        try:
+            session = node.connect()
+            rows[node_id] = list(session.execute(HINTS_QUERY))
+        finally:
+            node.shutdown()
+    return hint_holders(rows)
+
+
+HINTS_QUERY = "SELECT host_id, files FROM system_views.pending_hints"
 
 
 class CassandraKillWhileSpeedWrites(ClusterFault):
@@ -214,8 +221,9 @@ class CassandraKillWhileSpeedWrites(ClusterFault):
         back = time.monotonic()
         await_or_fail(lambda: _pending_hints(run) == 0, 300, "the hints to replay")
         replayed = time.monotonic() - back
-        run.say(f"fault: cassandra-{self.node_id} back; hints for it from {hints} node(s) "
-                f"replayed {replayed:.0f} s later")  # fmt: skip
+        held = f"hints for it held by {hints} node(s)" if hints else "no node held hints for it"
+        run.say(f"fault: cassandra-{self.node_id} back; {held}; none pending "
+                f"{replayed:.0f} s later")  # fmt: skip
         return Struck(
             f"cassandra-{self.node_id}",
             f"hints held by {hints} node(s), replayed in {replayed:.0f} s",
