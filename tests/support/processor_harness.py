@@ -9,9 +9,9 @@ replaced by a new one with the same transactional.id, from the broker's state, a
 `restarts` times. Then, faults off, one more restart catches up: the final state is what
 any later instance would start from.
 
-The shell's clock is the broker's virtual clock (`time` in processor.py, and its backoff
-`sleep`), so a transaction closes after `transaction_max_ms` of virtual time and an
-empty poll's timeout passes at once.
+The shell's clock (`Processor.clock`) is the broker's virtual clock, so a transaction
+closes after `transaction_max_ms` of virtual time, an empty poll's timeout passes at once
+and a backoff costs nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
-from unittest import mock
 
 import pos_lambda.transactional.processor as shell
 from tests.support.memory_kafka import (
@@ -113,7 +112,7 @@ def run_instance(
     try:
         proc = make(clients)
         run.ids = (proc.section.group_id, proc.topic, proc.job.transactional_id)
-        proc.sleep = broker.clock.sleep
+        proc.clock = broker.clock
         proc.restart = _no_restart  # the watchdog never fires here (calls return at once)
         stop = UntilCaughtUp(broker, proc, max_idle_polls, max_polls)
         code = proc.run(stop)
@@ -142,12 +141,11 @@ def run_to_completion(
 ) -> Run:
     """Instances one after the other until one stops caught up, then a final one."""
     run = Run()
-    with mock.patch.object(shell, "time", broker.clock):
-        for _ in range(restarts + 1):
-            if run_instance(broker, make, run, max_idle_polls, max_polls):
-                break
-        broker.faults.armed = False  # the final restart: a supervisor's, on a calm day
-        run_instance(broker, make, run, max_idle_polls, max_polls, prefix="final: ")
+    for _ in range(restarts + 1):
+        if run_instance(broker, make, run, max_idle_polls, max_polls):
+            break
+    broker.faults.armed = False  # the final restart: a supervisor's, on a calm day
+    run_instance(broker, make, run, max_idle_polls, max_polls, prefix="final: ")
     run.caught_up = caught_up(broker, *run.ids)
     return run
 

@@ -39,6 +39,13 @@ partition's state is rebuilt from the records of every partition that now belong
 New partitions are seen within `topic.metadata.refresh.interval.ms` (5 s). A topic with
 fewer partitions than it was processed with (recreated) is refused: EXIT_FATAL.
 
+**The transaction's life cycle** is a pure state machine
+(src/pos_lambda/transactional/lifecycle.py): this shell turns what its clients do into
+events (a record polled, a poll's records done, partitions revoked or lost, a call
+failed for good, a commit done, stop) and carries out the actions it returns (begin,
+commit, abort, mark states stale, rewind, back off, exit). The two modes are two
+committers (src/pos_lambda/transactional/committers.py).
+
 **Errors.** Retriable errors (a coordinator moving, a timeout) are retried with
 backoff; errors that require an abort abort the transaction, rewind the consumer to
 the committed offsets and rebuild the state from there; fatal errors, fencing among
@@ -67,7 +74,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
@@ -75,18 +82,45 @@ from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas.contract import Receipt, parse_message
 from pos_lambda.settings import ProcessorSettings, Settings
-from pos_lambda.transactional import layout, restore, watchdog
-from pos_lambda.transactional.layout import History, LayoutShrunk
+from pos_lambda.transactional import layout, lifecycle, restore, watchdog
+from pos_lambda.transactional.committers import (
+    SEND_OFFSETS_TIMEOUT_S,
+    AtLeastOnce,
+    Committer,
+    ExactlyOnce,
+)
+from pos_lambda.transactional.layout import History
 from pos_lambda.transactional.lease import Lease
+from pos_lambda.transactional.lifecycle import (
+    EXIT_FATAL,
+    EXIT_FENCED,
+    Call,
+    ErrorKind,
+    Failed,
+    Phase,
+)
 from pos_lambda.transactional.refused import RECORD_REFUSED, RefusedOutputs, dead_letter
 from pos_lambda.transactional.step import Output, Source, Step
 from pos_lambda.transactional.watchdog import Watchdog, restart_in_place
 
+__all__ = [
+    "EXIT_FATAL",
+    "EXIT_FENCED",
+    "EXIT_ID_IN_USE",
+    "EXIT_RESTARTS_EXHAUSTED",
+    "HANG_MARGIN_S",
+    "SEND_OFFSETS_TIMEOUT_S",
+    "CallFailed",
+    "Clock",
+    "Fatal",
+    "Job",
+    "Processor",
+    "classify",
+]
+
 T = TypeVar("T")
 S = TypeVar("S")
 
-EXIT_FATAL = 3  # a fatal Kafka error: the instance stopped and wrote nothing more
-EXIT_FENCED = 4  # another instance with the same transactional.id took over
 EXIT_ID_IN_USE = 5  # another live instance holds this id (its lease): not started
 # A call hung again after the last allowed in-place restart (transactional/watchdog.py).
 EXIT_RESTARTS_EXHAUSTED = watchdog.EXIT_RESTARTS_EXHAUSTED
@@ -99,19 +133,25 @@ _IDLE_POLL_S = 0.5  # how often an idle loop looks at the stop flag
 # A blocking transactional call gets its own timeout plus this before the watchdog
 # declares it hung (librdkafka#5456: send_offsets_to_transaction ignores its timeout).
 HANG_MARGIN_S = 10.0
-# send_offsets_to_transaction's own timeout. It reaches the group and transaction
-# coordinators; when one of them dies the call hangs (above), so this plus the margin is
-# how long a coordinator's death stops the processor (40 s at 30 + 15 on the cluster).
-# A call that times out in earnest is retried (`_call`).
-SEND_OFFSETS_TIMEOUT_S = 10.0
-# Backoff between consecutive aborts without a commit: 0.1 s, doubling, at most 5 s.
-ABORT_BACKOFF_S = 0.1
-MAX_ABORT_BACKOFF_S = 5.0
 _MAX_BATCH = 500
+_PROGRESS_EVERY_S = 10.0
+
+
+def classify(err: KafkaError) -> ErrorKind:
+    """What an error from a (transactional) client call means for the processor:
+    fenced or fatal (stop, write nothing more), abort (abort the transaction and
+    rewind), retry (call again), fail (anything else: treat as fatal, or abort)."""
+    if err.code() in _FENCED_CODES or (err.fatal() and "fenced" in err.str().lower()):
+        return ErrorKind.FENCED
+    if err.fatal():
+        return ErrorKind.FATAL
+    if err.txn_requires_abort():
+        return ErrorKind.ABORT
+    return ErrorKind.RETRY if err.retriable() else ErrorKind.FAIL
 
 
 class Fatal(Exception):
-    """The instance must stop and write nothing more."""
+    """A Kafka error after which an instance must stop and write nothing more."""
 
     def __init__(self, error: KafkaError) -> None:
         super().__init__(str(error))
@@ -119,29 +159,32 @@ class Fatal(Exception):
 
     @property
     def fenced(self) -> bool:
-        return classify(self.error) == "fenced"
+        return classify(self.error) is ErrorKind.FENCED
 
 
-def classify(err: KafkaError) -> str:
-    """What an error from a (transactional) client call means for the processor:
-    "fenced" or "fatal" (stop, write nothing more), "abort" (abort the transaction and
-    rewind), "retry" (call again), "fail" (anything else: treat as fatal, or abort)."""
-    if err.code() in _FENCED_CODES or (err.fatal() and "fenced" in err.str().lower()):
-        return "fenced"
-    if err.fatal():
-        return "fatal"
-    if err.txn_requires_abort():
-        return "abort"
-    return "retry" if err.retriable() else "fail"
+class CallFailed(Exception):
+    """A call failed for good: unwinds to where the shell hands `failed` to the life
+    cycle (the one exception that steers the shell)."""
+
+    def __init__(self, failed: Failed) -> None:
+        super().__init__(failed.text)
+        self.failed = failed
 
 
-class LeaseTaken(Exception):
-    """Another instance took this instance's lease (it was frozen past the lease's TTL):
-    the newer one has fenced it, or is about to."""
+class Clock(Protocol):
+    """Time as the shell sees it (a virtual clock in unit tests)."""
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
 
 
-class Abortable(Exception):
-    """The open transaction failed: abort it, rewind to the committed offsets."""
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)  # backoff between retries, not synchronisation
 
 
 @dataclass(frozen=True)
@@ -179,6 +222,7 @@ class Processor(Generic[S]):
         restart: Callable[[str], None] | None = None,
         lease: Lease | None = None,
         clients: KafkaClients | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings, self.job, self.step = settings, job, step
         self.section = job.section
@@ -191,45 +235,33 @@ class Processor(Generic[S]):
             setting=f"{job.env_prefix}MAX_RESTARTS_IN_PLACE",
         )
         self.lease = lease  # held for this instance's id (transactional/lease.py), or None
+        self.clock: Clock = clock or SystemClock()
         self.stop: threading.Event | None = None
-        self.exactly_once = job.section.mode == "exactly_once"
         self.topic = job.input_topic
         self.failpoint = f"{job.name}.after_produce"
+        self.failpoints = Failpoints.from_settings(settings.faults)
+        self.limits = lifecycle.Limits(
+            self.section.transaction_max_messages, self.section.transaction_max_ms / 1000
+        )
+        self.life = lifecycle.Life()
+        # Each owned partition's step state, and the committed offset it corresponds to
+        # (a partition missing from `synced` is stale: rebuilt before it is used again).
         self.states: dict[int, S] = {}
+        self.synced: dict[int, int] = {}
         # The input's partition count the owned partitions are processed under (read at
         # each assignment), and each owned partition's layout history extended to it:
         # what its offset commits carry (transactional/layout.py).
         self.count = 0
         self.histories: dict[int, History] = {}
-        # The committed offset each partition's state corresponds to (-1: none yet).
-        self.synced: dict[int, int] = {}
-        # The partitions whose states the open batch has changed (ahead of `synced`).
-        self.touched: set[int] = set()
-        self.aborts_in_a_row = 0
+        self.owned: set[int] = set()  # the partitions assigned to this instance now
         self.refused = RefusedOutputs(job.section.refused_output_patience_s)
         self.isolating: Source | None = None  # the record whose outputs are sent alone
-        # The partitions assigned to this instance now, and how many rebalances it has
-        # seen (a record polled before a rebalance is not processed after it).
-        self.owned: set[int] = set()
-        self.rebalances = 0
-        self.polled: Any = None  # a record polled and not processed yet (see _step)
-        self.open = False  # a transaction (or, at least once, an uncommitted batch)
-        self.opened_at = 0.0
-        self.batch_records = 0
-        self.batch_outputs = 0
-        self.batch_forwards = 0  # records forwarded to their home partition (layout.py)
         self.output_batches = 0  # batches that produced something (for the failpoint)
-        self.failpoints = Failpoints.from_settings(settings.faults)
-        total_restarts, in_a_row = watchdog.restarts()
-        self.totals = {
-            "records": 0, job.outputs: 0, "commits": 0, "aborts": 0, "dead_letters": 0,
-            "forwarded": 0,
-            "restarts_in_place": total_restarts, "restarts_in_a_row": in_a_row,
-        }  # fmt: skip
         self.failed_deliveries = 0
-        self.background_fatal: KafkaError | None = None
-        self.callback_error: BaseException | None = None
-        self.dead = False  # after a fatal error: no more writes of any kind
+        # What happened where the loop could not act on it at once (a client's error
+        # callback, a rebalance callback inside consume()): acted on by the loop.
+        self.pending: BaseException | None = None
+        self.restarts_in_place, self.restarts_in_a_row = watchdog.restarts()
         # The Kafka port (adapters/kafka_clients.py): the real broker, or a fake in tests.
         self.clients = clients or ConfluentClients.from_settings(settings)
         self.consumer = self.clients.group_consumer(
@@ -237,66 +269,54 @@ class Processor(Generic[S]):
             instance_id=job.transactional_id,
             session_timeout_ms=self.section.session_timeout_ms,
         )
-        if self.exactly_once:
-            self.producer = self.clients.transactional_producer(
-                job.transactional_id, self.section.transaction_timeout_ms, error_cb=self._on_error
-            )
-        else:
-            self.producer = self.clients.producer(error_cb=self._on_error)
+        self.committer = self._committer()
+        self.producer = self.committer.producer
         self.watchdog = Watchdog(self._on_hang)
-        self.sleep = time.sleep  # the backoff between retries (a fake clock in unit tests)
+
+    def _committer(self) -> Committer:
+        if self.section.mode == "exactly_once":
+            producer = self.clients.transactional_producer(
+                self.job.transactional_id,
+                self.section.transaction_timeout_ms,
+                error_cb=self._on_error,
+            )
+            return ExactlyOnce(producer, self.consumer, self._call, self.section.coordinator_wait_s)
+        producer = self.clients.producer(error_cb=self._on_error)
+        return AtLeastOnce(producer, self.consumer, self._call, self._flush_deliveries)
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """What the instance logs as its progress and serves as metrics."""
+        t = self.life.totals
+        return {
+            "records": t.records, self.job.outputs: t.outputs, "commits": t.commits,
+            "aborts": t.aborts, "dead_letters": t.dead_letters, "forwarded": t.forwarded,
+            "restarts_in_place": self.restarts_in_place,
+            # A commit starts a new row of restarts (watchdog.committed).
+            "restarts_in_a_row": 0 if t.commits else self.restarts_in_a_row,
+        }  # fmt: skip
 
     # --- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> int:
         self.stop = stop
         try:
-            if self.exactly_once:
-                # Fences any predecessor with this transactional.id and aborts its open
-                # transaction before this instance reads a single offset.
-                self._call(
-                    lambda: self.producer.init_transactions(30),
-                    "init_transactions",
-                    30,
-                    abortable=False,
-                    patience_s=self.section.coordinator_wait_s,
+            self._attempt(self.committer.start)
+            if self.life.exit_code is None:
+                self.consumer.subscribe(
+                    [self.topic],
+                    on_assign=self._guarded(self._on_assign),
+                    on_revoke=self._guarded(self._on_revoke),
+                    on_lost=self._guarded(self._on_lost),
                 )
-            self.consumer.subscribe(
-                [self.topic],
-                on_assign=self._guarded(self._on_assign),
-                on_revoke=self._guarded(self._on_revoke),
-                on_lost=self._guarded(self._on_lost),
-            )
-            self.log.info(
-                "%s: %s from %s to %s, group %s",
-                self.job.transactional_id, self.section.mode, self.topic,
-                self.job.output_topic, self.section.group_id,
-            )  # fmt: skip
-            last_report = time.monotonic()
-            while not stop.is_set():
-                try:
-                    self._step()
-                except Abortable as exc:
-                    self._abort_and_rewind(str(exc))
-                if time.monotonic() - last_report >= 10:
-                    last_report = time.monotonic()
-                    self.log.info("progress: %s", self.totals)
-            self._finish()
-            self.log.info("stopped: %s", self.totals)
-            return 0
-        except Fatal as exc:
-            self.dead = True
-            what = "fenced by a newer instance" if exc.fenced else "fatal Kafka error"
-            self.log.error("%s (%s): stopping, writing nothing more", what, exc)
-            return EXIT_FENCED if exc.fenced else EXIT_FATAL
-        except LayoutShrunk as exc:
-            self.dead = True
-            self.log.error("%s: stopping, writing nothing more", exc)
-            return EXIT_FATAL
-        except LeaseTaken as exc:
-            self.dead = True
-            self.log.error("fenced by a newer instance (%s): stopping, writing nothing more", exc)
-            return EXIT_FENCED
+                self.log.info(
+                    "%s: %s from %s to %s, group %s",
+                    self.job.transactional_id, self.section.mode, self.topic,
+                    self.job.output_topic, self.section.group_id,
+                )  # fmt: skip
+                self._loop(stop)
+            assert self.life.exit_code is not None
+            return self.life.exit_code
         except KafkaException:
             # Neither fatal nor retriable nor abortable: where it came from, for the report.
             self.log.exception("unexpected Kafka error: stopping")
@@ -305,51 +325,92 @@ class Processor(Generic[S]):
             self._close()
             self.watchdog.close()
 
-    def _step(self) -> None:
-        self._raise_pending()
-        room = self.section.transaction_max_messages - self.batch_records
-        max_records = max(1, min(_MAX_BATCH, room))
+    def _loop(self, stop: threading.Event) -> None:
+        last_report = self.clock.monotonic()
+        while self.life.exit_code is None:
+            if stop.is_set():
+                self._on(lifecycle.Stop())
+                continue
+            self._attempt(self._poll_and_process)
+            if self.clock.monotonic() - last_report >= _PROGRESS_EVERY_S:
+                last_report = self.clock.monotonic()
+                self.log.info("progress: %s", self.totals)
+
+    def _attempt(self, work: Callable[[], None]) -> None:
+        """`work`; a call in it that failed for good goes to the life cycle."""
+        try:
+            work()
+        except CallFailed as exc:
+            self._on(exc.failed)
+
+    def _on(self, event: lifecycle.Event) -> None:
+        """Hand `event` to the life cycle and carry out its actions, in order. An action
+        that fails ends the list: the failure is the next event."""
+        self.life, actions = lifecycle.step(self.limits, self.life, event)
+        for action in actions:
+            try:
+                self._carry_out(action)
+            except CallFailed as exc:
+                self._on(exc.failed)
+                return
+
+    def _carry_out(self, action: lifecycle.Action) -> None:
+        match action:
+            case lifecycle.Begin():
+                self.committer.begin()
+            case lifecycle.Commit(outputs=outputs):
+                self._commit(outputs)
+                self._on(lifecycle.Committed())
+            case lifecycle.Abort():
+                self.committer.abort()
+            case lifecycle.MarkStale(partitions=stale):
+                for partition in list(self.synced) if stale is None else stale:
+                    self.synced.pop(partition, None)
+            case lifecycle.Rewind():
+                assignment = self.consumer.assignment()
+                if assignment:
+                    for tp in self._restore(self.consumer, assignment):
+                        self.consumer.seek(tp)
+            case lifecycle.Forget(partitions=partitions):
+                for partition in partitions:
+                    self.states.pop(partition, None)
+                    self.synced.pop(partition, None)
+            case lifecycle.BackOff(seconds=seconds):
+                self.clock.sleep(seconds)
+            case lifecycle.Say(level=level, text=text):
+                self.log.log(level, "%s", text)
+            case lifecycle.Exit(code=0):
+                self.log.info("stopped: %s", self.totals)
+            case lifecycle.Exit():
+                pass  # said why (Say) just before
+
+    def _poll_and_process(self) -> None:
+        self._act_on_pending()
+        max_records = max(1, min(_MAX_BATCH, lifecycle.room(self.limits, self.life)))
         # consume(n, timeout) waits for n records or the whole timeout: wait for the first
         # one only (poll), then take what has already arrived. Records are processed, and
         # at least once their outputs sent, as they come, not at the end of a wait.
-        first = self.consumer.poll(self._wait_s())
-        msgs = [] if first is None else [first]
-        if first is not None and max_records > 1:
-            rebalances = self.rebalances
-            # Polled, not processed yet: a revocation served inside consume() commits the
-            # open batch, and must not count this record (the consumer's position does).
-            self.polled = first if first.error() is None else None
-            try:
+        wait = lifecycle.wait_s(self.limits, self.life, self.clock.monotonic(), _IDLE_POLL_S)
+        first = self.consumer.poll(wait)
+        self._act_on_pending()
+        if first is not None:
+            # Processed before consume(): a revocation served inside it commits the open
+            # transaction at the consumer's position, which already counts this record.
+            self._process(first)
+            if max_records > 1 and self.life.exit_code is None:
                 more = self.consumer.consume(max_records - 1, timeout=0)
-            finally:
-                self.polled = None
-            # A rebalance served inside consume() reset the fetch positions: the record
-            # polled before it is stale (consume() itself returns only fresh records).
-            msgs = more if self.rebalances != rebalances else msgs + more
-        self._raise_pending()
-        for msg in msgs:
-            self._process(msg)
-        if self.open and self._due():
-            self._commit()
-
-    def _wait_s(self) -> float:
-        if not self.open:
-            return _IDLE_POLL_S
-        left = self.opened_at + self.section.transaction_max_ms / 1000 - time.monotonic()
-        return max(0.0, left)
-
-    def _due(self) -> bool:
-        s = self.section
-        return (
-            self.batch_records >= s.transaction_max_messages
-            or time.monotonic() - self.opened_at >= s.transaction_max_ms / 1000
-        )
+                self._act_on_pending()
+                for msg in more:
+                    if self.life.exit_code is not None:
+                        return
+                    self._process(msg)
+        self._on(lifecycle.Due(self.clock.monotonic()))
 
     def _process(self, msg: Any) -> None:
         err = msg.error()
         if err is not None:
             if err.fatal():
-                raise Fatal(err)
+                raise CallFailed(Failed(Call.CONSUME, classify(err), str(err)))
             self.log.warning("consumer: %s", err)
             return
         state = self.states.get(msg.partition())
@@ -359,15 +420,23 @@ class Processor(Generic[S]):
         forwarder = layout.forwarded_by(msg.headers())
         if forwarder is not None and forwarder != self.job.name:
             return  # another kind of processor's forward: this one forwards the original
-        if not self.open:
-            self._begin()
+        self._on(lifecycle.Polled(self.clock.monotonic()))
+        if self.life.phase is not Phase.OPEN:
+            return  # the transaction could not begin: the instance is stopping
         target = layout.home(msg.key(), self.count)
         if target is not None and target != source.partition and _keeps_state(msg.value()):
+            self._on(lifecycle.Processed(source.partition, 0, forwarded=True))
             self._forward(msg, source, target)
             return
         outputs = self.step.apply(state, msg.value(), source)
-        self.touched.add(msg.partition())
-        verdict, reason = self.refused.verdict(source, time.monotonic())
+        verdict, reason = self.refused.verdict(source, self.clock.monotonic())
+        # Told before the outputs are sent: if sending fails, the abort knows that this
+        # partition's state ran ahead of its committed offset.
+        self._on(
+            lifecycle.Processed(
+                source.partition, len(outputs), dead_lettered=verdict == "dead_letter"
+            )
+        )
         if verdict == "dead_letter":
             self._dead_letter(source, outputs, reason)
         elif verdict == "send_alone" and outputs:
@@ -375,9 +444,6 @@ class Processor(Generic[S]):
         else:
             for output in outputs:
                 self._produce(output, source)
-        if verdict != "dead_letter":
-            self.batch_outputs += len(outputs)
-        self.batch_records += 1
 
     def _forward(self, msg: Any, source: Source, target: int) -> None:
         """A record off its home partition (a producer with the old partition count, or
@@ -391,14 +457,6 @@ class Processor(Generic[S]):
         self._produce(
             forward, source, topic=self.topic, partition=target, timestamp=source.timestamp_ms
         )
-        self.batch_records += 1
-        self.batch_forwards += 1
-
-    def _begin(self) -> None:
-        if self.exactly_once:
-            self._call(self.producer.begin_transaction, "begin_transaction", 30)
-        self.open, self.opened_at = True, time.monotonic()
-        self.batch_records = self.batch_outputs = self.batch_forwards = 0
 
     def _produce(
         self,
@@ -424,17 +482,18 @@ class Processor(Generic[S]):
                 self.producer.poll(0.1)  # local queue full: let deliveries drain
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
+                kind: ErrorKind | None = ErrorKind.ABORT
                 if err.code() in RECORD_REFUSED and topic is None:
                     # Larger than this producer may ever send (message.max.bytes): no
                     # limit on the broker can help. Abort; the replay dead-letters it.
                     reason = f"{err.name()}: {err.str()}"
-                    self.refused.note(source, reason, time.monotonic(), alone=True, for_good=True)
-                    raise Abortable(f"produce: {err}") from exc
-                if self.exactly_once and classify(err) in ("retry", "fail"):
-                    # The transaction cannot take this record (its state is broken, the
-                    # record refused): abort it and replay from the committed offsets.
-                    raise Abortable(f"produce: {err}") from exc
-                self._classify(err)
+                    now = self.clock.monotonic()
+                    self.refused.note(source, reason, now, alone=True, for_good=True)
+                else:
+                    kind = self.committer.produce_error(classify(err))
+                if kind is None:
+                    raise
+                raise CallFailed(Failed(Call.PRODUCE, kind, f"produce: {err}")) from exc
 
     def _send_alone(self, source: Source, outputs: Sequence[Output]) -> None:
         """Deliver `source`'s outputs in batches of their own (what was sent before them
@@ -460,61 +519,36 @@ class Processor(Generic[S]):
             self.job.name, self.topic, self.job.output_topic, source, outputs, reason
         )
         self._produce(letter, source, topic=self.job.dead_letter_topic)
-        self.totals["dead_letters"] += 1
 
-    # --- commit, abort, rewind ----------------------------------------------------------
+    # --- commit ----------------------------------------------------------------------
 
-    def _commit(self) -> None:
-        """Close the open batch: outputs and offsets together (or, at least once, in turn)."""
-        if self.batch_outputs:
+    def _commit(self, outputs: int) -> None:
+        """The open batch's outputs and the consumer's positions, durable together (or,
+        at least once, in turn)."""
+        if outputs:
             self.output_batches += 1
             self._maybe_crash()
         assignment = self.consumer.assignment()
-        polled = (self.polled.partition(), self.polled.offset()) if self.polled else None
         # Each offset with the partition counts it was processed under (its metadata).
         offsets = [
             TopicPartition(
-                tp.topic,
-                tp.partition,
-                min(tp.offset, polled[1]) if polled and tp.partition == polled[0] else tp.offset,
-                metadata=self._history(tp.partition).encode(),
+                tp.topic, tp.partition, tp.offset, metadata=self._history(tp.partition).encode()
             )
             for tp in self.consumer.position(assignment)
             if tp.offset >= 0
         ]
-        if self.exactly_once:
-            self._call(
-                lambda: self.producer.send_offsets_to_transaction(
-                    offsets, self.consumer.consumer_group_metadata(), SEND_OFFSETS_TIMEOUT_S
-                ),
-                "send_offsets_to_transaction",
-                SEND_OFFSETS_TIMEOUT_S,
-            )
-            self._call(lambda: self.producer.commit_transaction(60), "commit_transaction", 60)
-        else:
-            self._flush_deliveries()
-            if offsets:
-                self._call(
-                    lambda: self.consumer.commit(offsets=offsets, asynchronous=False), "commit", 60
-                )
+        self.committer.commit(offsets)
         for tp in offsets:
             self.synced[tp.partition] = tp.offset
             self.refused.committed(tp.partition, tp.offset)
-        self.touched.clear()
-        self.aborts_in_a_row = 0
-        self.open = False
-        self.totals["records"] += self.batch_records
-        self.totals[self.job.outputs] += self.batch_outputs
-        self.totals["forwarded"] += self.batch_forwards
-        self.totals["commits"] += 1
         watchdog.committed()  # progress: the next hang starts a new row of restarts
-        self.totals["restarts_in_a_row"] = 0
 
     def _flush_deliveries(self) -> None:
         self.failed_deliveries = 0
         if self.producer.flush(60) or self.failed_deliveries:
             # Some outputs may be lost: do not commit past their records, reprocess them.
-            raise Abortable(f"{self.failed_deliveries} deliveries failed")
+            text = f"{self.failed_deliveries} deliveries failed"
+            raise CallFailed(Failed(Call.FLUSH, ErrorKind.ABORT, text))
 
     def _maybe_crash(self) -> None:
         """Testing only (POS_<NAME>_CRASH_POINT): die or freeze with outputs produced and
@@ -523,63 +557,12 @@ class Processor(Generic[S]):
             self.producer.flush(30)
             self.failpoints.hit(self.failpoint, self.output_batches)
 
-    def _abort_and_rewind(self, why: str) -> None:
-        self.log.warning(
-            "aborting the open transaction (%s); rewinding to the committed offsets", why
-        )
-        if self.exactly_once and self.open:
-            self._abort()
-        self.open = False
-        self.totals["aborts"] += 1
-        self.aborts_in_a_row += 1
-        if self.aborts_in_a_row > 1:
-            # The same trouble again (a refused output, a coordinator moving): back off
-            # instead of hammering the broker with begin-produce-abort cycles.
-            delay = min(ABORT_BACKOFF_S * 2 ** (self.aborts_in_a_row - 2), MAX_ABORT_BACKOFF_S)
-            self.log.warning("%d aborts in a row: backing off %.1f s", self.aborts_in_a_row, delay)
-            self.sleep(delay)
-        # The states of the partitions the aborted batch read ran ahead of their committed
-        # offsets: rebuild them, or the replayed records would look like resends of
-        # themselves and emit nothing (issue 61: their offsets then committed, outputs lost).
-        for partition in self.touched:
-            self.synced.pop(partition, None)
-        self.touched.clear()
-        assignment = self.consumer.assignment()
-        if not assignment:
-            return
-        for tp in self._restore(self.consumer, assignment):
-            self.consumer.seek(tp)
-
-    def _abort(self) -> None:
-        # A timed-out abort is retriable ("retry call to resume"), and so is a coordinator
-        # still completing the previous transaction: wait for it, do not exit.
-        self._call(
-            lambda: self.producer.abort_transaction(30),
-            "abort_transaction",
-            30,
-            abortable=False,
-            patience_s=self.section.coordinator_wait_s,
-        )
-
-    def _finish(self) -> None:
-        """On stop: commit the open batch, or abort it if it cannot commit."""
-        if not self.open:
-            return
-        try:
-            self._commit()
-        except Abortable as exc:
-            self.log.warning("could not commit on stop (%s): aborting", exc)
-            if self.exactly_once:
-                self._abort()
-            self.open = False
-
     def _close(self) -> None:
         try:
             self.consumer.close()  # leaves the group; commits nothing (auto-commit is off)
         except (KafkaException, RuntimeError) as exc:
             self.log.warning("closing the consumer: %s", exc)
-        if not self.dead and not self.exactly_once:
-            self.producer.flush(30)
+        self.committer.close(dead=self.life.phase is Phase.DEAD)
 
     # --- rebalancing -----------------------------------------------------------------
 
@@ -623,7 +606,7 @@ class Processor(Generic[S]):
         """The states of `targets` from every record processed in place below the committed
         offsets that belongs to them under `self.count` (transactional/layout.py), each
         source partition read once."""
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         states = {p: self.step.initial() for p in targets}
         name, count = self.job.name, self.count
 
@@ -661,19 +644,19 @@ class Processor(Generic[S]):
         self.log.info(
             "partitions %s: state rebuilt from %d records below their committed offsets "
             "(%d partitions) in %.2f s",
-            sorted(targets), applied, count, time.monotonic() - t0,
+            sorted(targets), applied, count, self.clock.monotonic() - t0,
         )  # fmt: skip
 
     def _check_shrunk(self, histories: dict[int, History]) -> None:
         largest = max((h.largest for h in histories.values()), default=self.count)
         if largest > self.count:
-            raise LayoutShrunk(
+            raise CallFailed(Failed(Call.LAYOUT, ErrorKind.FATAL, (
                 f"{self.topic} has {self.count} partitions, but group "
                 f"{self.section.group_id} processed it with {largest}: it was recreated "
                 "with fewer. Kafka cannot shrink a topic, and this group's offsets and state "
                 "describe the old one. Grow it back to at least that many partitions, or "
                 "start over with a new group id (POS_<PROCESSOR>_GROUP_ID) on the new topic"
-            )
+            )))  # fmt: skip
 
     def _peek_committed(self, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
         """The group's committed offsets (and their metadata) of partitions other members
@@ -704,21 +687,20 @@ class Processor(Generic[S]):
         """The group's committed offsets of `partitions`. Retriable errors (a coordinator
         moving or loading; KIP-447: another member's open transaction holding the offsets
         past the call's timeout) are retried with backoff for COORDINATOR_WAIT_S."""
-        deadline = time.monotonic() + self.section.coordinator_wait_s
+        deadline = self.clock.monotonic() + self.section.coordinator_wait_s
         delay = 0.1
         while True:
             try:
                 return list(consumer.committed(partitions, timeout=60))
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
-                if classify(err) != "retry" or time.monotonic() >= deadline:
+                if classify(err) is not ErrorKind.RETRY or self.clock.monotonic() >= deadline:
                     raise
                 self.log.warning("committed offsets: %s; retrying in %.1f s", err, delay)
-                self.sleep(delay)
+                self.clock.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
         count = self._partition_count(consumer, partitions)
         if count != self.count:
             if self.count:
@@ -735,36 +717,16 @@ class Processor(Generic[S]):
         self.log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
-        # Commit what was processed while the partitions are still ours; the next owner
-        # starts from there (its offset fetch waits for this transaction, KIP-447).
-        if self.open and not self.dead:
-            try:
-                self._commit()
-            except Abortable as exc:
-                self._drop_open_batch(f"revoked mid-transaction: {exc}")
+        # The life cycle commits an open transaction while the partitions are still ours;
+        # the next owner starts from there (its offset fetch waits for it, KIP-447).
+        self._on(lifecycle.Revoked(frozenset(tp.partition for tp in partitions)))
         self.owned -= {tp.partition for tp in partitions}
         self.log.info("revoked partitions %s", sorted(tp.partition for tp in partitions))
 
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # The group moved on without us: our offsets can no longer be committed.
-        self.rebalances += 1
         self.owned -= {tp.partition for tp in partitions}
-        if self.open and not self.dead:
-            self._drop_open_batch("partitions lost")
-        for tp in partitions:
-            self.states.pop(tp.partition, None)
-            self.synced.pop(tp.partition, None)
-
-    def _drop_open_batch(self, why: str) -> None:
-        self.log.warning("aborting the open transaction: %s", why)
-        if self.exactly_once:
-            self._abort()
-        self.open = False
-        self.totals["aborts"] += 1
-        # Every state ran ahead of its committed offset: rebuild on the next assignment.
-        self.synced.clear()
-        self.touched.clear()
+        self._on(lifecycle.Lost(frozenset(tp.partition for tp in partitions)))
 
     def _guarded(
         self, callback: Callable[[Any, list[TopicPartition]], None]
@@ -772,12 +734,12 @@ class Processor(Generic[S]):
         """Rebalance callbacks run inside consume(): keep their errors for the loop."""
 
         def run(consumer: Any, partitions: list[TopicPartition]) -> None:
-            if self.callback_error is not None:
+            if self.pending is not None:
                 return
             try:
                 callback(consumer, partitions)
-            except BaseException as exc:  # re-raised by _raise_pending
-                self.callback_error = exc
+            except BaseException as exc:  # acted on by _act_on_pending
+                self.pending = exc
 
         return run
 
@@ -785,7 +747,7 @@ class Processor(Generic[S]):
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
-            self.background_fatal = err
+            self.pending = CallFailed(Failed(Call.BACKGROUND, classify(err), str(err)))
         else:  # connection trouble: librdkafka retries on its own
             self.log.warning("kafka: %s", err)
 
@@ -797,7 +759,8 @@ class Processor(Generic[S]):
             return  # purged by an abort: the abort is what is logged
         if err.code() in RECORD_REFUSED:
             reason = f"{err.name()}: {err.str()}"
-            self.refused.note(source, reason, time.monotonic(), alone=source == self.isolating)
+            now = self.clock.monotonic()
+            self.refused.note(source, reason, now, alone=source == self.isolating)
         self.log.warning("record not delivered: %s", err)
 
     def _on_hang(self, what: str) -> None:
@@ -817,42 +780,32 @@ class Processor(Generic[S]):
             os._exit(EXIT_FATAL)
         self.restart(why)
 
-    def _raise_pending(self) -> None:
+    def _act_on_pending(self) -> None:
+        """Raise what happened outside the loop's calls: a lease taken over, a fatal error
+        of the producer's background thread, an error inside a rebalance callback."""
         if self.lease is not None and self.lease.lost is not None:
-            raise LeaseTaken(f"its lease is now held by {self.lease.lost.describe()}")
-        if self.background_fatal is not None:
-            raise Fatal(self.background_fatal)
-        if self.callback_error is not None:
-            exc, self.callback_error = self.callback_error, None
-            if isinstance(exc, KafkaException):
-                self._classify(exc.args[0])
+            # Frozen past the lease's TTL: a newer instance has fenced this one, or is about to.
+            text = f"its lease is now held by {self.lease.lost.describe()}"
+            raise CallFailed(Failed(Call.LEASE, ErrorKind.FENCED, text))
+        exc, self.pending = self.pending, None
+        if isinstance(exc, KafkaException):
+            err: KafkaError = exc.args[0]
+            kind = classify(err)
+            if kind in (ErrorKind.FENCED, ErrorKind.FATAL, ErrorKind.ABORT):
+                raise CallFailed(Failed(Call.REBALANCE, kind, str(err))) from exc
+        if exc is not None:
             raise exc
 
-    def _classify(self, err: KafkaError) -> None:
-        """Raise what `err` means for the loop: Fatal, Abortable, or KafkaException."""
-        kind = classify(err)
-        if kind in ("fenced", "fatal"):
-            raise Fatal(err)
-        if kind == "abort":
-            raise Abortable(str(err))
-        raise KafkaException(err)
-
     def _call(
-        self,
-        fn: Callable[[], T],
-        what: str,
-        timeout_s: float,
-        abortable: bool = True,
-        patience_s: float | None = None,
+        self, fn: Callable[[], T], what: str, timeout_s: float, patience_s: float | None = None
     ) -> T:
-        """Run a transactional call (given `timeout_s`), retrying retriable errors for
-        `patience_s` (default: until the transaction would time out anyway). Raises Fatal,
-        or Abortable (if `abortable` and a transaction is open; else Fatal). A call still
-        blocked `HANG_MARGIN_S` after its own timeout is hung: the watchdog restarts the
-        instance (`_on_hang`)."""
+        """Run a client call (given `timeout_s`), retrying retriable errors for
+        `patience_s` (default: until the transaction would time out anyway); then raise
+        CallFailed. A call still blocked `HANG_MARGIN_S` after its own timeout is hung: the
+        watchdog restarts the instance (`_on_hang`)."""
         if patience_s is None:
             patience_s = self.section.transaction_timeout_ms / 1000
-        deadline = time.monotonic() + patience_s
+        deadline = self.clock.monotonic() + patience_s
         delay = 0.1
         while True:
             try:
@@ -861,16 +814,12 @@ class Processor(Generic[S]):
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
                 kind = classify(err)
-                if kind == "retry" and time.monotonic() < deadline:
+                if kind is ErrorKind.RETRY and self.clock.monotonic() < deadline:
                     self.log.warning("%s: %s; retrying in %.1f s", what, err, delay)
-                    # Backoff between retries of a failed call, not synchronisation.
-                    self.sleep(delay)
+                    self.clock.sleep(delay)
                     delay = min(delay * 2, 5.0)
                     continue
-                if kind in ("fenced", "fatal") or not (abortable and self.open):
-                    raise Fatal(err) from exc
-                # Abortable, or retried until the transaction would time out anyway.
-                raise Abortable(f"{what}: {err}") from exc
+                raise CallFailed(Failed(Call(what), kind, f"{what}: {err}")) from exc
 
 
 def _keeps_state(value: bytes | None) -> bool:
