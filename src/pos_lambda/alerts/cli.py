@@ -129,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rules = rules_from(settings, _store_calendar(settings))
     except StoreError as exc:
-        print(f"error: the stores table: {exc} (fix it with pos-stores set)", file=sys.stderr)
+        # `set` field by field reads the row first, which a broken row fails: --repair.
+        print(
+            f"error: the stores table: {exc} (rewrite that row with pos-stores set "
+            "OPERATION_ID --repair --name ... --zone ... --hours ...)",
+            file=sys.stderr,
+        )
         return EXIT_CONFIGURATION
     except RegistryUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)

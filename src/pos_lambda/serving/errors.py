@@ -48,9 +48,8 @@ class BrokenStore(ServingError):
     def __init__(self, store: int, reason: str) -> None:
         super().__init__(
             f"the stores table's row of store {store} is broken ({reason}), so its local "
-            f"day is unknown: fix that row (in cqlsh: UPDATE stores SET time_zone = "
-            f"'Europe/Bratislava', opening_hours = {{'mon': '07:00-21:00', ...}} WHERE "
-            f"operation_id = {store}), or ask by UTC day meanwhile"
+            f"day is unknown: rewrite that row with pos-stores set {store} --repair --name "
+            "... --zone ... --hours ..., or ask by UTC day meanwhile"
         )
         self.store = store
 

@@ -3,16 +3,21 @@
     pos-stores add 101 --name "Thamel" --zone Asia/Kathmandu \\
         --hours mon-fri=07:00-21:00 --hours sat=08:00-14:00      # sunday: closed
     pos-stores set 101 --zone Asia/Kathmandu --hours sun=10:00-14:00
+    pos-stores set 101 --repair --name "Thamel" --zone Asia/Kathmandu \\
+        --hours mon-fri=07:00-21:00                 # a broken row, rewritten whole
     pos-stores list [--json]
 
 Hours are the store's local wall clock, per weekday: DAYS=HH:MM-HH:MM or DAYS=closed,
 DAYS being mon..sun, a range (mon-fri), a list (sat,sun), daily, weekdays or weekend;
 later --hours override earlier ones. `add` closes the days it is not told about; `set`
-changes only what it is given. Overnight hours are refused: split them at midnight
+changes only what it is given. A row edited by hand (cqlsh) into something invalid does
+not read back, so `set` cannot change it field by field: `set --repair` rewrites it whole
+from --name, --zone and --hours (as `add` does: days not named are closed), without
+reading it. Overnight hours are refused: split them at midnight
 (fri=18:00-24:00 and sat=00:00-02:00). The zone is an IANA name (Europe/Bratislava).
 Cassandra settings come from POS_* variables (`python -m pos_lambda.settings`).
 Exit codes: 0 done, 2 bad input (zone, hours, an existing store for add), 3 unknown
-store (set), 4 Cassandra unreachable.
+store (set), 4 Cassandra unreachable, 5 the store's row is broken (set --repair).
 """
 
 from __future__ import annotations
@@ -25,11 +30,15 @@ from collections.abc import Callable
 from pos_lambda.stores.model import WEEKDAYS, Store, StoreError, parse_week
 from pos_lambda.stores.registry import CassandraStores, RegistryUnavailable, StoreRegistry
 
-EXIT_BAD_INPUT, EXIT_UNKNOWN_STORE, EXIT_UNAVAILABLE = 2, 3, 4
+EXIT_BAD_INPUT, EXIT_UNKNOWN_STORE, EXIT_UNAVAILABLE, EXIT_BROKEN_ROW = 2, 3, 4, 5
 
 
 class UnknownStoreError(Exception):
     pass
+
+
+class BrokenRowError(Exception):
+    """The store's row does not read back (edited by hand): only `set --repair` helps."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     set_.add_argument("--name", help="a new name")
     set_.add_argument("--zone", help="a new IANA time zone")
     set_.add_argument("--hours", action="append", default=[], help=hours_help)
+    set_.add_argument(
+        "--repair",
+        action="store_true",
+        help="rewrite the row whole, without reading it (a row edited by hand into "
+        "something invalid does not read back): needs --name, --zone and --hours; days "
+        "not named are closed",
+    )
     ls = sub.add_parser("list", help="list the stores", description="list the registered stores")
     ls.add_argument("--json", action="store_true", help="JSON (one object per store)")
     return p
@@ -89,14 +105,16 @@ def run(args: argparse.Namespace, registry: StoreRegistry) -> str:
         )
     if args.command == "add":
         store = Store.create(args.operation_id, args.name, args.zone, parse_week(args.hours))
-        if registry.get(args.operation_id) is not None:
+        if _current(registry, args.operation_id) is not None:
             raise StoreError(
                 f"store {args.operation_id} is registered already: change it with "
                 f"pos-stores set {args.operation_id} ..."
             )
         registry.put(store)
         return f"added {render_table([store])}"
-    current = registry.get(args.operation_id)
+    if args.repair:
+        return _repair(args, registry)
+    current = _current(registry, args.operation_id)
     if current is None:
         raise UnknownStoreError(
             f"store {args.operation_id} is not registered: add it with "
@@ -107,6 +125,39 @@ def run(args: argparse.Namespace, registry: StoreRegistry) -> str:
     store = current.with_changes(args.name, args.zone, parse_week(args.hours))
     registry.put(store)
     return render_table([store])
+
+
+def _current(registry: StoreRegistry, operation_id: int) -> Store | None:
+    """The store's row as it reads back; a row that breaks the rules is a BrokenRowError
+    that names the one way out (`add` and `set` both read it first)."""
+    try:
+        return registry.get(operation_id)
+    except StoreError as exc:
+        reason = str(exc).removeprefix(f"store {operation_id}: ")
+        raise BrokenRowError(
+            f"the stores table's row of store {operation_id} is broken ({reason}), so it "
+            f"cannot be changed field by field: rewrite it whole with pos-stores set "
+            f"{operation_id} --repair --name ... --zone ... --hours ... (days not named are "
+            "closed)"
+        ) from None
+
+
+def _repair(args: argparse.Namespace, registry: StoreRegistry) -> str:
+    """`set --repair`: the whole row from the arguments, written without reading the
+    row there (which may not read back): nothing of it is kept, so everything is asked."""
+    missing = [
+        flag
+        for flag, given in (("--name", args.name), ("--zone", args.zone), ("--hours", args.hours))
+        if not given
+    ]
+    if missing:
+        raise StoreError(
+            f"--repair rewrites the row whole, keeping nothing of it: give {', '.join(missing)} "
+            "too (days not named in --hours are closed)"
+        )
+    store = Store.create(args.operation_id, args.name, args.zone, parse_week(args.hours))
+    registry.put(store)
+    return f"repaired store {args.operation_id} (its row rewritten whole):\n{render_table([store])}"
 
 
 def main(
@@ -132,6 +183,9 @@ def main(
     except RegistryUnavailable as exc:
         print(f"pos-stores {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    except BrokenRowError as exc:
+        print(f"pos-stores {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BROKEN_ROW
     finally:
         registry.close()
     return 0

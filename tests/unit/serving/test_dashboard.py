@@ -140,9 +140,8 @@ def test_a_broken_stores_row_shows_utc_days_with_what_to_fix() -> None:
     assert 'Store 101 · 2026-03-02 <span class="sub">(UTC)</span>' in html
     assert (
         "the stores table&#39;s row of store 101 is broken (time zone &#39;Mars/Olympus_Mons&#39; "
-        "is unknown), so its local day is unknown: fix that row (in cqlsh: UPDATE stores SET "
-        "time_zone = &#39;Europe/Bratislava&#39;, opening_hours = {&#39;mon&#39;: "
-        "&#39;07:00-21:00&#39;, ...} WHERE operation_id = 101), or ask by UTC day meanwhile: "
+        "is unknown), so its local day is unknown: rewrite that row with pos-stores set 101 "
+        "--repair --name ... --zone ... --hours ..., or ask by UTC day meanwhile: "
         "showing UTC days"
     ) in html
     assert len(re.findall(r'<rect class="bar"', html)) == 96

@@ -279,9 +279,8 @@ class BrokenRegistry(InMemoryStores):
 BROKEN = (
     "the stores table's row of store 102 is broken (time zone 'Mars/Olympus_Mons' is unknown: "
     "use an IANA name such as Europe/Bratislava, Asia/Kathmandu or UTC), so its local day is "
-    "unknown: fix that row (in cqlsh: UPDATE stores SET time_zone = 'Europe/Bratislava', "
-    "opening_hours = {'mon': '07:00-21:00', ...} WHERE operation_id = 102), or ask by UTC "
-    "day meanwhile"
+    "unknown: rewrite that row with pos-stores set 102 --repair --name ... --zone ... "
+    "--hours ..., or ask by UTC day meanwhile"
 )
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from pos_lambda.stores import cli
+from pos_lambda.stores import registry as registry_module
+from pos_lambda.stores.model import Store
 from pos_lambda.stores.registry import InMemoryStores
 
 
@@ -102,3 +105,67 @@ def test_help_everywhere(argv: list[str], capsys: pytest.CaptureFixture[str]) ->
         cli.main(argv, InMemoryStores)
     assert exit_.value.code == 0
     assert "usage: pos-stores" in capsys.readouterr().out
+
+
+class _HandBroken(InMemoryStores):
+    """Store 555's row edited by hand into an overnight Monday: it reads back through the
+    Cassandra adapter's own row check (`registry._store`), as `CassandraStores.get` does,
+    until something is put there."""
+
+    def get(self, operation_id: int) -> Store | None:
+        if operation_id == 555 and super().get(555) is None:
+            row = SimpleNamespace(operation_id=555, name="Night owl", time_zone="UTC",
+                                  opening_hours={"mon": "22:00-02:00"})  # fmt: skip
+            return registry_module._store(row)
+        return super().get(operation_id)
+
+
+BROKEN_555 = (
+    "the stores table's row of store 555 is broken (hours of mon: '22:00-02:00' closes before "
+    "it opens: overnight hours are not supported, split them at midnight (fri=18:00-24:00 and "
+    "sat=00:00-02:00)), so it cannot be changed field by field: rewrite it whole with "
+    "pos-stores set 555 --repair --name ... --zone ... --hours ... (days not named are closed)"
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("set", "555", "--hours", "mon=22:00-24:00"),
+        ("add", "555", "--name", "Night owl", "--zone", "UTC", "--hours", "mon=22:00-24:00"),
+    ],
+)
+def test_a_broken_row_is_refused_naming_the_repair(
+    argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = _HandBroken()
+    assert _run(broken, *argv) == 5
+    assert capsys.readouterr().err == f"pos-stores {argv[0]}: {BROKEN_555}\n"
+
+
+def test_set_repair_rewrites_the_row_whole_without_reading_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    broken = _HandBroken()
+    assert _run(broken, "set", "555", "--repair", "--name", "Night owl", "--zone", "UTC",
+                "--hours", "mon=22:00-24:00", "--hours", "tue=00:00-02:00") == 0  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "repaired store 555 (its row rewritten whole):"
+    )
+    store = broken.get(555)
+    assert store is not None
+    assert (store.name, store.time_zone, store.opening_hours()) == ("Night owl", "UTC", {
+        "mon": "22:00-24:00", "tue": "00:00-02:00", "wed": "closed", "thu": "closed",
+        "fri": "closed", "sat": "closed", "sun": "closed",
+    })  # fmt: skip
+
+
+def test_set_repair_asks_for_the_whole_row(
+    registry: InMemoryStores, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(registry, "set", "555", "--repair", "--zone", "UTC") == 2
+    assert capsys.readouterr().err == (
+        "pos-stores set: --repair rewrites the row whole, keeping nothing of it: give "
+        "--name, --hours too (days not named in --hours are closed)\n"
+    )
+    assert registry.get(555) is None
