@@ -36,7 +36,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
     group = parser.getgroup("upgrade", "the upgrade under load (tests/e2e/test_upgrade.py)")
-    group.addoption("--upgrade-count", type=int, default=6000, help="unique receipts (6000)")
+    group.addoption("--upgrade-count", type=int, default=12000, help="unique receipts (12000)")
     group.addoption("--upgrade-rate", type=float, default=20.0, help="messages per second (20)")
 
 

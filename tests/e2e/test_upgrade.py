@@ -2,8 +2,9 @@
 pipeline under a faulty stream, upgraded layer by layer to this checkout while the
 stream flows (pos_lambda_dev.demo.upgrade says how), then this release's audit.
 
-The verdict: every step made, every process alive throughout, and the auditor finds
-every view exact against the producer's ledger: 0 lost, 0 duplicated, 0 wrong.
+The verdict: every step made, every process alive throughout, this release's speed
+layer resumed the previous release's checkpoints, and the auditor finds every view exact
+against the producer's ledger: 0 lost, 0 duplicated, 0 wrong.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def test_every_view_stays_exact_through_an_upgrade_under_load(
         "serving",
     ]
     assert doc["stream_flowed_throughout"], "the stream was held before the upgrade ended"
+    # The checkpoint compatibility test: the previous release's checkpoints (offsets and
+    # state) resumed by this one, batch numbers continuing where they stopped.
+    for query in ("archiver", "views"):
+        resumed = doc["speed_checkpoints"][query]
+        assert resumed["last_batch_before"] >= 1, doc["speed_checkpoints"]
+        assert resumed["first_batch_after"] == resumed["last_batch_before"] + 1, resumed
     audit = doc["audit"]
     assert audit["clean"], doc
     assert (audit["lost"], audit["duplicated"], audit["wrong"]) == (0, 0, 0)

@@ -79,6 +79,7 @@ NAMESPACE: dict[str, object] = {
     "data_dir": STATE / "data",
 }
 INSTANCES = ("a", "b")
+SPEED_QUERIES = ("archiver", "views")  # their checkpoints: settings.checkpoint_dir / name
 STREAM_FAULT_RATES = {
     "resend_rate": 0.03,
     "burst_rate": 0.02,
@@ -89,7 +90,7 @@ STREAM_FAULT_RATES = {
     "malformed_rate": 0.01,
 }
 CONFLICT_RATE = 0.01
-DEFAULT_COUNT, DEFAULT_RATE, DEFAULT_SEED = 6000, 20.0, 73
+DEFAULT_COUNT, DEFAULT_RATE, DEFAULT_SEED = 12000, 20.0, 73
 
 
 @dataclass
@@ -144,6 +145,7 @@ class Upgrade:
     figures: list[StepFigures] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     interval: tuple[datetime, datetime] = (datetime.min, datetime.min)
+    checkpoints: dict[str, dict[str, int | None]] = field(default_factory=dict)
 
     @property
     def env(self) -> dict[str, str]:
@@ -166,13 +168,14 @@ class Upgrade:
                     f"{self.log(name)}:\n{steps.tail(self.log(name))}"
                 )
 
-    def replace(self, name: str, argv: list[str], **env: str) -> None:
+    def replace(self, name: str, argv: list[str], between: Any = lambda: None, **env: str) -> None:
         """Stop the running `name` as an operator would (SIGTERM, it commits and leaves),
-        start this release's in its place."""
+        call `between()`, start this release's in its place."""
         proc = self.procs.pop(name)
         code = stop_gracefully(proc, timeout=120)
         if code != 0:
             raise StepFailed(f"{name} of the previous release exited {code} on SIGTERM")
+        between()
         self.start(name, VENV_BIN, argv, **env)
 
     def sample(self) -> Sample:
@@ -404,6 +407,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if producer.errors:  # type: ignore[attr-defined]
             raise StepFailed(f"the producer failed: {producer.errors[0]}")  # type: ignore[attr-defined]
         _catch_up(up)
+        for job in SPEED_QUERIES:
+            _first_after(up, job)
         up.stop.set()
         probe.stop.set()
         sampler.join(timeout=30)
@@ -425,6 +430,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "previous": _previous_version(),
         "minutes": round((time.monotonic() - started) / 60, 1),
         "stream_flowed_throughout": flowed,
+        "speed_checkpoints": up.checkpoints,
         "steps": [asdict(f) for f in up.figures],
         "serving_errors_s": probe.error_seconds(0, time.monotonic()),
         "audit": {
@@ -455,10 +461,30 @@ def _upgrade_each_layer(up: Upgrade, probe: Probe) -> None:
         for instance in INSTANCES:
             up.step(f"{name} instance {instance}", probe, partial(processor, name, instance))
     up.step("alerts sink", probe, lambda: up.replace("sink", ["pos-alerts", "sink"]))
-    up.step("speed layer", probe, lambda: up.replace("speed", ["pos-speed", "run"]))
+    up.step(
+        "speed layer", probe,
+        lambda: up.replace("speed", ["pos-speed", "run"], between=lambda: up.checkpoints.update(
+            {job: {"last_batch_before": _committed_batches(up, job)[-1]} for job in SPEED_QUERIES}
+        )),
+    )  # fmt: skip
     window = (first, first + timedelta(hours=2))
     up.step("batch (the DAG's task)", probe, lambda: _batch(up, VENV_BIN, *window, "batch-current"))
     up.step("serving", probe, lambda: _serve_blue_green(up, probe, free_port()))
+
+
+def _committed_batches(up: Upgrade, job: str) -> list[int]:
+    """The micro-batches the query `job` committed in its checkpoint, in order."""
+    commits = up.settings.checkpoint_dir / job / "commits"
+    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+
+
+def _first_after(up: Upgrade, job: str) -> None:
+    """Record this release's first committed batch of `job` (once the stream is caught
+    up): `last + 1` when it resumed the previous release's checkpoint, None if it never
+    committed after it (a fresh checkpoint would have started again at 0)."""
+    resumed = up.checkpoints[job]
+    later = [b for b in _committed_batches(up, job) if b > (resumed["last_batch_before"] or 0)]
+    resumed["first_batch_after"] = later[0] if later else None
 
 
 def _schema(up: Upgrade, release: Path) -> None:
@@ -546,6 +572,16 @@ def render(doc: dict[str, Any]) -> str:
         f"{'clean' if audit['clean'] else 'DISCREPANCIES'}, {audit['exact_views']} exact "
         f"views, {audit['lost']} lost, {audit['duplicated']} duplicated, "
         f"{audit['wrong']} wrong.",
+        "",
+        "Checkpoints: this release's speed layer resumed the previous release's "
+        "checkpoints (a fresh checkpoint would start again at batch 0):",
+        "",
+        "| query | previous release's last batch | this release's first batch |",
+        "|---|---|---|",
+        *(
+            f"| {job} | {c['last_batch_before']} | {c['first_batch_after']} |"
+            for job, c in doc.get("speed_checkpoints", {}).items()
+        ),
         "",
     ]
     return "\n".join(lines)
