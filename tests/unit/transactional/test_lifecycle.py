@@ -181,19 +181,30 @@ def test_stop_commits_the_open_transaction_or_aborts_it_and_exits_0() -> None:
 # --- properties: Hypothesis drives step() -----------------------------------------------
 
 partitions = st.frozensets(st.integers(0, 2), min_size=1, max_size=3)
+record = st.tuples(  # a record of a partition: its outputs, forwarded, dead-lettered
+    st.just("record"), st.integers(0, 2), st.integers(0, 3), st.booleans(), st.booleans()
+)
+poll_done = st.tuples(st.just("poll done"), st.sampled_from([0.0, 0.01, 0.05, 0.2]))
+failed = st.tuples(st.just("failed"), st.sampled_from(list(Call)), st.sampled_from(list(ErrorKind)))
+aborting = st.tuples(
+    st.just("failed"),
+    st.sampled_from([c for c in Call if c not in UNMENDABLE]),
+    st.sampled_from([ErrorKind.ABORT, ErrorKind.RETRY, ErrorKind.FAIL]),
+)
+# Mostly records, polls and failures that abort: a stop or a fatal error ends a sequence.
 moves = st.one_of(
-    # A record of a partition: its outputs, forwarded, dead-lettered.
-    st.tuples(
-        st.just("record"), st.integers(0, 2), st.integers(0, 3), st.booleans(), st.booleans()
-    ),
-    st.tuples(st.just("poll done"), st.sampled_from([0.0, 0.01, 0.05, 0.2])),  # time passes
+    *[record] * 4,
+    *[poll_done] * 3,
     st.tuples(st.just("revoked"), partitions),
     st.tuples(st.just("lost"), partitions),
-    st.tuples(st.just("failed"), st.sampled_from(list(Call)), st.sampled_from(list(ErrorKind))),
+    aborting,
+    failed,
     st.just(("stop",)),
 )
 # How a Commit (or a Begin) the shell carries out ends.
-outcomes = st.sampled_from([None, None, None, *ErrorKind])  # None: it went through
+outcomes = st.sampled_from(
+    [*[None] * 6, ErrorKind.ABORT, ErrorKind.RETRY, *ErrorKind]
+)  # None: it went through
 COMMIT_CALLS = [Call.SEND_OFFSETS, Call.COMMIT_TRANSACTION, Call.COMMIT, Call.FLUSH]
 
 
@@ -330,7 +341,7 @@ class Driver:
 
 
 @hypothesis_settings(max_examples=examples(1000))
-@given(st.lists(moves, max_size=40), st.data())
+@given(st.lists(moves, min_size=10, max_size=40), st.data())
 def test_the_life_cycle_keeps_its_rules_through_any_sequence_of_events(
     drawn: list[tuple[object, ...]], data: st.DataObject
 ) -> None:
