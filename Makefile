@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: upgrade-test help setup jars up down status test-cluster chaos-cluster cluster-up cluster-down schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-pure test-integration check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
+.PHONY: upgrade-test help setup jars up down status test-cluster chaos-cluster cluster-up cluster-down schema topics airflow airflow-down spark spark-down speed speed-once speed-status batch alerts alerts-sink receipts test test-unit test-pure test-integration test-speed test-batch test-serving test-processors check demo chaos chaos-seeds audit bench screenshots screenshots-dashboard docs lock clean image deploy-test
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-22s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -98,8 +98,30 @@ test: setup ## run the tests: unit + integration (starts the services it needs),
 test-unit: $(INSTALLED) ## run the unit tests: pure logic and local Spark (JDK 17), no services
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-pure: $(INSTALLED) ## run the pure unit tests only (no Spark, no services)
-	$(PY) -m pytest tests/unit -m "not spark" $(PYTEST_ARGS)
+test-pure: $(INSTALLED) ## run the pure unit tests only (no Spark, no services), two workers side by side
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/unit -m "not spark" $(PYTEST_ARGS)
+
+# The developer loop: the tests of one layer (LAYERS in tests/conftest.py maps each test
+# file to its layers by path), in `make test`'s three parts. A part with nothing to run
+# (pytest's exit status 5: a layer without serial tests) is no failure.
+define layer_tests
+	$(VENV)/bin/pos-infra up
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --layer $(1) tests/unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --serial=exclude --layer $(1) tests/integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest --serial=only --layer $(1) tests/integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
+endef
+
+test-speed: setup ## the speed layer's unit + integration tests (and the shared core's), as `make test` runs them
+	$(call layer_tests,speed)
+
+test-batch: setup ## the batch layer's unit + integration tests (and the shared core's, the DAG's), as `make test` runs them
+	$(call layer_tests,batch)
+
+test-serving: setup ## the serving layer's unit + integration tests (and the stores'), as `make test` runs them
+	$(call layer_tests,serving)
+
+test-processors: setup ## the transactional processors' (alerts, pos.receipts) unit + integration tests, as `make test` runs them
+	$(call layer_tests,processors)
 
 test-integration: setup ## run the integration tests only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)

@@ -2,9 +2,13 @@
 
 import logging
 import os
+from fnmatch import fnmatch
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from tests.support import property_tally
 
 # py4j's gateway objects log "Closing down clientserver connection" at INFO from their
 # finalisers, after pytest has closed its capture streams: a "--- Logging error ---"
@@ -19,12 +23,122 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 #            HYPOTHESIS_PROFILE=long .venv/bin/python -m pytest \
 #                tests/unit/transactional/test_exactly_once_properties.py
 #            (the exactly-once properties print examples, distinct fault schedules and
-#            failing examples at the end of the run).
+#            failing examples at the end of the run, under pytest-xdist too:
+#            tests/support/property_tally.py).
 settings.register_profile("default", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile(
     "long", max_examples=3000, derandomize=False, deadline=None, print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+TESTS = Path(__file__).resolve().parent
+
+# The layer each test file touches, for the developer loop: `make test-speed`,
+# `test-batch`, `test-serving`, `test-processors` run one layer's unit and integration
+# tests (`--layer`); the markers serve `-m` too (docs/testing.md). fnmatch patterns on
+# the path under tests/ (`*` crosses a `/`); a file may belong to several layers (the
+# shared core to speed and batch). A file that belongs to none says so under "other":
+# every test file must match a layer or "other", never both, and every file named here
+# must exist (tests/unit/test_layers.py), so a new file cannot silently escape every layer.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "speed": (
+        "unit/speed_layer/*",
+        "unit/views/*",  # the shared core: validation, winner rule, aggregation
+        "unit/schemas/*",  # the data contract every consumer validates with
+        "unit/adapters/test_archive_offsets.py",
+        "unit/adapters/test_class_archive.py",
+        "unit/adapters/test_driver_lookup.py",
+        "unit/adapters/test_driver_writes.py",
+        "unit/adapters/test_memory_store.py",
+        "unit/adapters/test_spark_python_daemon.py",
+        "integration/test_speed_*.py",
+        "integration/test_archive_offsets.py",
+        "integration/test_class_archive.py",
+        "integration/test_contract_versions.py",
+        "integration/test_dead_letter_replay.py",
+        "integration/test_driver_lookup.py",
+        "integration/test_driver_writes.py",
+        "integration/test_progress_listener.py",
+        "integration/test_prometheus.py",
+        "integration/test_spark_cluster.py",
+        "integration/test_view_store.py",
+    ),
+    "batch": (
+        "unit/batch_layer/*",
+        "unit/dags/*",
+        "unit/views/*",
+        "unit/schemas/*",
+        "unit/adapters/test_archive_offsets.py",  # the DAG waits on the archiver's offsets
+        "unit/adapters/test_driver_lookup.py",
+        "unit/adapters/test_master_dataset_missing.py",
+        "integration/test_batch_*.py",
+        "integration/test_airflow_runtime.py",
+        "integration/test_archive_offsets.py",
+        "integration/test_contract_versions.py",
+        "integration/test_spark_cluster.py",
+    ),
+    "serving": (
+        "unit/serving/*",
+        "unit/stores/*",  # stores as data: local days, opening hours
+        "integration/test_serving*.py",
+        "integration/test_local_days.py",
+        "integration/test_prometheus.py",
+        "integration/test_receipt_status.py",
+        "integration/test_stores_*.py",
+    ),
+    # The transactional processors: alerts (and their sink), pos.receipts, their shell.
+    "processors": (
+        "unit/alerts/*",
+        "unit/dedup/*",
+        "unit/transactional/*",
+        "unit/schemas/*",
+        "unit/stores/*",  # the silence rule keeps each store's hours
+        "integration/test_alerts_*.py",
+        "integration/test_receipts_*.py",
+        "integration/test_input_growth.py",
+        "integration/test_processor_*.py",
+        "integration/test_prometheus.py",
+    ),
+    # Everything else: producer, audit, runtime, provisioning, deploy, benchmarks, demo,
+    # the repository's own rules; the cluster, end-to-end and deploy tiers.
+    "other": (
+        "unit/adapters/test_schema_migrations.py",
+        "unit/audit/*",
+        "unit/bench/*",
+        "unit/demo/*",
+        "unit/deploy/*",
+        "unit/infra/*",
+        "unit/producer/*",
+        "unit/provision/*",
+        "unit/runtime/*",
+        "unit/test_*.py",
+        "integration/test_audit.py",
+        "integration/test_bench_poller.py",
+        "integration/test_producer_kafka.py",
+        "integration/test_runtime.py",
+        "cluster/*",
+        "deploy/*",
+        "e2e/*",
+    ),
+}
+
+
+def layers_of(path: Path) -> list[str]:
+    """The layers (or "other") whose patterns match a test file (none outside tests/)."""
+    try:
+        relative = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return []
+    return [layer for layer, globs in LAYERS.items() if any(fnmatch(relative, g) for g in globs)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for layer in LAYERS:
+        config.addinivalue_line(
+            "markers", f"{layer}: touches the {layer} layer (by path: LAYERS in tests/conftest.py)"
+        )
+    property_tally.register(config)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,17 +150,33 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "them out (exclude: the parallel part of `make test`) or run only them (only: its "
         "serial part)",
     )
+    parser.addoption(
+        "--layer",
+        choices=tuple(LAYERS),
+        help="only the tests of this layer (LAYERS in tests/conftest.py), within the marker "
+        "expression: `make test-speed` and the like",
+    )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect by `--serial` (the marker expression already ran: this narrows it)."""
-    choice = config.getoption("--serial")
-    if choice == "include":
-        return
-    want = choice == "only"
-    kept, dropped = [], []
+    """Mark each item with its layers, then narrow by `--layer` and `--serial`. First of
+    the hooks: the marker expression (`-m`), applied after, sees the layers' markers."""
+    layers: dict[Path, list[str]] = {}
     for item in items:
-        (kept if (item.get_closest_marker("serial") is not None) == want else dropped).append(item)
+        if item.path not in layers:
+            layers[item.path] = layers_of(item.path)
+        for layer in layers[item.path]:
+            item.add_marker(layer)
+    layer = config.getoption("--layer")
+    serial = config.getoption("--serial")
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        wanted = layer is None or item.get_closest_marker(layer) is not None
+        if serial != "include":
+            wanted &= (item.get_closest_marker("serial") is not None) == (serial == "only")
+        (kept if wanted else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

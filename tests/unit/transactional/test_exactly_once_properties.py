@@ -25,7 +25,8 @@ documented` checks the other half of the contract: an instance stops with an exi
 
 Profiles (tests/conftest.py): the default draws a fixed set of examples (`derandomize`);
 `HYPOTHESIS_PROFILE=long` searches thousands per test. The end of the run prints how many
-examples and distinct fault schedules each test ran (tests/unit/transactional/conftest.py).
+examples and distinct fault schedules each test ran, under pytest-xdist too
+(tests/support/property_tally.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from functools import lru_cache, partial
@@ -55,6 +56,7 @@ from pos_lambda.transactional.step import Source
 from tests.support import memory_kafka as mk
 from tests.support.memory_kafka import Fault, MemoryBroker, MemoryClients
 from tests.support.processor_harness import Run, quiet, run_to_completion
+from tests.support.property_tally import TALLY
 
 IN, RECEIPTS, ALERTS = "pos.transactions", "pos.receipts", "pos.alerts"
 
@@ -267,26 +269,8 @@ def schedules(kinds: tuple[str, ...]) -> st.SearchStrategy[tuple[Fault, ...]]:
 # --- running -------------------------------------------------------------------------------
 
 
-@dataclass
-class Stats:
-    """What the property tests ran, per test (printed at the end of the session)."""
-
-    examples: Counter[str] = field(default_factory=Counter)
-    schedules: dict[str, set[tuple[Fault, ...]]] = field(default_factory=dict)
-    struck: Counter[str] = field(default_factory=Counter)  # faults that struck
-    drawn: Counter[str] = field(default_factory=Counter)  # faults drawn
-    failed: Counter[str] = field(default_factory=Counter)  # failing examples (and shrinks)
-
-    def lines(self) -> list[str]:
-        return [
-            f"{test}: {self.examples[test]} examples, {len(self.schedules[test])} distinct fault "
-            f"schedules, {self.struck[test]} of {self.drawn[test]} faults struck, "
-            f"{self.failed[test]} failing examples"
-            for test in sorted(self.examples)
-        ]
-
-
-STATS = Stats()
+# What the tests ran, printed at the end of the session (summed over xdist's workers).
+STATS = TALLY
 
 
 @lru_cache
@@ -334,10 +318,7 @@ def run_processor(
     broker.arm(schedule)
     with quiet():
         run = run_to_completion(broker, lambda clients: make(s, clients), restarts=8)
-    STATS.examples[test] += 1
-    STATS.schedules.setdefault(test, set()).add(schedule)
-    STATS.drawn[test] += len(schedule)
-    STATS.struck[test] += len(broker.faults.fired)
+    STATS.record(test, schedule, struck=len(broker.faults.fired))
     for fault in broker.faults.fired if currently_in_test_context() else ():
         event(f"struck: {fault.kind} at {fault.call}")
     drawn = f"{stream}, schedule={schedule}, transaction_max_messages={max_messages}"
