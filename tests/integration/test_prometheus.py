@@ -149,6 +149,9 @@ def test_prometheus_scrapes_the_layers_and_fires_when_the_speed_layer_stops(
                     'sum(pos_speed_kafka_lag_records{query=~"pos-speed-.*"})': 0,
                     "min(pos_speed_driver_up)": 1,
                     "sum(pos_speed_driver_restarts_total)": 0,
+                    # Exported (at 0) for each query before any restart in place.
+                    'pos_speed_query_restarts_total{query="pos-speed-views"}': 0,
+                    'pos_speed_query_restarts_total{query="pos-speed-archiver"}': 0,
                     'pos_dead_letters{reason="invalid_json"}': MALFORMED,
                     "pos_serving_cassandra_up": 1,
                     "pos_alerts_input_records_total": total,

@@ -12,6 +12,7 @@ each test waits until they answer again before it returns.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -167,6 +168,12 @@ def test_cassandra_restart_while_running(isolated: tuple[Settings, Any], tmp_pat
         log = run.log.read_text()
         assert "restarting the query from its checkpoint (1 of 3 in place)" in log, run.tail()
         assert "restarting from its checkpoint" not in log, run.tail()
+        # Each restart in place is counted for pos_speed_query_restarts_total, as often
+        # as the drivers logged one.
+        status = json.loads(run.settings.speed_status_file.read_text())
+        counted = {q: row["totals"].get("restarts_in_place", 0) for q, row in status.items()}
+        assert counted["pos-speed-views"] >= 1, counted
+        assert sum(counted.values()) == log.count("restarting the query from its checkpoint")
 
 
 def _matches(cql: Any, ledger: Path) -> bool:

@@ -175,6 +175,7 @@ def run(
             for i, q in enumerate(queries):  # keep the JVM: the failed ones, again
                 if q in broken:
                     queries[i] = starters[q.name]()
+                    recorder.restarted_in_place(q.name)  # pos_speed_query_restarts_total
             failed = None
     except Exception as exc:  # e.g. Cassandra unreachable while the queries start
         failed = f"could not start: {first_line(exc)}"

@@ -166,6 +166,15 @@ def families(
         "Kafka records the query's current driver has read.",
         labels=["query"],
     )
+    # The driver's own restarts of a failed query (same JVM, speed_layer/in_place.py):
+    # pos_speed_driver_restarts_total counts only what the supervisor sees, a driver
+    # that died, so a query that keeps failing and recovering in place would show nowhere.
+    in_place = CounterMetricFamily(
+        "pos_speed_query_restarts",
+        "Times the query failed and its current driver started it again in place, from "
+        "its checkpoint, once Cassandra and Kafka answered (POS_SPEED_QUERY_RESTARTS_IN_PLACE).",
+        labels=["query"],
+    )
     views = {
         name: CounterMetricFamily(metric, text, labels=["query"])
         for name, (metric, text) in VIEWS_COUNTERS.items()
@@ -187,7 +196,10 @@ def families(
         for name, family in views.items():
             if name in totals:
                 family.add_metric([q], float(totals[name]), created=created)
-    out += [duration, finished, batch_id, batches, inputs, *views.values()]
+        if "totals" in row:  # zero until the first restart: a series to alert on
+            restarted = float(totals.get("restarts_in_place", 0))
+            in_place.add_metric([q], restarted, created=created)
+    out += [duration, finished, batch_id, batches, inputs, in_place, *views.values()]
     return out
 
 

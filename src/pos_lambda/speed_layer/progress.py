@@ -189,6 +189,21 @@ class ProgressRecorder:
         for name, value in counts.items():
             totals[name] = totals.get(name, 0) + int(value)
 
+    def restarted_in_place(self, query_name: str) -> None:
+        """The driver started this failed query again in its JVM (speed_layer/in_place.py):
+        counted in the query's totals, for `pos_speed_query_restarts_total`. A restart in
+        place is otherwise only logged, and the supervisor, which counts the drivers'
+        restarts, never sees one. The status file only: a restart is no micro-batch for
+        the speed_progress table."""
+        with self._lock:
+            self._add_to_totals(query_name, {"restarts_in_place": 1})
+            last = self._latest.get(query_name, {"query_name": query_name})
+            self._latest[query_name] = last | {
+                "totals": dict(self._totals[query_name]),
+                "totals_since": self._since,
+            }
+            _merge_into(self._status_file, dict(self._latest))
+
     def counts_for(self, query_name: str, batch_id: int) -> BatchCounts | None:
         with self._lock:
             return self._counts.pop((query_name, batch_id), None)

@@ -31,7 +31,7 @@ STATUS = {
         "duration_ms": 850,
         "totals": {"micro_batches": 40, "input_rows": 1000, "valid_rows": 990,
                    "invalid_rows": 10, "resends_absorbed": 6, "conflicts": 2,
-                   "late_receipts": 20, "beyond_lateness_bound": 1},
+                   "late_receipts": 20, "beyond_lateness_bound": 1, "restarts_in_place": 2},
         "totals_since": "2026-03-02 07:00:00+00:00",
     },
     "pos-speed-archiver": {
@@ -75,6 +75,10 @@ def test_the_exposition_of_a_known_state() -> None:
         'pos_speed_late_receipts_total{query="pos-speed-views"} 20.0',
         'pos_speed_beyond_lateness_bound_total{query="pos-speed-views"} 1.0',
         'pos_speed_receipts_created{query="pos-speed-views"} 1.7724348e+09',
+        # Restarted in place by its driver twice; the archiver's driver never did.
+        'pos_speed_query_restarts_total{query="pos-speed-views"} 2.0',
+        'pos_speed_query_restarts_total{query="pos-speed-archiver"} 0.0',
+        'pos_speed_query_restarts_created{query="pos-speed-views"} 1.7724348e+09',
     ]:
         assert expected in lines, expected
     # The archiver has no views counts: no series rather than a made-up zero.
