@@ -32,7 +32,7 @@ jars: $(INSTALLED) ## fetch Kafka, Cassandra and Spark jars from Maven Central (
 up: setup ## start Kafka and Cassandra on 127.0.0.1, apply schema, create topics
 	$(VENV)/bin/pos-infra up
 
-down: $(INSTALLED) ## stop Kafka and Cassandra
+down: $(INSTALLED) ## stop Kafka, Cassandra and Airflow (the local one, and any a killed test run left)
 	$(VENV)/bin/pos-infra down
 
 status: $(INSTALLED) ## show whether Kafka and Cassandra are ready
@@ -47,7 +47,7 @@ topics: $(INSTALLED) ## create the Kafka topics
 airflow: setup ## start the local Airflow 3 (not part of `up`); prints its URL and login
 	$(VENV)/bin/pos-infra airflow up
 
-airflow-down: $(INSTALLED) ## stop the local Airflow
+airflow-down: $(INSTALLED) ## stop the local Airflow, and any a killed test run left
 	$(VENV)/bin/pos-infra airflow down
 
 spark: setup ## start a Spark standalone master + worker on 127.0.0.1 (jobs use it with POS_SPARK_MASTER=spark://127.0.0.1:7077)

@@ -1,7 +1,8 @@
 """The local Airflow 3 really runs: healthy, logs in with the printed admin login, lists DAGs.
 
 Started through the same code as `pos-infra airflow up` (reused if it already runs) and
-stopped again only if this test started it. Needs nothing but the `airflow` extra.
+stopped again only if this test started it, then even if the run is killed in the middle
+(airflow_service.owned). Needs nothing but the `airflow` extra.
 """
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ def _call(url: str, body: dict[str, Any] | None = None, token: str | None = None
 
 @pytest.fixture(scope="module")
 def airflow(base_settings: Settings) -> Iterator[Settings]:
-    took = airflow_service.start(base_settings)
-    yield base_settings
-    if took:  # 0.0 means it already ran: leave it as we found it
-        assert airflow_service.stop(base_settings)
-        assert airflow_service.status(base_settings) == "stopped"
+    procs = airflow_service.processes(base_settings).values()
+    if all(p.pid() is not None for p in procs):  # someone's: leave it as we found it
+        assert airflow_service.start(base_settings) == 0.0
+        yield base_settings
+        return
+    with airflow_service.owned(base_settings, base_settings):
+        airflow_service.start(base_settings)
+        yield base_settings
+    assert airflow_service.status(base_settings) == "stopped"
 
 
 def test_every_component_is_healthy(airflow: Settings) -> None:

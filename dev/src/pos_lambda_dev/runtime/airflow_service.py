@@ -2,7 +2,7 @@
 
     pos-infra airflow up        # migrate the metadata DB, start, await health, print login
     pos-infra airflow status    # exit 0 only if every component is healthy
-    pos-infra airflow down
+    pos-infra airflow down      # and every Airflow a killed test run left (below)
     eval "$(pos-infra airflow env)" && airflow dags list   # the same config by hand
 
 `child_env` is pure; `start`, `stop` and `status` are the shell. AIRFLOW_HOME is
@@ -19,10 +19,18 @@ servers bound to every interface; separate processes give a pid file, a log and 
 health entry per component. SQLite with the LocalExecutor is accepted by Airflow 3
 (standalone forces exactly that) and fine for one developer; use PostgreSQL for
 anything real (`POS_AIRFLOW_SQL_ALCHEMY_CONN`).
+
+An Airflow of its own (an integration test's: its own state dir and port) is started
+inside `owned`, which keeps it from outliving the run that started it: it is registered
+under the state dir (`airflow-runs/`, a link to its AIRFLOW_HOME), so that `pos-infra
+airflow down` and `pos-infra down` stop it from its pid files, and a watcher process
+stops it as soon as that run ends, however it ends (kill -9 included, where no
+`finally` runs): the run holds a pipe to the watcher open, and the kernel closes it.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -31,7 +39,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +80,10 @@ COMPONENTS: dict[str, list[str]] = {
     "scheduler": ["scheduler", "--skip-serve-logs"],
 }
 HEALTH_KEYS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+# Under the state dir: a link per Airflow of its own that runs (`owned`), to its home.
+RUNS_DIR = "airflow-runs"
+# How long the watcher of an owned Airflow may take to stop it, once its run has ended.
+WATCHER_EXIT_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,10 @@ class AirflowPaths:
         return self.root / "airflow.db"
 
     @property
+    def log_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
     def passwords(self) -> Path:
         return self.root / "simple_auth_manager_passwords.json.generated"
 
@@ -88,7 +106,7 @@ class AirflowPaths:
         return ManagedProcess(
             f"airflow {component}",
             self.root / f"{component}.pid",
-            self.root / "logs" / f"{component}.log",
+            self.log_dir / f"{component}.log",
             marker="airflow",  # `airflow <component>`, or its process title
         )
 
@@ -321,10 +339,93 @@ def start_component(settings: Settings, name: str) -> bool:
 
 def stop(settings: Settings) -> bool:
     """Stop every component (scheduler first); False if none was running."""
+    return stop_home(paths(settings))
+
+
+def stop_home(home: AirflowPaths) -> bool:
+    """Stop the components whose pid files are in `home` (scheduler first); False if
+    none was running."""
     stopped = False
     for name in reversed(COMPONENTS):
-        stopped |= processes(settings)[name].stop(timeout=60)
+        stopped |= home.process(name).stop(timeout=60)
     return stopped
+
+
+def register(settings: Settings, instance: Settings) -> Path:
+    """Record `instance`'s Airflow (its own state dir) under `settings`' state dir, where
+    `stop_all` finds it: a link to its AIRFLOW_HOME, which is created if need be."""
+    home = paths(instance).root
+    home.mkdir(parents=True, exist_ok=True)
+    runs = settings.state_dir / RUNS_DIR
+    runs.mkdir(parents=True, exist_ok=True)
+    link = runs / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    link.symlink_to(home.resolve(), target_is_directory=True)
+    return link
+
+
+def stop_all(settings: Settings) -> list[tuple[Path, bool]]:
+    """Stop the state dir's Airflow and every one registered there (`register`): each
+    home, and whether something of it ran (the state dir's own is always named; a
+    registered one only when it ran). Registrations are dropped, stopped or stale."""
+    out = [(paths(settings).root, stop(settings))]
+    runs = settings.state_dir / RUNS_DIR
+    for link in sorted(runs.iterdir()) if runs.is_dir() else []:
+        # A home that is gone (its tmp dir cleaned) has no pid file: nothing to stop.
+        if stop_home(AirflowPaths(link)):
+            out.append((link.resolve(), True))
+        link.unlink(missing_ok=True)
+    return out
+
+
+@contextmanager
+def owned(settings: Settings, instance: Settings) -> Iterator[None]:
+    """For an Airflow of its own (`instance`: its own state dir and port), started in
+    the block: it never outlives the calling process. Registered under `settings`' state
+    dir (`pos-infra airflow down` stops it), stopped when the block ends, and stopped by
+    a watcher process when the caller ends without ending the block (kill -9, SIGTERM).
+
+    The watcher (a session of its own, so a signal to the caller's process group spares
+    it) waits for EOF on a pipe whose only write end the caller holds: the kernel closes
+    it when the caller ends, however it ends. Python's pipes are not inherited by the
+    processes it starts, so no Airflow component keeps it open."""
+    home = paths(instance)
+    link = register(settings, instance)
+    home.log_dir.mkdir(parents=True, exist_ok=True)
+    read, write = os.pipe()
+    try:
+        with open(home.log_dir / "watcher.log", "ab") as log:
+            watcher = subprocess.Popen(
+                [sys.executable, "-m", __name__, "watch", str(home.root.resolve()), str(link)],
+                stdin=read,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+    except BaseException:
+        os.close(write)
+        link.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(read)
+    try:
+        yield
+    finally:
+        try:
+            stop_home(home)
+        finally:
+            os.close(write)  # the watcher finds nothing running and leaves
+            link.unlink(missing_ok=True)
+            watcher.wait(timeout=WATCHER_EXIT_TIMEOUT_S)
+
+
+def _watch(home: Path, link: Path) -> int:
+    """The watcher of an owned Airflow: once stdin ends (its run ended), stop it."""
+    while sys.stdin.buffer.read(4096):
+        pass  # nobody writes: only the end counts
+    if stop_home(AirflowPaths(home)):
+        print(f"airflow: stopped the one at {home}: the run that started it has ended", flush=True)
+    link.unlink(missing_ok=True)
+    return 0
 
 
 def status(settings: Settings) -> str:
@@ -349,3 +450,23 @@ def shell_exports(settings: Settings) -> str:
         for k, v in sorted(env.items())
         if k.startswith("AIRFLOW") or k in ("PATH", "PYSPARK_PYTHON", "JAVA_HOME")
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pos_lambda_dev.runtime.airflow_service",
+        description="The watcher `owned` starts beside an Airflow of its own: it waits until "
+        "its stdin ends (the process that started that Airflow has ended, however), then "
+        "stops the Airflow whose AIRFLOW_HOME is HOME and drops its registration LINK. "
+        "Started by `owned`; `pos-infra airflow down` is the command for people.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    watch = sub.add_parser("watch", help="wait for the end of stdin, then stop HOME's Airflow")
+    watch.add_argument("home", type=Path, help="the Airflow's AIRFLOW_HOME (its pid files)")
+    watch.add_argument("link", type=Path, help="its registration under the state dir")
+    args = parser.parse_args(argv)
+    return _watch(args.home, args.link)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,7 +5,7 @@ apply the schema and create topics: the local development runtime (package
     pos-infra up            # jars (once), Kafka + Cassandra, schema, topics
     pos-infra status        # exit 0 only if both services are ready
     pos-infra status kafka  # just one of them
-    pos-infra down          # stop both; no process is left behind
+    pos-infra down          # stop both, and Airflow: no process is left behind
     pos-infra jars | schema | topics
     pos-infra airflow up|down|status|env   # local Airflow 3 (not part of `up`)
     pos-infra spark up|down|status         # local Spark standalone master + worker
@@ -87,8 +87,19 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_airflows(settings: Settings) -> None:
+    """The state dir's Airflow and every one a run registered there and left running
+    (airflow_service.owned: a test run killed before its teardown)."""
+    (_, main), *left = airflow_service.stop_all(settings)
+    _say(f"airflow: {'stopped' if main else 'was not running'}")
+    for home, _ in left:
+        _say(f"airflow: stopped the one at {home} (a run that started it did not stop it)")
+
+
 def cmd_down(settings: Settings, _: argparse.Namespace) -> int:
-    # Stop Cassandra first: it is the slower to flush and the larger to kill.
+    # Airflow first: its tasks use the other two. Then Cassandra: it is the slower to
+    # flush and the larger to kill.
+    _stop_airflows(settings)
     for name in ("cassandra", "kafka"):
         stopped = SERVICES[name].stop(settings)
         _say(f"{name}: {'stopped' if stopped else 'was not running'}")
@@ -120,8 +131,7 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
             _say(f"airflow: login {creds[0]} / {creds[1]}")
         return 0
     if args.action == "down":
-        stopped = airflow_service.stop(settings)
-        _say(f"airflow: {'stopped' if stopped else 'was not running'}")
+        _stop_airflows(settings)
         return 0
     if args.action == "env":
         print(airflow_service.shell_exports(settings), end="")
@@ -194,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="start just this service (repeatable)",
     )
-    sub.add_parser("down", help="stop Kafka and Cassandra")
+    sub.add_parser(
+        "down", help="stop Kafka, Cassandra and Airflow (its own, and any a killed test run left)"
+    )
     status = sub.add_parser(
         "status",
         help="report readiness; exit 1 unless both (or the one named) are ready",
@@ -210,8 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_role_arguments(sub.add_parser("cassandra-role", help=ROLE_HELP))
     airflow = sub.add_parser(
         "airflow",
-        help="local Airflow 3: up (print URL and login), down, status, "
-        "env (export lines for running `airflow` by hand)",
+        help="local Airflow 3: up (print URL and login), down (also any Airflow a killed "
+        "test run left), status, env (export lines for running `airflow` by hand)",
     )
     airflow.add_argument("action", choices=["up", "down", "status", "env"])
     spark = sub.add_parser(
