@@ -54,11 +54,6 @@ _PREFIX = "pos.layout="
 _ENTRY = re.compile(r"^(\d+)@(\d+)$")
 
 
-class LayoutShrunk(Exception):
-    """The input topic has fewer partitions than it was processed with: it was recreated.
-    Offsets and histories of the old topic mean nothing for the new one."""
-
-
 def home(key: bytes | None, count: int) -> int | None:
     """The partition librdkafka's default partitioner gives `key` among `count`; None for
     a record without a key (partitioned at random: it has no home)."""
