@@ -144,7 +144,7 @@ def produce(
             stats.acked += 1
             if stats.first_ack_s is None:
                 stats.first_ack_s = time.monotonic() - started
-            if check_acks:
+            if check_acks and msg is not None:  # a report always has one; fakes may not
                 _, timestamp_ms = msg.timestamp()
                 acks.append(Ack(msg.partition(), msg.offset(), msg.key(), msg.value(),
                                 timestamp_ms if timestamp_ms > 0 else None))  # fmt: skip

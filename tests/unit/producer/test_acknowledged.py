@@ -105,5 +105,5 @@ def test_without_a_connection_loss_nothing_is_read_back() -> None:
 
 def test_a_broker_that_keeps_losing_the_resends_is_a_delivery_error() -> None:
     broker = MemoryBroker({TOPIC: 2})
-    with pytest.raises(ProducerError, match="still not in pos.transactions after 3 resends"):
+    with pytest.raises(ProducerError, match=r"still not in pos\.transactions after 3 resends"):
         produce(_messages(30), "", TOPIC, quiet=True, clients=LosingClients(broker, losses=9))
