@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, Protocol
 
+from pos_lambda.backoff import Backoff, retry
 from pos_lambda.batch_layer import runs
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings
@@ -32,6 +33,8 @@ log = logging.getLogger("pos.batch")
 # until it answers, for at most this long: Paxos makes the next round finish a proposal
 # that was accepted first, so the answer then tells which.
 COMMIT_PATIENCE_S = 30.0
+# The waits between those sends: 0.5 s, doubling, at most 4 s.
+COMMIT_BACKOFF = Backoff(0.5, cap_s=4.0)
 
 
 class NothingToDo(Exception):
@@ -123,24 +126,28 @@ def commit_through_timeouts(
     answers; whether this commit is in. After a timeout, a "not applied" may be this
     commit's own first attempt, which did apply: `holds_this_commit` reads the pointer
     to tell. A timeout past `patience_s` is raised."""
-    deadline = clock() + patience_s
-    delay = 0.5
     timed_out = False
-    while True:
-        try:
-            result = execute()
-        except timeouts as exc:
-            if clock() + delay > deadline:
-                raise
-            log.warning(
-                "the pointer's conditional commit timed out (%s); sending it again in %.1f s",
-                exc, delay,
-            )  # fmt: skip
-            timed_out = True
-            sleep(delay)  # backoff while the failure detector catches up, not a wait
-            delay = min(delay * 2, 4.0)
-            continue
-        return bool(result.was_applied) or (timed_out and holds_this_commit())
+
+    def note_timeout(exc: Exception, wait: float) -> None:
+        nonlocal timed_out
+        log.warning(
+            "the pointer's conditional commit timed out (%s); sending it again in %.1f s",
+            exc, wait,
+        )  # fmt: skip
+        timed_out = True
+
+    # The waits give the failure detector time to catch up; they synchronise nothing.
+    result = retry(
+        execute,
+        COMMIT_BACKOFF,
+        retriable=lambda exc: isinstance(exc, timeouts),
+        patience_s=patience_s,
+        clock=clock,
+        sleep=sleep,
+        on_retry=note_timeout,
+        wait_may_overrun=False,
+    )
+    return bool(result.was_applied) or (timed_out and holds_this_commit())
 
 
 class BatchPointer(Protocol):

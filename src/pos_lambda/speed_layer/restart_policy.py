@@ -21,6 +21,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pos_lambda.backoff import Backoff
 from pos_lambda.settings import SpeedSettings
 
 # The driver's exit code for "a query failed, start me again" (sysexits EX_TEMPFAIL).
@@ -42,6 +43,10 @@ class RestartPolicy:
             speed.restart_backoff_seconds,
             speed.restart_backoff_max_seconds,
         )
+
+    def backoff(self) -> Backoff:
+        """The waits before the second restart within a window and the ones after it."""
+        return Backoff(self.backoff_s, cap_s=self.backoff_max_s)
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,7 @@ def decide(policy: RestartPolicy, deaths: Sequence[float]) -> Restart | GiveUp:
     if len(recent) > policy.max_restarts:
         return GiveUp(len(recent))
     nth = len(recent)
-    delay = 0.0 if nth == 1 else min(policy.backoff_s * 2 ** (nth - 2), policy.backoff_max_s)
-    return Restart(delay, nth)
+    return Restart(0.0 if nth == 1 else policy.backoff().delay(nth - 2), nth)
 
 
 def in_window(policy: RestartPolicy, deaths: Sequence[float]) -> list[float]:

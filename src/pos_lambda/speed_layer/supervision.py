@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TypeAlias
 
+from pos_lambda.backoff import Backoff
 from pos_lambda.speed_layer.restart_policy import (
     GiveUp,
     RestartPolicy,
@@ -190,7 +191,7 @@ def standby_wait(policy: RestartPolicy, deaths: int) -> float:
     window: the restart backoff (at least STANDBY_MIN_WAIT_S), doubled after each, up to
     the window itself."""
     first = max(policy.backoff_s, STANDBY_MIN_WAIT_S)
-    return float(min(first * 2 ** (deaths - 1), max(policy.window_s, first)))
+    return Backoff(first, cap_s=max(policy.window_s, first)).delay(deaths - 1)
 
 
 def wake_at(rules: Rules, slot: Slot) -> float | None:

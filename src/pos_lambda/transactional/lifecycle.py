@@ -37,13 +37,14 @@ from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 from typing import TypeAlias
 
+from pos_lambda.backoff import Backoff
+
 EXIT_OK = 0
 EXIT_FATAL = 3  # a fatal Kafka error: the instance stopped and wrote nothing more
 EXIT_FENCED = 4  # another instance with the same transactional.id took over
 
-# Backoff between consecutive aborts without a commit: 0.1 s, doubling, at most 5 s.
-ABORT_BACKOFF_S = 0.1
-MAX_ABORT_BACKOFF_S = 5.0
+# The wait after each abort without a commit but the first: 0.1 s, doubling, at most 5 s.
+ABORT_BACKOFF = Backoff(0.1, cap_s=5.0)
 
 
 class ErrorKind(StrEnum):
@@ -263,7 +264,7 @@ def abort_backoff_s(aborts_in_a_row: int) -> float:
     """The wait after the `aborts_in_a_row`th abort without a commit (none after the first)."""
     if aborts_in_a_row < 2:
         return 0.0
-    return float(min(ABORT_BACKOFF_S * 2 ** (aborts_in_a_row - 2), MAX_ABORT_BACKOFF_S))
+    return ABORT_BACKOFF.delay(aborts_in_a_row - 2)
 
 
 def is_due(limits: Limits, life: Life, now: float) -> bool:

@@ -79,6 +79,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
+from pos_lambda.backoff import Backoff, retry
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas.contract import Receipt, parse_message
 from pos_lambda.settings import ProcessorSettings, Settings
@@ -133,6 +134,9 @@ _IDLE_POLL_S = 0.5  # how often an idle loop looks at the stop flag
 # A blocking transactional call gets its own timeout plus this before the watchdog
 # declares it hung (librdkafka#5456: send_offsets_to_transaction ignores its timeout).
 HANG_MARGIN_S = 10.0
+# The waits between tries of a client call that failed with a retriable error: 0.1 s,
+# doubling, at most 5 s (a coordinator that moves is back within seconds).
+CALL_BACKOFF = Backoff(0.1, cap_s=5.0)
 _MAX_BATCH = 500
 _PROGRESS_EVERY_S = 10.0
 
@@ -687,18 +691,17 @@ class Processor(Generic[S]):
         """The group's committed offsets of `partitions`. Retriable errors (a coordinator
         moving or loading; KIP-447: another member's open transaction holding the offsets
         past the call's timeout) are retried with backoff for COORDINATOR_WAIT_S."""
-        deadline = self.clock.monotonic() + self.section.coordinator_wait_s
-        delay = 0.1
-        while True:
-            try:
-                return list(consumer.committed(partitions, timeout=60))
-            except KafkaException as exc:
-                err: KafkaError = exc.args[0]
-                if classify(err) is not ErrorKind.RETRY or self.clock.monotonic() >= deadline:
-                    raise
-                self.log.warning("committed offsets: %s; retrying in %.1f s", err, delay)
-                self.clock.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        return retry(
+            lambda: list(consumer.committed(partitions, timeout=60)),
+            CALL_BACKOFF,
+            retriable=_retriable,
+            patience_s=self.section.coordinator_wait_s,
+            clock=self.clock.monotonic,
+            sleep=self.clock.sleep,
+            on_retry=lambda exc, wait: self.log.warning(
+                "committed offsets: %s; retrying in %.1f s", exc.args[0], wait
+            ),
+        )
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         count = self._partition_count(consumer, partitions)
@@ -805,21 +808,32 @@ class Processor(Generic[S]):
         watchdog restarts the instance (`_on_hang`)."""
         if patience_s is None:
             patience_s = self.section.transaction_timeout_ms / 1000
-        deadline = self.clock.monotonic() + patience_s
-        delay = 0.1
-        while True:
-            try:
-                with self.watchdog.guard(what, timeout_s + HANG_MARGIN_S):
-                    return fn()
-            except KafkaException as exc:
-                err: KafkaError = exc.args[0]
-                kind = classify(err)
-                if kind is ErrorKind.RETRY and self.clock.monotonic() < deadline:
-                    self.log.warning("%s: %s; retrying in %.1f s", what, err, delay)
-                    self.clock.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-                    continue
-                raise CallFailed(Failed(Call(what), kind, f"{what}: {err}")) from exc
+
+        def guarded() -> T:
+            with self.watchdog.guard(what, timeout_s + HANG_MARGIN_S):
+                return fn()
+
+        try:
+            return retry(
+                guarded,
+                CALL_BACKOFF,
+                retriable=_retriable,
+                patience_s=patience_s,
+                clock=self.clock.monotonic,
+                sleep=self.clock.sleep,
+                on_retry=lambda exc, wait: self.log.warning(
+                    "%s: %s; retrying in %.1f s", what, exc.args[0], wait
+                ),
+            )
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            raise CallFailed(Failed(Call(what), classify(err), f"{what}: {err}")) from exc
+
+
+def _retriable(exc: Exception) -> bool:
+    """A client call's error that the same call may get past: a coordinator moving or
+    loading, a request timed out."""
+    return isinstance(exc, KafkaException) and classify(exc.args[0]) is ErrorKind.RETRY
 
 
 def _keeps_state(value: bytes | None) -> bool:
