@@ -44,15 +44,21 @@ def is_loopback(host: str) -> bool:
 
 
 class _Section(BaseSettings):
-    """One frozen section of the settings; it reads its own POS_<SECTION>_* variables."""
+    """One frozen section of the settings; it reads its own POS_<SECTION>_* variables.
+    A section sets only its `env_prefix`: pydantic merges that into this configuration."""
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
+
+
+def _env_prefix(cls: type[BaseSettings]) -> str:
+    """The prefix of a settings class's environment variables (POS_KAFKA_, ...)."""
+    return str(cls.model_config.get("env_prefix", "POS_"))
 
 
 class KafkaSettings(_Section):
     """Kafka: the brokers every client reaches, and the local broker."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_KAFKA_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_KAFKA_")
 
     port: int = Field(default=9092, ge=1, le=65535, description="The local broker's client port.")
     controller_port: int = Field(
@@ -114,7 +120,7 @@ _OUTPUT_TOPIC = (
 class TopicSettings(_Section):
     """The pipeline's Kafka topics."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_TOPIC_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_TOPIC_")
 
     transactions: str = Field(
         default="pos.transactions",
@@ -133,7 +139,7 @@ class TopicSettings(_Section):
 class CassandraSettings(_Section):
     """Cassandra: the views' store, and the local node."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_CASSANDRA_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_CASSANDRA_")
 
     port: int = Field(
         default=9042, ge=1, le=65535, description="CQL native port (local node and clients)."
@@ -213,7 +219,7 @@ class CassandraSettings(_Section):
 class SparkSettings(_Section):
     """Spark: the jobs' sessions, and the local standalone cluster (`make spark`)."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_SPARK_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_SPARK_")
 
     master: str = Field(default="local[*]", description="Any Spark master URL.")
     shuffle_partitions: int = Field(
@@ -290,7 +296,7 @@ class SparkSettings(_Section):
 class AirflowSettings(_Section):
     """Airflow: the local batch scheduler (`pos-infra airflow up`)."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_AIRFLOW_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_AIRFLOW_")
 
     port: int = Field(
         default=8080, ge=1, le=65535, description="Airflow API server and UI (bind_host only)."
@@ -320,7 +326,7 @@ class AirflowSettings(_Section):
 class SpeedSettings(_Section):
     """The speed layer (`pos-speed run`)."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_SPEED_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_SPEED_")
 
     trigger_seconds: float = Field(
         default=1.0,
@@ -521,7 +527,7 @@ class SpeedSettings(_Section):
 class BatchSettings(_Section):
     """The batch layer (`pos-batch`, scheduled by dags/)."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_BATCH_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_BATCH_")
 
     lookback_hours: float = Field(
         default=48.0,
@@ -542,7 +548,7 @@ class BatchSettings(_Section):
 class ServeSettings(_Section):
     """The serving layer (`pos-serve`, `make serve`)."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_SERVE_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_SERVE_")
 
     port: int = Field(
         default=8000, ge=1, le=65535, description="HTTP API and dashboard (bind_host only)."
@@ -678,7 +684,7 @@ class ProcessorSettings(_Section):
 class AlertsSettings(ProcessorSettings):
     """The real-time alerts (`pos-alerts`)."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_ALERTS_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_ALERTS_")
 
     group_id: str = Field(default="pos-alerts", description=_GROUP_ID)
     high_value_threshold: Decimal = Field(
@@ -716,7 +722,7 @@ class AlertsSettings(ProcessorSettings):
 class ReceiptsSettings(ProcessorSettings):
     """The deduplicated topic (`pos-receipts`): one record per receipt, the winner's."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_RECEIPTS_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_RECEIPTS_")
 
     group_id: str = Field(default="pos-receipts", description=_GROUP_ID)
     metrics_port: int = Field(default=9412, ge=0, le=65535, description=_METRICS_PORT)
@@ -735,7 +741,7 @@ _CRASH_AT = "Testing only: see the crash point above."
 class FaultSettings(_Section):
     """Testing only: where a test or the chaos run makes a process die (pos_lambda.failpoints)."""
 
-    model_config = SettingsConfigDict(env_prefix="POS_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="POS_")
 
     speed_crash_point: str | None = Field(
         default=None,
@@ -883,7 +889,7 @@ class Settings(BaseSettings):
         for name in type(self).model_fields:
             part = getattr(self, name)
             if isinstance(part, _Section):
-                prefix = type(part).model_config.get("env_prefix", "POS_")
+                prefix = _env_prefix(type(part))
                 values += [
                     (f"{prefix}{f}".upper(), getattr(part, f)) for f in type(part).model_fields
                 ]
@@ -965,7 +971,7 @@ SECTIONS: dict[str, type[_Section]] = {
 
 def _flat_name(section: str, field: str) -> str:
     """The flat name of a section's field: its environment variable without POS_."""
-    prefix = SECTIONS[section].model_config.get("env_prefix", "POS_")
+    prefix = _env_prefix(SECTIONS[section])
     return (prefix.removeprefix("POS_") + field).lower()
 
 
@@ -994,9 +1000,7 @@ def _replaced(section: _Section, values: dict[str, Any]) -> _Section:
 def explain(exc: ValidationError) -> str:
     """A settings error as the user set it: each bad value by its environment variable
     and flat name (`POS_ALERTS_MODE (alerts_mode): Input should be ...`)."""
-    prefixes = {
-        cls.__name__: cls.model_config.get("env_prefix", "POS_") for cls in SECTIONS.values()
-    }
+    prefixes = {cls.__name__: _env_prefix(cls) for cls in SECTIONS.values()}
     prefix = prefixes.get(exc.title, "POS_")
     lines = []
     for error in exc.errors():
@@ -1021,7 +1025,7 @@ def documented() -> list[tuple[str, str, str, str]]:
     rows = []
     sections: list[tuple[str, type[BaseSettings]]] = [("", Settings), *SECTIONS.items()]
     for section, cls in sections:
-        prefix = cls.model_config.get("env_prefix", "POS_")
+        prefix = _env_prefix(cls)
         for name, field in cls.model_fields.items():
             if section == "" and name in SECTIONS:
                 continue
