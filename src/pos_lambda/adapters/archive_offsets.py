@@ -87,15 +87,11 @@ def lag(
 
 
 def _consumer(settings: Settings) -> Any:
-    from confluent_kafka import Consumer
-
     from pos_lambda.adapters.kafka_clients import ConfluentClients
 
     # read_committed: the log's end as the speed layer reads it, the last stable offset.
     clients = ConfluentClients.from_settings(settings)
-    return Consumer(
-        {**clients.offsets_reader_config(settings.speed.archiver_group), "log_level": 2}
-    )
+    return clients.offsets_reader(settings.speed.archiver_group, log_level=2)
 
 
 def archived_until(settings: Settings, instant: datetime, timeout_s: float = 10.0) -> ArchiveLag:

@@ -14,11 +14,10 @@ MISSING_TOPIC_HINT = "create it with `make topics` (or `pos-infra topics`)"
 
 
 def _admin(bootstrap: str, security: Mapping[str, str] | None = None) -> object:
-    from confluent_kafka.admin import AdminClient
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
 
-    # log_level 2: librdkafka's own connection-refused lines would bury our message.
     # `security`: Settings.kafka.security_config (SASL login, TLS), if any.
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2, **(security or {})})
+    return ConfluentClients(bootstrap, security or {}).admin()
 
 
 def existing_topics(

@@ -13,7 +13,10 @@ timeouts are decided once:
 - `reader`: a consumer outside any group (`assign()` only, never commits) that reads
   committed records to the end of a partition: state rebuilds, audits;
 - `producer`: the idempotent producer (the simulator, replays);
-- `transactional_producer`: the processors' producer (`transactional.id`, KIP-447).
+- `transactional_producer`: the processors' producer (`transactional.id`, KIP-447);
+- `offsets_reader` and `admin` (the real adapter's only): the log's ends and groups'
+  committed offsets for the audit, the metrics and the archive's lag; topic admin and
+  readiness probes.
 
 `ConfluentClients` is the real adapter. Unit tests pass an in-memory broker that
 implements the same methods (tests/support/memory_kafka.py), which can also inject the
@@ -179,7 +182,25 @@ class ConfluentClients:
             "transaction.timeout.ms": transaction_timeout_ms,
         }
 
+    def admin_config(self) -> dict[str, Any]:
+        # log_level 2: librdkafka's own connection-refused lines would bury the caller's
+        # message (every caller says what to do when Kafka does not answer).
+        return {**self.security, "bootstrap.servers": self.bootstrap_servers, "log_level": 2}
+
     # --- clients ----------------------------------------------------------------------
+
+    def admin(self) -> Any:
+        """An AdminClient: topics, offsets by spec (`list_offsets`), group offsets."""
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self.admin_config())
+
+    def offsets_reader(self, group_id: str, **overrides: Any) -> Any:
+        """A consumer of `offsets_reader_config`; `overrides` (e.g. a quieter
+        `log_level`) win over it."""
+        from confluent_kafka import Consumer
+
+        return Consumer({**self.offsets_reader_config(group_id), **overrides})
 
     def group_consumer(
         self,

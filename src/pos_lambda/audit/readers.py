@@ -248,19 +248,13 @@ def _instant(value: datetime) -> datetime:
 @contextmanager
 def _consumer(settings: Settings, group: str, **extra: Any) -> Iterator[Any]:
     """A consumer, closed after use; Kafka trouble becomes an AuditError saying so."""
-    from confluent_kafka import Consumer, KafkaException
+    from confluent_kafka import KafkaException
 
     from pos_lambda.adapters.kafka_clients import ConfluentClients
 
-    c = Consumer(
-        {
-            # Never subscribes: reads committed offsets, never joins the group.
-            **ConfluentClients.from_settings(settings).offsets_reader_config(group),
-            # No librdkafka log lines: a failure surfaces once, as the AuditError below.
-            "log_level": 0,
-            **extra,
-        }
-    )
+    # Never subscribes: reads committed offsets, never joins the group. No librdkafka
+    # log lines: a failure surfaces once, as the AuditError below.
+    c = ConfluentClients.from_settings(settings).offsets_reader(group, log_level=0, **extra)
     try:
         yield c
     except KafkaException as exc:

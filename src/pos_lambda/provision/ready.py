@@ -10,26 +10,18 @@ from pos_lambda.settings import Settings
 def kafka_ready(settings: Settings, timeout: float = 5.0) -> bool:
     """Metadata answers and a transactional producer can initialise (the transaction
     coordinator is loaded: what the alerts and receipts processors need first)."""
-    from confluent_kafka import KafkaException, Producer
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import KafkaException
 
-    client: dict[str, str | int | float | bool] = {
-        "bootstrap.servers": settings.bootstrap_servers,
-        **settings.kafka.security_config,
-    }
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+
+    clients = ConfluentClients.from_settings(settings)
     try:
-        md = AdminClient(client).list_topics(timeout=timeout)
+        md = clients.admin().list_topics(timeout=timeout)
         if not md.brokers:
             return False
-        producer = Producer(
-            {
-                **client,
-                "transactional.id": "pos-infra-readiness-probe",
-                "transaction.timeout.ms": 10000,
-                # Coordinator-loading retries are expected while the broker warms up.
-                "log_level": 2,
-            }
-        )
+        # The processors' kind of producer; coordinator-loading retries are expected
+        # while the broker warms up (the port's clients log at warning level only).
+        producer = clients.transactional_producer("pos-infra-readiness-probe", 10000)
         producer.init_transactions(timeout)
         return True
     except KafkaException:

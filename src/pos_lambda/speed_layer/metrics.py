@@ -239,16 +239,12 @@ class SpeedCollector(Collector):
 
     def _last_stable_offsets(self, topic: str) -> dict[int, int]:
         from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import AdminClient
-        from confluent_kafka.admin._listoffsets import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]  # public, not in its __all__
+
+        from pos_lambda.adapters.kafka_clients import ConfluentClients
 
         if self._admin is None:
-            conf: dict[str, Any] = {
-                "bootstrap.servers": self.settings.bootstrap_servers,
-                "log_level": 2,
-                **self.settings.kafka.security_config,
-            }
-            self._admin = AdminClient(conf)
+            self._admin = ConfluentClients.from_settings(self.settings).admin()
         metadata = self._admin.list_topics(topic, timeout=5).topics[topic]
         if metadata.error is not None:
             raise RuntimeError(str(metadata.error))
