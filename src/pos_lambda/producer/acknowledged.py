@@ -32,8 +32,10 @@ class Missing(enum.Enum):
     BEYOND_LOG_END = "offset beyond the log end"
     # The log starts after it: deleted by retention before it could be checked.
     BELOW_LOG_START = "offset below the log start"
-    # A success without an offset: nothing can be checked, so it is resent.
-    NO_OFFSET = "acknowledged without an offset"
+    # A success without an offset (librdkafka's answer to a retry the broker took for a
+    # duplicate), and the same bytes nowhere in its partition's log since the window's
+    # first acknowledged offset.
+    NO_OFFSET = "acknowledged without an offset, not in the log"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class Ack:
 
 
 Record = tuple[bytes | None, bytes | None]  # key, value
+TO_THE_END = 2**63 - 1  # read a partition up to its log end
+# How far before a partition's first acknowledged offset a success without an offset is
+# looked for (the window's first acknowledgements may have come after it).
+LOOKBACK = 10_000
 
 
 def unconfirmed(
@@ -58,9 +64,13 @@ def unconfirmed(
     """The acknowledgements whose record is not at their offset. `records`: (partition,
     offset) -> (key, value) read back; `logs`: partition -> (log start, log end)."""
     missing = []
+    held: dict[int, set[Record]] = {}  # partition -> every record read back
+    for (partition, _), record in records.items():
+        held.setdefault(partition, set()).add(record)
     for ack in acks:
         if ack.offset < 0:
-            missing.append((ack, Missing.NO_OFFSET))
+            if (ack.key, ack.value) not in held.get(ack.partition, set()):
+                missing.append((ack, Missing.NO_OFFSET))
             continue
         start, end = logs.get(ack.partition, (0, 0))
         found = records.get((ack.partition, ack.offset))
@@ -87,6 +97,13 @@ def read_back(
         if ack.offset >= 0:
             low, high = wanted.get(ack.partition, (ack.offset, ack.offset))
             wanted[ack.partition] = (min(low, ack.offset), max(high, ack.offset))
+    # A success without an offset is looked for by its bytes: from LOOKBACK records
+    # before the partition's first acknowledged offset (it may precede them all) to the
+    # end of the log.
+    for ack in acks:
+        if ack.offset < 0:
+            low, _ = wanted.get(ack.partition, (0, 0))
+            wanted[ack.partition] = (max(0, low - LOOKBACK), TO_THE_END)
     reader: Any = clients.reader()
     records: dict[tuple[int, int], Record] = {}
     logs: dict[int, tuple[int, int]] = {}
