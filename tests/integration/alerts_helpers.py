@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -70,8 +71,10 @@ def send_in_background(settings: Settings, messages: list[OutgoingMessage]) -> t
 
     def run() -> None:
         try:
-            produce(messages, settings.bootstrap_servers, settings.topics.transactions,
-                    rate=150, quiet=True)  # fmt: skip
+            stats = produce(messages, settings.bootstrap_servers, settings.topics.transactions,
+                            rate=150, quiet=True)  # fmt: skip
+            if stats.checked:  # a broker restart: what the acknowledgement check found
+                print(f"input: {stats.check_line()}", file=sys.stderr, flush=True)
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)
 
