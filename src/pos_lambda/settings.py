@@ -534,7 +534,7 @@ class BatchSettings(_Section):
         ge=0,
         description="A pinned run (`--delta-version`) recomputes whole UTC days back to its "
         "start minus this. Hourly runs fold every newly archived record into its own day, "
-        "however late, so this no longer bounds what converges.",
+        "however late: what converges does not depend on this.",
     )
     vacuum_retain_hours: float = Field(
         default=168.0,

@@ -108,20 +108,16 @@ def spark_conf(
         ),
         # Generated classes are cached by source code, 100 of them by default. A speed
         # micro-batch plans some ten actions (two queries, several stages each), more
-        # distinct classes than that, so Janino compiled classes again every micro-batch
-        # (~10 % of the driver thread's profile samples; ~1 % with room for all): a
-        # fixed cost per micro-batch whatever its size. With room for all of
-        # them, a warm 10-record micro-batch of the views query took 3.4 s instead of
-        # 3.8 s (0.91; bench/speed_micro_batch.py, two alternating rounds).
+        # distinct classes than that, so with the default Janino compiles classes again
+        # every micro-batch: a fixed cost per micro-batch whatever its size. Room for all
+        # of them compiles each once (measured: docs/speed-performance.md).
         "spark.sql.codegen.cache.maxEntries": "2000",
         # Every Delta commit with an idempotency id (the archiver's streaming sink: its
         # query id and batch id) rebuilds the table's state to read the ids committed
-        # so far, in a Spark job of `snapshotPartitions` tasks, 50 by default: on two
-        # cores a fixed cost per archiver micro-batch, which delays the views query
-        # beside it. With 4, a 10-record append took 665 ms instead of 1,447 (median of
-        # 20 alternated in one driver), the archiver's 300-record micro-batch at 10
-        # events/s 2.7 s instead of 7.1 s, and the p99 latency at 10 events/s was 4.88 s
-        # instead of 5.92 (bench/speed_latency.py, side by side).
+        # so far, in a Spark job of `snapshotPartitions` tasks, 50 by default. On one
+        # machine a few tasks rebuild it as fast; 50 are a fixed cost per archiver
+        # micro-batch on two cores, which delays the views query beside it (measured:
+        # docs/speed-performance.md; raise it on a cluster with a large table).
         "spark.databricks.delta.snapshotPartitions": str(settings.spark.delta_snapshot_partitions),
         # Every Delta table this session creates (the master dataset) records its change
         # data feed: a batch run can then read just the records added between two table
@@ -132,11 +128,11 @@ def spark_conf(
         # it will read, then its commit). Spark's default manager writes them through
         # Hadoop's FileContext, whose rename on a local disk without Hadoop's native
         # library starts a `readlink` process per path it checks, 16 per micro-batch
-        # (with a `chmod` per file created: 20 processes): ~95 ms of a views micro-batch
-        # in Spark's walCommit and commitOffsets (48 vs 123 ms with this manager,
-        # bench/speed_micro_batch.py). Through the FileSystem API the rename is Java's;
-        # the manager, like Spark's log before it, checks that the batch's file is not
-        # there yet, so a second run on the same checkpoint still fails rather than
+        # (with a `chmod` per file created: 20 processes), a fixed cost of every
+        # micro-batch in Spark's walCommit and commitOffsets (measured:
+        # docs/speed-performance.md). Through the FileSystem API the rename is Java's;
+        # the manager checks, as Spark's own metadata log does, that the batch's file is
+        # not there yet, so a second run on the same checkpoint still fails rather than
         # overwrite (only the rename's own atomic check, a microseconds' window, goes).
         "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
         # Where the speed layer's two queries share one driver (POS_SPEED_DRIVERS=shared,

@@ -34,7 +34,8 @@ from pos_lambda.views.windows import window_start
 
 class Mode(StrEnum):
     """How a `pos-batch run` computes its version (the module doc of job.py says more).
-    A str: `RunResult.mode` prints as before in the CLI's JSON."""
+    A str, so that `RunResult.mode` shows as its value ("fold", not "Mode.FOLD") in the
+    CLI's JSON."""
 
     FOLD = "fold"  # the records archived since the last commit, into the generation
     BUILD = "build"  # every record at one table version: a new generation of every day

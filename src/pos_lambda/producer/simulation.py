@@ -23,8 +23,8 @@ offset (+05:45, DST), receive traffic only while open by their local wall clock 
 clock jumps over hours when every store is closed) and the ledger records each
 receipt's store-local day and, in its summary, each store's zone and hours
 ("store_hours": the CLI replaces it by what the `stores` table holds after seeding).
-Off by default: the same seed then gives the same stream as before stores were data
-(the chaos run and the benchmarks keep their figures).
+Off by default, so that a seed always gives the same stream, around the clock: the
+chaos run's and the benchmarks' figures stay comparable from one release to the next.
 """
 
 from __future__ import annotations
