@@ -18,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from pos_lambda.adapters import schema_apply
+from pos_lambda.adapters.service import wait_for
 from pos_lambda.schemas import cql as tables
 from pos_lambda.serving import Serving
 from pos_lambda.serving.http import create_app
@@ -99,3 +100,16 @@ def test_a_missing_index_fails_only_the_routes_that_read_through_it(skewed: Sett
         assert [(d["day"], d["receipt_count"], Decimal(d["revenue"])) for d in days] == [
             ("2026-03-02", 3, Decimal("11.30"))
         ]
+
+        # The schema applied, the same process answers the route (an SAI index is built
+        # in the background: await it).
+        schema_apply.apply_cql(s)
+
+        def top() -> tuple[int, Any]:
+            return _get(http, "/days/2026-03-02/top-stores")
+
+        assert wait_for(lambda: top()[0] == 200, timeout=60, interval=0.5), top()
+        assert [
+            (r["operation_id"], r["receipt_count"], Decimal(r["revenue"]))
+            for r in top()[1]["stores"]
+        ] == [(101, 3, Decimal("11.30"))]
