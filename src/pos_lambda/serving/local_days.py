@@ -96,8 +96,8 @@ def by_local_day(
 # ASCII digits only: str.isdigit() and \d also take "²" or "٣", which int() then refuses
 # or reads as another digit.
 _UNTIL = re.compile(r"([0-9]{1,2}):([0-9]{2})")
-# The OpenAPI document's: the grid in one pattern (00:00 passes it, refused here).
-UNTIL_PATTERN = r"^((0?[0-9]|1[0-9]|2[0-3]):(00|15|30|45)|24:00)$"
+# The OpenAPI document's: exactly what parse_until takes, 00:15..24:00 on the grid.
+UNTIL_PATTERN = r"^((0?[1-9]|1[0-9]|2[0-3]):(00|15|30|45)|0?0:(15|30|45)|24:00)$"
 
 
 def parse_until(text: str) -> time | None:

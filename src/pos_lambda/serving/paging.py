@@ -40,6 +40,11 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
+# A token's shape, as the OpenAPI document declares it: the payload, a dot and the MAC,
+# base64url without padding; or nothing (`page=`: the first page).
+TOKEN_PATTERN = rf"^([A-Za-z0-9_-]+\.[A-Za-z0-9_-]{{{len(_b64(bytes(MAC_BYTES)))}}})?$"
+
+
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 

@@ -47,6 +47,35 @@ def check_instant(at: datetime, name: str) -> datetime:
 
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
+# What parse_day and parse_instant accept, as the OpenAPI document declares it (beside
+# the `date` and `date-time` formats, which rule out 30 February): clients generated from
+# the document send nothing they refuse. Written for the years 2000..2099, FIRST_DAY and
+# LAST_DAY; tests/unit/serving/test_http_document.py holds them to those and the parsers.
+_MONTH = "(0[1-9]|1[0-2])"
+_MDAY = "(0[1-9]|[12][0-9]|3[01])"
+DAY_PATTERN = rf"^20[0-9]{{2}}-{_MONTH}-{_MDAY}$"
+# A day whose week before is inside the years too: 2000-01-08 and later.
+DAY_WITH_WEEK_BEFORE_PATTERN = (
+    rf"^(20(0[1-9]|[1-9][0-9])-{_MONTH}-{_MDAY}|2000-(0[2-9]|1[0-2])-{_MDAY}"
+    r"|2000-01-(0[89]|[12][0-9]|3[01]))$"
+)
+# An instant, RFC 3339 as fromisoformat reads it (`Z` in capitals, no leap second): on a
+# day inside the years with any offset; on the first day only with one behind UTC, on the
+# last only with one ahead of it, so that it stays inside in UTC. (An offset that moves a
+# time on the days next to an edge across it, but not past it, is accepted, not declared.)
+_TIME = r"[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?"
+_OFFSET = "([01][0-9]|2[0-3]):[0-5][0-9]"
+_INNER_DAY = (
+    rf"(20(0[1-9]|[1-8][0-9]|9[0-8])-{_MONTH}-{_MDAY}"
+    rf"|2000-(0[2-9]|1[0-2])-{_MDAY}|2000-01-(0[2-9]|[12][0-9]|3[01])"
+    rf"|2099-(0[1-9]|1[01])-{_MDAY}|2099-12-(0[1-9]|[12][0-9]|30))"
+)
+INSTANT_PATTERN = (
+    rf"^({_INNER_DAY}{_TIME}(Z|[+-]{_OFFSET})"
+    rf"|2000-01-01{_TIME}(Z|[+-]00:00|-{_OFFSET})"
+    rf"|2099-12-31{_TIME}(Z|[+-]00:00|\+{_OFFSET}))$"
+)
+
 
 def parse_day(text: str, name: str = "day") -> date:
     """A UTC day as YYYY-MM-DD, within the contract's years."""

@@ -17,11 +17,11 @@ from pos_lambda.serving.routers.params import (
     LastDay,
     LastLocalDay,
     Limit,
-    LocalDayPath,
     ServingDep,
     Start,
     StorePath,
     Until,
+    WeekBeforeDayPath,
 )
 from pos_lambda.serving.routers.responses import JSON_ERRORS, LOCAL_ERRORS, errors
 
@@ -61,7 +61,7 @@ def hour_of_week(
 
 @router.get("/stores/{store}/local-days/{day}/week-before", responses=LOCAL_ERRORS)
 def week_before(
-    lib: ServingDep, store: StorePath, day: LocalDayPath, until: Until = None
+    lib: ServingDep, store: StorePath, day: WeekBeforeDayPath, until: Until = None
 ) -> DayComparison:
     """A store's local day against the same weekday a week before: both days' totals
     and the change in percent (null when the week before sold nothing)."""
