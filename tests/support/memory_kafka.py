@@ -722,13 +722,20 @@ class MemoryConsumer(_Client):
         ]
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        """ClusterMetadata's shape, as far as the shell reads it."""
-        self._enter("list_topics")
+        """ClusterMetadata's shape, as far as the shell reads it. TIMED_OUT: a broker that
+        does not answer (restarting); RETRIABLE: it answers, the topic without leaders."""
+        fault = self._enter("list_topics")
+        if fault is not None and fault.kind == TIMED_OUT:
+            self.broker.clock.sleep(timeout if timeout > 0 else 0.0)
+            raise KafkaException(error(KafkaError._TIMED_OUT, "Local: Timed out"))
+        leaderless = fault is not None and fault.kind == RETRIABLE
         names = [topic] if topic is not None else list(self.broker.logs)
         return SimpleNamespace(
             topics={
                 name: SimpleNamespace(
-                    error=None,
+                    error=error(KafkaError.LEADER_NOT_AVAILABLE, "Broker: Leader not available")
+                    if leaderless
+                    else None,
                     partitions={p: None for p in range(self.broker.partitions(name))},
                 )
                 for name in names

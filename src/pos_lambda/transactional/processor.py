@@ -678,14 +678,29 @@ class Processor(Generic[S]):
 
     def _partition_count(self, consumer: Any, partitions: list[TopicPartition]) -> int:
         """The input's partition count now (a fresh metadata request), at least what the
-        assignment implies."""
-        metadata = consumer.list_topics(self.topic, timeout=30)
-        topic = metadata.topics.get(self.topic)
-        if topic is None or topic.error is not None:
-            raise KafkaException(
-                topic.error if topic is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-            )
-        return max(len(topic.partitions), *(tp.partition + 1 for tp in partitions))
+        assignment implies. A broker that is restarting answers late or without the
+        topic's leaders for a while: retried for COORDINATOR_WAIT_S, as `_committed`."""
+
+        def ask() -> int:
+            metadata = consumer.list_topics(self.topic, timeout=30)
+            topic = metadata.topics.get(self.topic)
+            if topic is None or topic.error is not None:
+                err = topic.error if topic is not None else None
+                code = err.code() if err is not None else KafkaError.UNKNOWN_TOPIC_OR_PART
+                raise KafkaException(KafkaError(code, str(err or "topic unknown")))
+            return max(len(topic.partitions), *(tp.partition + 1 for tp in partitions))
+
+        return retry(
+            ask,
+            CALL_BACKOFF,
+            retriable=_metadata_retriable,
+            patience_s=self.section.coordinator_wait_s,
+            clock=self.clock.monotonic,
+            sleep=self.clock.sleep,
+            on_retry=lambda exc, wait: self.log.warning(
+                "%s's partitions: %s; retrying in %.1f s", self.topic, exc.args[0], wait
+            ),
+        )
 
     def _committed(self, consumer: Any, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """The group's committed offsets of `partitions`. Retriable errors (a coordinator
@@ -834,6 +849,23 @@ def _retriable(exc: Exception) -> bool:
     """A client call's error that the same call may get past: a coordinator moving or
     loading, a request timed out."""
     return isinstance(exc, KafkaException) and classify(exc.args[0]) is ErrorKind.RETRY
+
+
+# What a metadata request meets while a broker restarts: no answer yet, or the topic
+# without leaders (or not yet known) until the broker has loaded it.
+_METADATA_AGAIN = (
+    KafkaError._TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
+
+
+def _metadata_retriable(exc: Exception) -> bool:
+    return isinstance(exc, KafkaException) and (
+        exc.args[0].code() in _METADATA_AGAIN or exc.args[0].retriable()
+    )
 
 
 def _keeps_state(value: bytes | None) -> bool:
