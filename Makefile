@@ -158,7 +158,7 @@ CHAOS_ARGS ?=
 chaos: up ## the e2e test tests/e2e/test_chaos.py: kill -9s and restarts while 100k receipts flow, then catch up, batch DAG, audit; figures in docs/chaos.md
 	$(PY) -m pytest -m e2e tests/e2e/test_chaos.py -s --count $(CHAOS_COUNT) --seed $(CHAOS_SEED) --chaos-args='$(CHAOS_ARGS)' $(PYTEST_ARGS)
 
-UPGRADE_COUNT ?= 6000
+UPGRADE_COUNT ?= 12000
 UPGRADE_RATE ?= 20
 upgrade-test: up ## the previous release (releases.json) under a faulty stream, upgraded layer by layer to this checkout mid-stream, then the audit; figures in docs/upgrade.md
 	bash dev/upgrade/install-previous.sh
