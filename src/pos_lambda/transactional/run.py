@@ -93,6 +93,41 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
+def await_kafka_after_restart(
+    settings: Settings,
+    patience_s: float,
+    answers: Callable[[], bool] | None = None,
+    wait: Callable[..., bool] | None = None,
+) -> bool:
+    """After a restart in place (its watchdog's: a call hung because the coordinator's
+    broker went away), the broker may still be away: wait up to `patience_s` for Kafka
+    to answer rather than exit 1 at the first topic check, as a process an operator starts
+    does. True when it answers (or no wait was needed)."""
+    from pos_lambda.adapters.service import wait_for
+    from pos_lambda.transactional import watchdog
+
+    if watchdog.restarts()[1] == 0:
+        return True
+
+    def kafka_answers() -> bool:
+        try:
+            kafka_admin.existing_topics(
+                settings.bootstrap_servers, 5.0, settings.kafka.security_config
+            )
+            return True
+        except ServiceError:
+            return False
+
+    probe = answers or kafka_answers
+    if probe():
+        return True
+    logging.getLogger("pos.processor").warning(
+        "restarted in place with Kafka at %s away: waiting up to %.0f s for it",
+        settings.bootstrap_servers, patience_s,
+    )  # fmt: skip
+    return (wait or wait_for)(probe, timeout=patience_s, interval=1.0)
+
+
 def run_instance(
     settings: Settings,
     job: Job,
@@ -105,6 +140,7 @@ def run_instance(
     from pos_lambda.transactional.lease import IdInUse, Lease
 
     def run() -> int:
+        await_kafka_after_restart(settings, job.section.coordinator_wait_s)
         for topic in (job.input_topic, job.output_topic):
             kafka_admin.require_topic(
                 settings.bootstrap_servers, topic, security=settings.kafka.security_config
