@@ -60,7 +60,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "integration/test_driver_lookup.py",
         "integration/test_driver_writes.py",
         "integration/test_progress_listener.py",
-        "integration/test_prometheus.py",
         "integration/test_spark_cluster.py",
         "integration/test_view_store.py",
     ),
@@ -83,7 +82,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "unit/stores/*",  # stores as data: local days, opening hours
         "integration/test_serving*.py",
         "integration/test_local_days.py",
-        "integration/test_prometheus.py",
         "integration/test_receipt_status.py",
         "integration/test_stores_*.py",
     ),
@@ -98,7 +96,6 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "integration/test_receipts_*.py",
         "integration/test_input_growth.py",
         "integration/test_processor_*.py",
-        "integration/test_prometheus.py",
     ),
     # Everything else: producer, audit, runtime, provisioning, deploy, benchmarks, demo,
     # the repository's own rules; the cluster, end-to-end and deploy tiers.
@@ -116,6 +113,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "integration/test_audit.py",
         "integration/test_bench_poller.py",
         "integration/test_producer_kafka.py",
+        # Metrics and alert rules: a real Prometheus scrapes speed, alerts and serving
+        # (~2.5 min); with unit/infra/, not in three layers' runs.
+        "integration/test_prometheus.py",
         "integration/test_runtime.py",
         "cluster/*",
         "deploy/*",
