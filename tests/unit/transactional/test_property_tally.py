@@ -42,7 +42,9 @@ def test_the_summary_adds_up_the_workers_tallies_under_xdist() -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "each",
+        # The plugins this file needs only: Schemathesis' and anyio's imports cost 1 s each.
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:schemathesis",
+         "-p", "no:anyio", "-n", "2", "--dist", "each",
          "tests/unit/transactional/test_exactly_once_properties.py",
          "-k", "test_alerts_exactly_once and timed_out"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
