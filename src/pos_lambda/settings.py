@@ -374,6 +374,15 @@ class SpeedSettings(_Section):
         description="Receipts arriving later than this after they happened skip the speed "
         "views (counted in progress) and are left to the batch layer.",
     )
+    gap_max_jump: int = Field(
+        default=1000,
+        ge=1,
+        description=(
+            "The gaps view (src/pos_lambda/views/gaps.py): a device's receipt number that jumps "
+            "forward by more than this starts a new run (a renumbered device), not a gap of "
+            "that many lost receipts. A number below the current run's is always a restart."
+        ),
+    )
     bucket_reads_from: float = Field(
         default=50.0,
         gt=0,

@@ -37,6 +37,7 @@ VERSIONED_TABLES = {
     cql.RECEIPTS_BATCH_TABLE: "day",
     cql.AGG_BATCH_TABLE: "day",
     cql.CONFLICTS_BATCH_TABLE: "winner_day",
+    cql.GAPS_BATCH_TABLE: "day",
 }
 
 

@@ -50,7 +50,13 @@ from pos_lambda.batch_layer.store import BatchStore, DayCommit, PointerState
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.views import records
-from pos_lambda.views.batch import BATCH_AGGREGATE_COLUMNS, increments, plus
+from pos_lambda.views.batch import (
+    BATCH_AGGREGATE_COLUMNS,
+    GAP_COLUMNS,
+    device_gaps,
+    increments,
+    plus,
+)
 from pos_lambda.views.winners import (
     CONFLICT_COLUMNS,
     INDEX_COLUMNS,
@@ -70,6 +76,9 @@ INDEX_TABLE_COLUMNS = (GENERATION, *INDEX_COLUMNS, KEY_BUCKET)
 RECEIPT_COLUMNS = ("version", *records.RECEIPT_ROW_COLUMNS, MASTER_VERSION)
 AGGREGATE_COLUMNS = ("version", *BATCH_AGGREGATE_COLUMNS)
 CONFLICT_BATCH_COLUMNS = ("version", *CONFLICT_COLUMNS, MASTER_VERSION)
+GAP_BATCH_COLUMNS = ("version", *GAP_COLUMNS)
+# What the gaps view reads of a receipt row.
+GAP_INPUT_COLUMNS = ("operation_id", "day", "vendor_fiscal_module", "transaction_id", "happened_at")
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,18 @@ def upsert_conflicts(
         {"version": F.lit(version), MASTER_VERSION: F.lit(master_version).cast("long")}
     )
     cassandra.upsert(rows, keyspace, cql.CONFLICTS_BATCH_TABLE, CONFLICT_BATCH_COLUMNS)
+
+
+def upsert_gaps(receipts: DataFrame, keyspace: str, version: str, max_jump: int) -> int:
+    """The gaps view of `receipts`' store-days (every receipt of each: a device's gaps
+    depend on all its numbers of the day) under `version`, the version their day's
+    aggregates are written under; returns the rows written."""
+    rows = device_gaps(receipts, max_jump).withColumn("version", F.lit(version)).persist()
+    try:
+        cassandra.upsert(rows, keyspace, cql.GAPS_BATCH_TABLE, GAP_BATCH_COLUMNS)
+        return rows.count()
+    finally:
+        rows.unpersist()
 
 
 def key_bucket() -> Any:
@@ -143,6 +164,7 @@ def fold(
             generation,
             upto,
             crash_after_receipts,
+            settings.speed.gap_max_jump,
         )
     finally:
         checked.unpersist()
@@ -161,6 +183,7 @@ def _fold_checked(
     generation: str,
     upto: int,
     crash_after_receipts: Callable[[], None] | None,
+    gap_max_jump: int,
 ) -> Folding:
     stats = checked.agg(
         F.count(F.lit(1)).alias("input"), F.count(F.when(~records.is_valid(), 1)).alias("invalid")
@@ -199,6 +222,19 @@ def _fold_checked(
             if crash_after_receipts is not None:
                 crash_after_receipts()
             cassandra.upsert(aggregates, keyspace, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
+            # The touched days' gaps, every store's (the day moves to `version` whole),
+            # from the generation's receipt rows, the ones just written among them.
+            store_days = [
+                (r["operation_id"], r["day"], generation)
+                for r in aggregates.select("operation_id", "day").distinct().collect()
+            ]
+            day_receipts = lookup.rows(
+                cql.RECEIPTS_BATCH_TABLE,
+                ("operation_id", "day", "version"),
+                store_days,
+                (*GAP_INPUT_COLUMNS, MASTER_VERSION),
+            ).where(F.col(MASTER_VERSION) <= upto)
+            upsert_gaps(day_receipts, keyspace, version, gap_max_jump)
             conflicts = 0
             if int(tally["conflicts"]):
                 found = _with_winner_content(lookup, generation, decision.conflicts)

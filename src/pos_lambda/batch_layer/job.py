@@ -365,6 +365,7 @@ def _recompute(
         if crash is not None:
             crash()
         cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
+        folding.upsert_gaps(winners, ks, version, settings.speed.gap_max_jump)
         if int(dup["c"]):
             folding.upsert_conflicts(conflicts_of(duplicates), ks, version, snap.version)
         index_rows = 0

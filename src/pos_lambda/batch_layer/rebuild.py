@@ -291,10 +291,20 @@ def commit(
         }
         # The chunks' receipt rows must all be there (a `pos-batch gc` long after the
         # chunks ran, say): a generation with holes would serve fewer receipts as final.
+        # They are also the gaps view's input: a device's numbers are spread over the
+        # chunks (which split the keys by hash), so its gaps are computed here, whole.
         keys = aggregates.select("operation_id", "day", F.lit(generation).alias("version"))
-        found = cassandra.lookup(
-            spark, ks, cql.RECEIPTS_BATCH_TABLE, keys.distinct(), ("operation_id",)
-        ).count()
+        generation_receipts = cassandra.lookup(
+            spark, ks, cql.RECEIPTS_BATCH_TABLE, keys.distinct(), folding.GAP_INPUT_COLUMNS
+        ).persist()
+        try:
+            found = generation_receipts.count()
+            if found == totals["receipts"]:
+                folding.upsert_gaps(
+                    generation_receipts, ks, generation, settings.speed.gap_max_jump
+                )
+        finally:
+            generation_receipts.unpersist()
     finally:
         aggregates.unpersist()
     if found != totals["receipts"]:

@@ -19,6 +19,7 @@ AGG_SPEED_TABLE = "agg_15m_speed"
 # commits by one atomic write to BATCH_POINTER_TABLE; readers follow the pointer.
 AGG_BATCH_TABLE = "agg_15m_batch"
 RECEIPTS_BATCH_TABLE = "receipts_batch"
+GAPS_BATCH_TABLE = "device_gaps_batch"
 BATCH_POINTER_TABLE = "batch_views"
 BATCH_RUNS_TABLE = "batch_runs"
 BATCH_FIXES_TABLE = "batch_fixes"
@@ -162,6 +163,25 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
   master_version bigint,
   PRIMARY KEY ((operation_id, day, version), happened_at, vendor_fiscal_module,
                transaction_id)
+)""",
+        # Gaps in each device's receipt numbers (src/pos_lambda/views/gaps.py), versioned
+        # with the aggregates: a day's rows under the version the pointer names for it.
+        # A store-day that has receipts but no rows here under that version was committed
+        # before this view existed: not yet backfilled (`pos-batch rebuild` backfills).
+        # missing: ranges as '1041-1042' or '1041'; restarts: the first number of each
+        # run after the first (a restarted or renumbered device, not a gap).
+        f"""CREATE TABLE IF NOT EXISTS {keyspace}.{GAPS_BATCH_TABLE} (
+  operation_id {contract.cql_type_of("operation_id")},
+  day date,
+  version text,
+  vendor_fiscal_module {contract.cql_type_of("vendor_fiscal_module")},
+  first_number {contract.cql_type_of("transaction_id")},
+  last_number {contract.cql_type_of("transaction_id")},
+  receipt_count int,
+  missing_count int,
+  missing list<text>,
+  restarts list<{contract.cql_type_of("transaction_id")}>,
+  PRIMARY KEY ((operation_id, day, version), vendor_fiscal_module)
 )""",
         # The pointer: one partition per view, one row per day. A run commits all its
         # days in one single-partition logged batch, which Cassandra applies atomically

@@ -25,12 +25,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
 from typing import Any
 
 from pos_lambda.serving import cookbook
 from pos_lambda.serving.errors import BrokenStore, QueryError, Unavailable, UnknownStore
+from pos_lambda.serving.gaps import GapsAnswer
 from pos_lambda.serving.local_days import parse_until
 from pos_lambda.serving.local_week import DayComparison, HourCell, HourOfWeek
 from pos_lambda.serving.output import table, to_json
@@ -114,6 +116,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--store", type=int, required=True, help="operation_id")
     c.add_argument("--device", type=int, required=True, help="vendor_fiscal_module")
     c.add_argument("--transaction", type=int, required=True, help="transaction_id")
+    c = command(
+        "gaps",
+        "did we get every receipt? each device's numbers of a store's UTC day and the "
+        "ranges missing from them (final once the batch covers the day)",
+    )
+    c.add_argument("--store", type=int, required=True, help="operation_id")
+    c.add_argument("--day", required=True, help="UTC day, YYYY-MM-DD")
     c = command("health", "batch horizon and age, last runs, speed progress, dead letters")
     c.add_argument("--runs", type=int, default=5, help="batch runs to show")
     c = sub.add_parser(
@@ -142,6 +151,31 @@ def _show(args: argparse.Namespace, settings: Settings) -> str:
     if isinstance(answer, ReceiptStatus) and answer.status == "unknown":
         raise UnknownReceipt(shown)  # printed, then exit code 3, as for an unknown store
     return shown
+
+
+@dataclass(frozen=True)
+class _TillRow:
+    till: int
+    first: int
+    last: int
+    receipts: int
+    missing: str
+    restarts: str
+
+
+def _gaps_text(gaps: GapsAnswer) -> str:
+    rows = [
+        _TillRow(
+            d.device,
+            d.first,
+            d.last,
+            d.receipts,
+            ", ".join(f"{m.text()} ({m.status})" for m in d.missing) or "-",
+            ", ".join(map(str, d.restarts)) or "-",
+        )
+        for d in gaps.devices
+    ]
+    return f"{gaps.line()}\n{table(rows)}" if rows else gaps.line()
 
 
 def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
@@ -192,6 +226,9 @@ def _query(args: argparse.Namespace, lib: Any) -> tuple[Any, Callable[[], str]]:
     if c == "top":
         top = lib.top_stores(parse_day(args.day), args.limit)
         return top, lambda: f"{top.day}, horizon {top.horizon or 'none'}\n{table(top.stores)}"
+    if c == "gaps":
+        gaps = lib.gaps(args.store, parse_day(args.day))
+        return gaps, lambda: _gaps_text(gaps)
     if c == "receipts":
         listing = lib.local_receipts if args.local else lib.receipts
         page = listing(args.store, parse_day(args.day), args.page_size, args.page)

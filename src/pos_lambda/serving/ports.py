@@ -13,6 +13,7 @@ from datetime import date, datetime
 from typing import Protocol
 
 from pos_lambda.batch_layer.runs import BatchRun
+from pos_lambda.serving.gaps import BatchDeviceGaps, SpeedNumber
 from pos_lambda.serving.model import (
     AggregateRow,
     Conflict,
@@ -65,6 +66,13 @@ class ServingViews(ReceiptViews, Protocol):
         """One page of a store's conflicts whose winner happened in one segment of the
         issues listing (from the segment's side), and the state of the next page (None:
         the segment is done)."""
+        ...
+
+    def gaps(
+        self, store: int, day: date, version: str | None
+    ) -> tuple[list[BatchDeviceGaps], list[SpeedNumber]]:
+        """(the batch gaps rows of the day's served `version`, none when None; the speed
+        view's receipt numbers) of a store's UTC day."""
         ...
 
     def fixes(self, store: int, day: date) -> list[Fix]:

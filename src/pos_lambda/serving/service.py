@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 from typing import TypeVar
 
 from pos_lambda.schemas import contract
+from pos_lambda.serving import gaps as gaps_answer
 from pos_lambda.serving import local_week, merge, paging, receipt_status
 from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.local_days import LocalDays, local_day_totals, registered_store, utc_span
@@ -320,6 +321,41 @@ class Serving:
             return "UTC", *merge.day_bounds(day)
         registered = registered_store(self.stores, store)
         return registered.time_zone, *utc_span(registered, day, day)
+
+    def gaps(self, store: int, day: date) -> gaps_answer.GapsAnswer:
+        """Did we get every receipt of a store's UTC day? Each device's numbers, and the
+        ranges missing from them (pos_lambda.serving.gaps: final from the batch layer once
+        it covers the whole day, provisional from the speed view before)."""
+        self.require_store(store)
+        pointer = self.views.pointer(day, day)
+        _, end = merge.day_bounds(day)
+        served = pointer.days.get(day)
+        final = (
+            served is not None
+            and pointer.horizon is not None
+            and served.covered_until >= end
+            and pointer.horizon >= end
+        )
+        batch, speed = self.views.gaps(store, day, served.version if final and served else None)
+        if final and batch:
+            return gaps_answer.from_batch(store, day, batch)
+        basis: gaps_answer.Basis = "provisional"
+        if final:
+            # No rows under a final version: the store had no receipts that day, or the
+            # version was committed before the gaps view existed.
+            batch_rows, _ = self.views.store_days(store, [day], pointer)
+            if not any(r.aggregate.receipt_count for r in batch_rows):
+                return gaps_answer.GapsAnswer(store, day, "final")
+            basis = "not yet backfilled"
+        return gaps_answer.from_speed(
+            store,
+            day,
+            speed,
+            self.settings.speed.gap_max_jump,
+            timedelta(hours=self.settings.speed.max_lateness_hours),
+            self._clock(),
+            basis,
+        )
 
     def receipt_status(self, store: int, device: int, transaction: int) -> ReceiptStatus:
         """Did the pipeline get this receipt? accepted, resend absorbed, conflict, dead

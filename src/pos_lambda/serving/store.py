@@ -33,6 +33,7 @@ from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.schemas.contract import LineItem
 from pos_lambda.serving import merge
 from pos_lambda.serving.errors import QueryError, Unavailable
+from pos_lambda.serving.gaps import BatchDeviceGaps, SpeedNumber
 from pos_lambda.serving.model import (
     AggregateRow,
     Conflict,
@@ -54,6 +55,7 @@ from pos_lambda.serving.receipt_status import (
     ReceiptKey,
 )
 from pos_lambda.settings import Settings
+from pos_lambda.views.gaps import parse_range
 
 log = logging.getLogger("pos.serving")
 
@@ -105,6 +107,13 @@ STATEMENTS = {
     "WHERE operation_id = ? AND winner_day = ? AND version = ? AND winner_happened_at >= ? "
     "AND winner_happened_at < ? AND master_version <= ? ALLOW FILTERING",
     "fixes": f"SELECT * FROM {cql.BATCH_FIXES_TABLE} WHERE operation_id = ? AND day = ?",
+    # The gaps view (pos_lambda.serving.gaps): a store-day's rows of the served version,
+    # and the speed view's numbers of the day (one partition).
+    "gaps_batch": "SELECT vendor_fiscal_module, first_number, last_number, receipt_count, "
+    f"missing, restarts FROM {cql.GAPS_BATCH_TABLE} "
+    "WHERE operation_id = ? AND day = ? AND version = ?",
+    "gaps_speed": "SELECT vendor_fiscal_module, transaction_id, happened_at "
+    f"FROM {cql.RAW_TABLE} WHERE operation_id = ? AND day = ?",
     "batch_runs": f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = ? LIMIT ?",
     "speed_progress": f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ? LIMIT 1",
     # Partition keys only: one row per (topic, Kafka partition), a handful.
@@ -563,6 +572,32 @@ class Views:
                 args = (store, g.day, version, *span, served_upto)
         rows, following = self.statements.page(statement, args, fetch_size, paging_state)
         return [_conflict(r) for r in rows], following
+
+    def gaps(
+        self, store: int, day: date, version: str | None
+    ) -> tuple[list[BatchDeviceGaps], list[SpeedNumber]]:
+        """(the batch gaps rows of `version`, none without one; the speed view's numbers)
+        of a store's UTC day."""
+        calls: list[tuple[str, tuple[Any, ...]]] = [("gaps_speed", (store, day))]
+        if version is not None:
+            calls.append(("gaps_batch", (store, day, version)))
+        results = self.many(calls)
+        speed = [
+            SpeedNumber(r.vendor_fiscal_module, r.transaction_id, _utc(r.happened_at))
+            for r in results[0]
+        ]
+        batch = [
+            BatchDeviceGaps(
+                r.vendor_fiscal_module,
+                r.first_number,
+                r.last_number,
+                r.receipt_count,
+                tuple(parse_range(m) for m in r.missing or ()),
+                tuple(r.restarts or ()),
+            )
+            for r in (results[1] if version is not None else [])
+        ]
+        return batch, speed
 
     def fixes(self, store: int, day: date) -> list[Fix]:
         def dec(v: Any) -> Decimal:

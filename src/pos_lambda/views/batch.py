@@ -7,14 +7,18 @@
 - `increments`, `plus`: what a fold of new records adds per window (its new winners,
   and the duplicates of winners old or new), and the committed rows plus it.
 - `fixes`: batch vs speed aggregates per store-window, i.e. what the batch fixed.
+- `device_gaps`: per store, day and device, the gaps in its receipt numbers
+  (`pos_lambda.views.gaps`, the logic the serving layer applies to the speed view too).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from pos_lambda.views.aggregation import (
     AGGREGATE_COLUMNS,
@@ -22,6 +26,7 @@ from pos_lambda.views.aggregation import (
     aggregate_15m,
     window_start,
 )
+from pos_lambda.views.gaps import device_day, range_text
 
 FIX_COLUMNS = (
     "operation_id",
@@ -176,3 +181,60 @@ def _summed() -> tuple[Column, ...]:
         F.coalesce(F.sum(F.col(m).cast(t)), F.lit(0)).cast(t).alias(m)
         for m, t in BATCH_MEASURES.items()
     )
+
+
+GAP_COLUMNS = (
+    "operation_id",
+    "day",
+    "vendor_fiscal_module",
+    "first_number",
+    "last_number",
+    "receipt_count",
+    "missing_count",
+    "missing",
+    "restarts",
+)
+_GAP_TYPE = T.StructType(
+    [
+        T.StructField("first_number", T.LongType()),
+        T.StructField("last_number", T.LongType()),
+        T.StructField("receipt_count", T.IntegerType()),
+        T.StructField("missing_count", T.IntegerType()),
+        T.StructField("missing", T.ArrayType(T.StringType())),
+        T.StructField("restarts", T.ArrayType(T.LongType())),
+    ]
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _device_day_row(receipts: list[Any], max_jump: int) -> tuple[Any, ...]:
+    got = device_day(
+        ((_EPOCH + timedelta(microseconds=r["at_us"]), int(r["number"])) for r in receipts),
+        max_jump,
+    )
+    return (
+        got.first,
+        got.last,
+        got.count,
+        got.missing_count,
+        [range_text(m) for m in got.missing],
+        list(got.restarts),
+    )
+
+
+def device_gaps(receipts: DataFrame, max_jump: int) -> DataFrame:
+    """GAP_COLUMNS per (operation_id, day, vendor_fiscal_module) of `receipts` (receipt
+    rows: one per natural key, or copies, which change nothing). A device's day is small
+    (its receipts' numbers and instants), so it is gathered whole and handed to the
+    shared logic, which the serving layer runs on the speed view's rows."""
+    summary = F.udf(lambda rs: _device_day_row(rs, max_jump), _GAP_TYPE)
+    device = ["operation_id", "day", "vendor_fiscal_module"]
+    gathered = receipts.groupBy(*device).agg(
+        F.collect_list(
+            F.struct(
+                F.unix_micros("happened_at").alias("at_us"),
+                F.col("transaction_id").cast("long").alias("number"),
+            )
+        ).alias("receipts")
+    )
+    return gathered.select(*device, summary("receipts").alias("g")).select(*device, "g.*")

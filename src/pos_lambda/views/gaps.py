@@ -83,3 +83,48 @@ def runs(receipts: Iterable[tuple[datetime, int]], max_jump: int) -> list[Run]:
         present = ranges(numbers)
         out.append(Run(present[0][0], present[-1][1], len(numbers), holes(present)))
     return out
+
+
+@dataclass(frozen=True)
+class DeviceDay:
+    """One device's day in the gaps view: what both layers store or answer per device.
+
+    first/last: the day's first run's first number and its last run's last number;
+    restarts: the first number of every run after the first (empty: one run)."""
+
+    first: int
+    last: int
+    count: int
+    missing: tuple[Range, ...]
+    restarts: tuple[int, ...]
+
+    @property
+    def missing_count(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.missing)
+
+
+def device_day(receipts: Iterable[tuple[datetime, int]], max_jump: int) -> DeviceDay:
+    """The day of one device from its receipts' (happened_at, number) pairs (copies and
+    any order allowed; at least one receipt)."""
+    day_runs = runs(receipts, max_jump)
+    if not day_runs:
+        raise ValueError("a device's day needs at least one receipt")
+    return DeviceDay(
+        first=day_runs[0].first,
+        last=day_runs[-1].last,
+        count=sum(r.count for r in day_runs),
+        missing=tuple(m for r in day_runs for m in r.missing),
+        restarts=tuple(r.first for r in day_runs[1:]),
+    )
+
+
+def range_text(span: Range) -> str:
+    """'1041-1042', or '1041' for a single number: how the view stores and prints a range."""
+    lo, hi = span
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def parse_range(text: str) -> Range:
+    """The inverse of `range_text`."""
+    lo, sep, hi = text.partition("-")
+    return (int(lo), int(hi)) if sep else (int(lo), int(lo))

@@ -182,7 +182,7 @@ def test_every_day_and_instant_in_the_document_declares_the_years() -> None:
 
     params = [p for ops in DOCUMENT["paths"].values() for p in ops["get"]["parameters"]]
     dated = [(p["name"], f) for p in params for f in formats(p["schema"])]
-    assert len(dated) == 17
+    assert len(dated) == 18
     assert all("pattern" in f for _, f in dated), dated
     pages = [p["schema"] for p in params if p["name"] == "page"]
     assert len(pages) == 4
@@ -208,6 +208,7 @@ def test_the_routers_serve_the_same_paths_and_operation_ids() -> None:
             "local_receipts_stores__store__local_days__day__receipts_get",
         ),
         ("/stores/{store}/days/{day}/issues", "store_day_stores__store__days__day__issues_get"),
+        ("/stores/{store}/days/{day}/gaps", "gaps_stores__store__days__day__gaps_get"),
         (
             "/stores/{store}/local-days/{day}/issues",
             "local_store_day_stores__store__local_days__day__issues_get",

@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from pos_lambda.views.batch import batch_aggregates, fixes
+from pos_lambda.views.batch import batch_aggregates, device_gaps, fixes
 
 T = datetime(2026, 3, 2, 8, 0, 5)  # the session and the process run in UTC (conftest)
 RECEIPT = (
@@ -120,4 +120,37 @@ def test_plus_adds_measures_per_window_of_either_side(local_spark: Any) -> None:
         (1, w1): (4, 6, Decimal("5.00"), 1, 3, 1, 1),
         (2, w1): (1, 1, Decimal("1.00"), 0, 0, 0, 0),
         (1, w2): (1, 1, Decimal("9.99"), 1, 0, 0, 0),
+    }
+
+
+def test_device_gaps_per_store_day_and_device(local_spark: Any) -> None:
+    d = date(2026, 3, 2)
+    at = [T.replace(minute=m) for m in range(8)]
+    receipts = local_spark.createDataFrame(
+        [
+            # store 104, till 2: 3311-3312 lost at the till; 3310 arrived last (late).
+            (104, d, 2, 3313, at[3]),
+            (104, d, 2, 3309, at[0]),
+            (104, d, 2, 3314, at[4]),
+            (104, d, 2, 3310, at[1]),
+            # store 104, till 3: restarted at 1 after 88, no gap.
+            (104, d, 3, 87, at[0]),
+            (104, d, 3, 88, at[1]),
+            (104, d, 3, 1, at[2]),
+            (104, d, 3, 2, at[5]),
+            # store 107, till 2: complete, same device number as store 104's.
+            (107, d, 2, 5, at[0]),
+            (107, d, 2, 6, at[1]),
+        ],
+        "operation_id int, day date, vendor_fiscal_module int, transaction_id long, "
+        "happened_at timestamp",
+    )
+    rows = {
+        (r.operation_id, r.vendor_fiscal_module): tuple(r)[3:]
+        for r in device_gaps(receipts, max_jump=1000).collect()
+    }
+    assert rows == {
+        (104, 2): (3309, 3314, 4, 2, ["3311-3312"], []),
+        (104, 3): (87, 2, 4, 0, [], [1]),
+        (107, 2): (5, 6, 2, 0, [], []),
     }

@@ -10,7 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pos_lambda.views.gaps import Run, holes, ranges, runs
+from pos_lambda.views.gaps import (
+    DeviceDay,
+    Run,
+    device_day,
+    holes,
+    parse_range,
+    range_text,
+    ranges,
+    runs,
+)
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 
@@ -86,3 +95,24 @@ def test_any_arrival_order_gives_the_same_runs_and_holes_are_what_was_lost(
     assert runs(held, max_jump=count) == [run]
     assert (run.first, run.last, run.count) == (start, start + count - 1, count - len(lost))
     assert {n for lo, hi in run.missing for n in range(lo, hi + 1)} == lost
+
+
+def test_a_device_day_sums_its_runs() -> None:
+    # Restarted at 1 after 5013; 5014 missing before the restart would be a gap only if
+    # seen later, so the gaps are those inside each run.
+    got = device_day(day(5010, 5012, 5013, 1, 2, 4), max_jump=100)
+    assert got == DeviceDay(
+        first=5010, last=4, count=6, missing=((5011, 5011), (3, 3)), restarts=(1,)
+    )
+    assert got.missing_count == 2
+    assert [range_text(m) for m in got.missing] == ["5011", "3"]
+
+
+def test_a_device_day_needs_a_receipt() -> None:
+    with pytest.raises(ValueError, match="at least one receipt"):
+        device_day([], max_jump=100)
+
+
+def test_range_text_round_trips() -> None:
+    assert range_text((3311, 3312)) == "3311-3312" and range_text((7, 7)) == "7"
+    assert parse_range("3311-3312") == (3311, 3312) and parse_range("7") == (7, 7)

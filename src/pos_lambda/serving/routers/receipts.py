@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
 
+from pos_lambda.serving.gaps import GapsAnswer
 from pos_lambda.serving.model import ReceiptPage, StoreDay
 from pos_lambda.serving.receipt_status import ReceiptStatus
 from pos_lambda.serving.requests import parse_day
@@ -22,7 +23,12 @@ from pos_lambda.serving.routers.params import (
     StorePath,
     TransactionPath,
 )
-from pos_lambda.serving.routers.responses import LOCAL_PAGED_ERRORS, PAGED_ERRORS, errors
+from pos_lambda.serving.routers.responses import (
+    JSON_ERRORS,
+    LOCAL_PAGED_ERRORS,
+    PAGED_ERRORS,
+    errors,
+)
 
 router = APIRouter(tags=["receipts"])
 
@@ -64,6 +70,16 @@ def store_day(
     """Conflicting copies of the store's receipts of a UTC day, a page at a time
     (`next_page`), and what the batch fixed (with the first page)."""
     return lib.store_day(store, parse_day(day), page_size, page)
+
+
+@router.get("/stores/{store}/days/{day}/gaps", responses=JSON_ERRORS)
+def gaps(lib: ServingDep, store: StorePath, day: DayPath) -> GapsAnswer:
+    """Did we get every receipt? Each device's first and last number of the store's UTC
+    day, its receipt count and the ranges missing from its numbers: `final` once the
+    batch layer covers the day, `provisional` before (a range `may still arrive` until
+    the speed layer's lateness bound has passed), `not yet backfilled` for a final day
+    committed before the gaps view existed."""
+    return lib.gaps(store, parse_day(day))
 
 
 @router.get("/stores/{store}/local-days/{day}/issues", responses=LOCAL_PAGED_ERRORS)
