@@ -36,6 +36,7 @@ def test_every_view_stays_exact_through_an_upgrade_under_load(
         "speed layer",
         "batch (the DAG's task)",
         "serving",
+        "backfill (pos-batch rebuild)",
     ]
     assert doc["stream_flowed_throughout"], "the stream was held before the upgrade ended"
     # The checkpoint compatibility test: the previous release's checkpoints (offsets and
@@ -48,3 +49,7 @@ def test_every_view_stays_exact_through_an_upgrade_under_load(
     assert audit["clean"], doc
     assert (audit["lost"], audit["duplicated"], audit["wrong"]) == (0, 0, 0)
     assert audit["exact_views"] >= 10, doc
+    # The view this release adds, backfilled from the master dataset: every store-day
+    # answered final by the batch's gaps rows (the final run covers whole UTC days).
+    assert "final" in audit["gaps"] and "provisional" not in audit["gaps"], audit["gaps"]
+    assert "not yet backfilled" not in audit["gaps"], audit["gaps"]

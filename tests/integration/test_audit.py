@@ -149,8 +149,8 @@ def test_the_pipeline_audits_clean_and_speed_gaps_beyond_the_bound_are_reported(
     assert doc["clean"] is True
     assert set(views) == {
         "receipts_by_store_day", "receipt_keys", "agg_15m_speed", "receipts_batch",
-        "agg_15m_batch", "serving_windows", "serving_receipts", "conflicts", "dead_letters",
-        "alerts_topic", "alerts_table", "receipts_topic",
+        "agg_15m_batch", "serving_windows", "serving_receipts", "serving_gaps", "conflicts",
+        "dead_letters", "alerts_topic", "alerts_table", "receipts_topic",
     }  # fmt: skip
     for name, v in views.items():
         assert (v["status"], v["exact"], v["lost"], v["duplicated"], v["wrong"]) == (
@@ -194,6 +194,11 @@ def test_the_pipeline_audits_clean_and_speed_gaps_beyond_the_bound_are_reported(
     dead = views["dead_letters"]
     assert dead["expected"] == dead["observed"] == summary["faults"]["malformed"] > 0
     assert "by batch" in views["serving_windows"]["note"]
+    # One row per store, UTC day and device the ledger's receipts have.
+    devices = {
+        (r["operation_id"], r["happened_at"][:10], r["vendor_fiscal_module"]) for r in receipts
+    }
+    assert views["serving_gaps"]["expected"] == views["serving_gaps"]["observed"] == len(devices)
     for name in ("alerts_topic", "alerts_table"):
         assert views[name]["expected"] == views[name]["observed"] > 0
 

@@ -6,6 +6,7 @@ simulator) or from literals, never from the code under test.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -112,6 +113,58 @@ def served_receipts(cql: Any) -> dict[tuple[int, int, int], Any]:
             assert key not in out, f"{key} served twice"
             out[key] = r
     return out
+
+
+def expected_gaps(
+    receipts: list[tuple[int, int, int, datetime]],
+) -> dict[tuple[int, str, int], tuple[int, int, int, list[str]]]:
+    """(store, UTC day, device) -> first, last, count and the missing ranges of the
+    numbers in `receipts` (store, device, number, happened_at), computed here: the
+    simulator numbers each device's receipts consecutively and never restarts one, so a
+    device's day is one run and every hole between two of its numbers is missing."""
+    numbers: dict[tuple[int, str, int], set[int]] = {}
+    for store, device, number, happened_at in receipts:
+        day = str(happened_at.astimezone(UTC).date())
+        numbers.setdefault((store, day, device), set()).add(number)
+    out = {}
+    for key, found in numbers.items():
+        ns = sorted(found)
+        missing = [
+            str(a + 1) if b - a == 2 else f"{a + 1}-{b - 1}"
+            for a, b in itertools.pairwise(ns)
+            if b - a > 1
+        ]
+        out[key] = (ns[0], ns[-1], len(ns), missing)
+    return out
+
+
+def served_gaps(cql: Any) -> dict[tuple[int, str, int], tuple[int, int, int, list[str]]]:
+    """The device_gaps_batch rows a reader takes: of the version the pointer names for
+    their day."""
+    served = _pointers(cql)
+    return {
+        (r.operation_id, str(r.day), r.vendor_fiscal_module): (
+            r.first_number,
+            r.last_number,
+            r.receipt_count,
+            list(r.missing or []),
+        )
+        for r in cql.execute(f"SELECT * FROM {tables.GAPS_BATCH_TABLE}")
+        if served.get(str(r.day)) == r.version
+    }
+
+
+def _sent_receipts(messages: list[Any], ledger: Path) -> list[tuple[int, int, int, datetime]]:
+    """The ledger's receipts that `messages` carry a copy of (by the key their bytes
+    state), with the ledger's instant."""
+    truth = ledger_files.load_receipts(ledger)
+    keys = set()
+    for m in messages:
+        if m.kind.startswith("malformed"):
+            continue
+        body = json.loads(m.value)
+        keys.add((body["operation_id"], body["vendor_fiscal_module"], body["transaction_id"]))
+    return [(*k, datetime.fromisoformat(truth[k]["happened_at"])) for k in keys if k in truth]
 
 
 def _cross_day_conflict(settings: Settings) -> None:
@@ -522,6 +575,8 @@ def test_hourly_folds_stay_exact_with_late_copies_and_equal_a_full_rebuild(
     other = datetime(2026, 3, 3, 0, 0, 10, tzinfo=UTC)
     key = device_key(9001, 1)
     modes = []
+    store_9001 = (9001, 1, 1, first)
+    gaps_after_first_part: dict[Any, Any] = {}
     for n, part in enumerate((messages[:300], messages[300:600], messages[600:])):
         send(settings, part)
         if n == 0:
@@ -540,7 +595,19 @@ def test_hourly_folds_stay_exact_with_late_copies_and_equal_a_full_rebuild(
             )
         _archive(spark, settings)
         modes.append(job.run(spark, settings, ALL_DAYS).mode)
+        if n == 0:
+            # The gaps view of the build: late receipts of later parts are holes now.
+            gaps_after_first_part = served_gaps(cql)
+            sent = _sent_receipts(messages[:300], ledger)
+            assert gaps_after_first_part == expected_gaps([*sent, store_9001])
     assert modes == ["build", "fold", "fold"]
+    # The folds' late receipts filled every hole the build saw (the stream lost none).
+    assert sum(len(g[3]) for g in gaps_after_first_part.values()) > 0
+    every_receipt = _sent_receipts(messages, ledger)
+    assert len(every_receipt) == len(ledger_files.load_receipts(ledger))
+    complete = expected_gaps([*every_receipt, store_9001])
+    assert all(g[3] == [] for g in complete.values())
+    assert served_gaps(cql) == complete
 
     want = expected_aggregates(ledger)
     want[(9001, datetime(2026, 3, 2, 23, 45))] = (1, 2, Decimal("3.80"), 0)
@@ -572,6 +639,7 @@ def test_hourly_folds_stay_exact_with_late_copies_and_equal_a_full_rebuild(
     )
     assert set(_pointers(cql).values()) == {switched["generation"]}
     assert _served_rows(cql) == folded_rows
+    assert served_gaps(cql) == complete
     assert {
         k: (r.item_quantity, Decimal(r.revenue), r.late, r.kafka_offset)
         for k, r in served_receipts(cql).items()

@@ -9,6 +9,7 @@ the alert thresholds, the malformed kind -> dead-letter reason table below).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -214,6 +215,30 @@ class StoreWeek:
 
     time_zone: str
     week: tuple[tuple[int, int] | None, ...]
+
+
+DeviceDayKey = tuple[int, date, int]  # (operation_id, UTC day, vendor_fiscal_module)
+# first number, last number, receipts, missing ranges ('1041-1042' or '1041')
+DeviceDayRow = tuple[int, int, int, tuple[str, ...]]
+
+
+def device_days(receipts: Iterable[ReceiptFact]) -> dict[DeviceDayKey, DeviceDayRow]:
+    """The gaps view the ledger implies, computed here: the simulator numbers each
+    device's receipts consecutively and never restarts one, so a device's day is one
+    run, and every hole between two of its numbers in `receipts` is missing from them."""
+    numbers: dict[DeviceDayKey, set[int]] = {}
+    for f in receipts:
+        numbers.setdefault((f.store, f.day, f.key[1]), set()).add(f.key[2])
+    out = {}
+    for key, found in numbers.items():
+        ns = sorted(found)
+        missing = tuple(
+            str(a + 1) if b - a == 2 else f"{a + 1}-{b - 1}"
+            for a, b in itertools.pairwise(ns)
+            if b - a > 1
+        )
+        out[key] = (ns[0], ns[-1], len(ns), missing)
+    return out
 
 
 WEEKDAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

@@ -24,6 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pos_lambda.adapters.kafka_clients import KafkaConsumer
 from pos_lambda.audit.expectations import (
     AlertIdentity,
     IndexRow,
@@ -36,6 +37,7 @@ from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.schemas.contract import NaturalKey
 from pos_lambda.serving import Serving
 from pos_lambda.serving.errors import UnknownStore
+from pos_lambda.serving.gaps import GapsAnswer
 from pos_lambda.serving.merge import day_bounds
 from pos_lambda.serving.model import Pointer, Receipt, Segment, Window
 from pos_lambda.serving.store import utc
@@ -142,6 +144,14 @@ class Sources:
             speed += [((store, row.window_start), row.aggregate) for row in s]
         return batch, speed
 
+    def gaps(self, store: int, day: date) -> GapsAnswer:
+        """The gaps answer of a store's UTC day (`Serving.gaps`); an unknown store has no
+        devices (every expected one is then lost)."""
+        try:
+            return self.serving.gaps(store, day)
+        except UnknownStore:
+            return GapsAnswer(store, day, "provisional")
+
     def windows(self, store: int, first: datetime, end: datetime) -> list[Window]:
         """The merged answer (`Serving.windows`) for [first, end), in allowed ranges."""
         step = timedelta(days=self.settings.serve.max_range_days)
@@ -246,7 +256,7 @@ def _instant(value: datetime) -> datetime:
 
 
 @contextmanager
-def _consumer(settings: Settings, group: str, **extra: Any) -> Iterator[Any]:
+def _consumer(settings: Settings, group: str, **extra: Any) -> Iterator[KafkaConsumer]:
     """A consumer, closed after use; Kafka trouble becomes an AuditError saying so."""
     from confluent_kafka import KafkaException
 
@@ -266,7 +276,7 @@ def _consumer(settings: Settings, group: str, **extra: Any) -> Iterator[Any]:
         c.close()
 
 
-def _partitions(consumer: Any, topic: str) -> list[int] | None:
+def _partitions(consumer: KafkaConsumer, topic: str) -> list[int] | None:
     t = consumer.list_topics(topic, timeout=30).topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         return None
@@ -343,9 +353,9 @@ def _committed_records(
                 if err is not None:
                     if err.code() != KafkaError._PARTITION_EOF:
                         raise AuditError(f"reading {topic}: {err}")
-                    at_end.add(msg.partition())
+                    at_end.add(msg.partition() or 0)  # an end of partition names one
                     continue
-                at_end.discard(msg.partition())
+                at_end.discard(msg.partition() or 0)
                 out.append((msg.key(), msg.value()))
         return out
 

@@ -60,6 +60,7 @@ VIEWS = (
     *BATCH_VIEWS,
     "serving_windows",
     "serving_receipts",
+    "serving_gaps",
     "conflicts",
     "dead_letters",
     "alerts_topic",
@@ -67,7 +68,7 @@ VIEWS = (
     "receipts_topic",
 )
 # Views whose verdict depends on what the speed layer has read (its checkpoint).
-NEED_SPEED_CHECKPOINT = (*SPEED_VIEWS, "serving_windows", "serving_receipts")
+NEED_SPEED_CHECKPOINT = (*SPEED_VIEWS, "serving_windows", "serving_receipts", "serving_gaps")
 LEDGER_FILES = ("receipts.jsonl", "faults.jsonl", "summary.json")
 
 
@@ -338,6 +339,35 @@ class _Context:
         exact = caught or all(source == "batch" for *_, source in rows)
         note = "" if exact else f"not exact now ({why}): gaps are reported, not failed"
         return ViewResult("serving_receipts", exact, tally, beyond_bound=beyond, note=note)
+
+    def serving_gaps(self) -> ViewResult:
+        """Serving.gaps per store-day: each device's first and last number, receipts and
+        missing ranges; a final answer (the batch's gaps view) against every receipt of
+        the ledger, a provisional one (the speed view's) against those within the bound."""
+        every = ex.device_days(self.ledger.receipts.values())
+        within = ex.device_days(self.within)
+        expected: dict[ex.DeviceDayKey, ex.DeviceDayRow] = {}
+        observed: list[tuple[ex.DeviceDayKey, ex.DeviceDayRow]] = []
+        bases: Counter[str] = Counter()
+        for store, day in self.store_days:
+            answer = self.src.gaps(store, day)
+            bases[answer.basis] += 1
+            implied = every if answer.basis == "final" else within
+            expected |= {k: v for k, v in implied.items() if k[:2] == (store, day)}
+            observed += [
+                (
+                    (store, day, d.device),
+                    (d.first, d.last, d.receipts, tuple(m.text() for m in d.missing)),
+                )
+                for d in answer.devices
+            ]
+        tally = compare.keyed_rows(expected, observed)
+        caught, why = self.speed_caught_up()
+        exact = caught or set(bases) <= {"final"}
+        note = ", ".join(f"{n} store-days {basis}" for basis, n in sorted(bases.items()))
+        if not exact:
+            note += f"; not exact now ({why}): gaps are reported, not failed"
+        return ViewResult("serving_gaps", exact, tally, note=note)
 
     # --- conflicts, dead letters ------------------------------------------------------
 

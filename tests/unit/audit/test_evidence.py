@@ -52,7 +52,7 @@ def test_no_speed_checkpoint_under_pos_data_dir_exits_2_naming_it(
     )
     assert (
         "needed by receipts_by_store_day, receipt_keys, agg_15m_speed, serving_windows, "
-        "serving_receipts" in captured.err
+        "serving_receipts, serving_gaps" in captured.err
     )
 
 

@@ -302,3 +302,19 @@ def test_simulated_ledger_records_fingerprints_and_returned_values() -> None:
         returned = sum((i.price * -i.amount for i in parsed.line_items if i.amount < 0), Decimal(0))
         assert Decimal(r["returned_value"]) == returned
     assert any(Decimal(r["returned_value"]) > 0 for r in result.receipts)
+
+
+def test_device_days_are_the_ledgers_numbers_and_holes_per_utc_day(tmp_path: Path) -> None:
+    at = "2026-03-02T08:0{}:00+00:00"
+    receipts = [line(104, 2, n, at.format(i), at.format(i)) for i, n in enumerate((3309, 3310))]
+    receipts += [line(104, 2, 3313, at.format(5), at.format(5))]
+    receipts += [line(104, 2, 3316, at.format(6), at.format(6))]
+    receipts += [line(104, 2, 3317, "2026-03-03T00:00:01+00:00", "2026-03-03T00:00:01+00:00")]
+    receipts += [line(107, 2, 5, at.format(1), at.format(1))]
+    ledger = ex.load(write(tmp_path, receipts, []))
+    d2, d3 = datetime(2026, 3, 2).date(), datetime(2026, 3, 3).date()
+    assert ex.device_days(ledger.receipts.values()) == {
+        (104, d2, 2): (3309, 3316, 4, ("3311-3312", "3314-3315")),
+        (104, d3, 2): (3317, 3317, 1, ()),
+        (107, d2, 2): (5, 5, 1, ()),
+    }

@@ -21,12 +21,16 @@ Mid-stream, each layer is upgraded in turn as docs/upgrading.md tells an operato
 3. the speed layer from its checkpoint (SIGTERM, this release's `pos-speed run`);
 4. the batch layer: this release's `pos-batch run`, as the DAG's task runs it;
 5. serving: this release's `pos-serve http` started beside the old one, the probe
-   switched to it once it answers, the old one stopped (blue/green).
+   switched to it once it answers, the old one stopped (blue/green);
+6. the backfill of the view this release adds (the gaps view): `pos-batch rebuild`,
+   every day's views from the master dataset as a new generation, switched to once
+   whole.
 
 The stream is long enough to flow through every step at its rate (and held before its
 last tenth, should the upgrade take longer: the verdict then fails, saying so); once the
 upgrade is done, the rest is sent at once. Then every layer catches up, this release's
-batch run covers the data's hours, and this release's `pos-audit` compares every view
+batch run covers the data's whole UTC days (the gaps view is final only for a whole
+day), and this release's `pos-audit` compares every view
 with the producer's ledger: 0 lost, 0 duplicated, 0 wrong. Per step, the figures give
 its duration, the longest freshness gap (seconds without a commit) of the views, of
 `pos.receipts` and of `pos.alerts` around it, and the seconds serving answered with an
@@ -414,7 +418,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler.join(timeout=30)
         for name in list(up.procs):
             stop_gracefully(up.procs.pop(name), timeout=120)
-        _batch(up, VENV_BIN, first, last, "batch-final")
+        whole_days = (
+            first.replace(hour=0),
+            last.replace(hour=0) + timedelta(days=1) if last.hour else last,
+        )
+        _batch(up, VENV_BIN, *whole_days, "batch-final")
         report = args.logs / "audit.json"
         steps.audit(args.ledger, report, up.env, args.logs / "audit.log", args.step_timeout)
         audited = story.parse_audit(json.loads(report.read_text()), str(report))
@@ -423,6 +431,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for proc in up.procs.values():
             stop_gracefully(proc, timeout=60)
     exact = [v for v in audited.views if v.exact]
+    gaps_view = json.loads(report.read_text())["views"].get("serving_gaps", {})
     doc = {
         "count": args.count,
         "rate": args.rate,
@@ -439,6 +448,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "lost": sum(v.lost for v in exact),
             "duplicated": sum(v.duplicated for v in exact),
             "wrong": sum(v.wrong for v in exact),
+            "gaps": gaps_view.get("note", ""),
         },
     }
     if args.out and str(args.out):
@@ -470,6 +480,14 @@ def _upgrade_each_layer(up: Upgrade, probe: Probe) -> None:
     window = (first, first + timedelta(hours=2))
     up.step("batch (the DAG's task)", probe, lambda: _batch(up, VENV_BIN, *window, "batch-current"))
     up.step("serving", probe, lambda: _serve_blue_green(up, probe, free_port()))
+    up.step("backfill (pos-batch rebuild)", probe, lambda: _rebuild(up))
+
+
+def _rebuild(up: Upgrade) -> None:
+    argv = [str(VENV_BIN / "pos-batch"), "rebuild"]
+    code = run_logged(argv, up.env, up.log("rebuild"), up.args.step_timeout, "the backfill")
+    if code != 0:
+        raise StepFailed(f"pos-batch rebuild exited {code}:\n{steps.tail(up.log('rebuild'))}")
 
 
 def _committed_batches(up: Upgrade, job: str) -> list[int]:
@@ -571,7 +589,8 @@ def render(doc: dict[str, Any]) -> str:
         f"Serving answered with an error for {doc['serving_errors_s']} s in all. Audit: "
         f"{'clean' if audit['clean'] else 'DISCREPANCIES'}, {audit['exact_views']} exact "
         f"views, {audit['lost']} lost, {audit['duplicated']} duplicated, "
-        f"{audit['wrong']} wrong.",
+        f"{audit['wrong']} wrong. The gaps view this release adds, backfilled by "
+        f"`pos-batch rebuild`: {audit.get('gaps') or 'not audited'}.",
         "",
         "Checkpoints: this release's speed layer resumed the previous release's "
         "checkpoints (a fresh checkpoint would start again at batch 0):",
