@@ -153,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of receipts followed by a malformed message (broken JSON, missing "
         "fields, wrong types, negative prices, oversized lists), on top of --count",
     )
+    faults.add_argument(
+        "--lost-at-source-rate",
+        type=cli_args.fraction,
+        default=0.0,
+        help="fraction of receipts the tills issue (and number) but never send: recorded "
+        "in the ledger as lost at the source; the gaps view shows their numbers missing",
+    )
     sim.add_argument(
         "--dry-run",
         action="store_true",
@@ -232,6 +239,7 @@ def _fault_config(args: argparse.Namespace) -> FaultConfig:
         resend_rate=args.resend_rate, burst_rate=args.burst_rate, late_rate=args.late_rate,
         late_max_delay_s=args.late_max_delay, out_of_order_rate=args.out_of_order_rate,
         clock_skew_max_s=args.clock_skew_max, malformed_rate=args.malformed_rate,
+        lost_at_source_rate=args.lost_at_source_rate,
     )  # fmt: skip
 
 

@@ -46,7 +46,7 @@ from pos_lambda.stores.model import Store, parse_week
 from pos_lambda.views.windows import window_start
 
 REALISTIC_RESEND_RATE = 0.006  # terminals retrying over flaky (GPRS) links
-FAULT_KINDS = ("resend", "burst", "late", "out_of_order", "malformed")
+FAULT_KINDS = ("resend", "burst", "late", "out_of_order", "malformed", "lost_at_source")
 _LATE_THRESHOLD_MS = int(LATE_THRESHOLD.total_seconds() * 1000)
 
 
@@ -61,6 +61,10 @@ class FaultConfig:
     out_of_order_rate: float = 0.0
     clock_skew_max_s: float = 0.0
     malformed_rate: float = 0.0
+    # A receipt the till issued (and numbered) but never sent: a disk lost, an outage
+    # longer than its buffer. The ledger records it as a fault, not as a receipt: no
+    # view can hold it, and the gaps view shows its number missing.
+    lost_at_source_rate: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -245,6 +249,32 @@ def _issue_receipts(
     return planned, faults
 
 
+def _lose_at_source(
+    rng: random.Random, planned: list[_Planned], f: FaultConfig
+) -> tuple[list[_Planned], list[dict[str, Any]]]:
+    """The receipts that reach Kafka, and a fault per receipt lost before it (no draw at
+    all with the knob off: other faults of a seed stay as they were)."""
+    if not f.lost_at_source_rate:
+        return planned, []
+    kept: list[_Planned] = []
+    faults: list[dict[str, Any]] = []
+    for p in planned:
+        if rng.random() >= f.lost_at_source_rate:
+            kept.append(p)
+            continue
+        r = p.receipt
+        faults.append(
+            {
+                "kind": "lost_at_source",
+                "natural_key": list(r.natural_key),
+                "happened_at": r.happened_at.astimezone(UTC).isoformat(),
+                "detail": f"receipt {r.transaction_id} of till {r.vendor_fiscal_module} "
+                f"(store {r.operation_id}) never left the till",
+            }
+        )
+    return kept, faults
+
+
 def _local_weight(store: Store, at: datetime) -> float:
     """A store's traffic at an instant: its local hour's share, 0 while it is closed."""
     local = at.astimezone(store.zone)  # once: this runs for every store at every arrival
@@ -399,6 +429,8 @@ def simulate(config: SimulationConfig) -> SimulationResult:
     registry = catalog_stores(config.stores) if config.store_hours else []
     layout = _devices(rng, config.stores, f.clock_skew_max_s, registry)
     planned, faults = _issue_receipts(rng, config, layout)
+    planned, lost = _lose_at_source(rng, planned, f)
+    faults += lost
     faults += _delay_late(rng, planned, f)
     faults += _reorder(rng, planned, f)
     messages, copies, more = _outbox(rng, planned, f)
@@ -466,6 +498,7 @@ def _summary(
         "seed": config.seed,
         "start": config.start.isoformat(),
         "unique_receipts": len(receipts),
+        "lost_at_source": counts["lost_at_source"],
         "messages": len(messages),
         "late_receipts": sum(1 for r in receipts if r["late"]),
         "stores": len(layout),

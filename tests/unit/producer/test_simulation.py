@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -45,6 +46,7 @@ ALL_FAULTS = {
     "out_of_order_rate": 0.05,
     "clock_skew_max_s": 60,
     "malformed_rate": 0.05,
+    "lost_at_source_rate": 0.02,
 }
 
 
@@ -58,6 +60,7 @@ def test_knobs_off_means_no_faults_and_exactly_n_messages() -> None:
     result = _run(count=500)
     assert result.summary["faults"] == {
         "resend": 0, "burst": 0, "late": 0, "out_of_order": 0, "malformed": 0,
+        "lost_at_source": 0,
     }  # fmt: skip
     assert len(result.messages) == 500 == len(result.receipts)
     assert all(m.kind == "receipt" for m in result.messages)
@@ -234,14 +237,15 @@ def test_all_faults_at_once_keep_the_books_straight() -> None:
     result = _run(count=2000, seed=11, **ALL_FAULTS)
     faults = result.summary["faults"]
     assert all(n > 0 for n in faults.values()), faults
+    sent = 2000 - faults["lost_at_source"]  # issued by the tills, less what never left them
     assert (
         result.summary["messages"]
         == len(result.messages)
-        == (2000 + faults["resend"] + faults["malformed"])
+        == (sent + faults["resend"] + faults["malformed"])
     )
     valid = _receipts(result)
-    assert len(valid) == 2000 + faults["resend"]
-    assert len({r.natural_key for r in valid}) == 2000 == len(result.receipts)
+    assert len(valid) == sent + faults["resend"]
+    assert len({r.natural_key for r in valid}) == sent == len(result.receipts)
     assert sum(r["copies"] for r in result.receipts) == len(valid)
     assert result.summary["late_receipts"] == sum(1 for r in result.receipts if r["late"])
     assert all(f["detail"] for f in result.faults)
@@ -255,3 +259,22 @@ def test_encode_prints_local_time_with_offset() -> None:
         b'{"happened_at":"2026-03-03T00:30:00+02:00","operation_id":1,"transaction_id":5,'
         b'"vendor_fiscal_module":9,"transactions":[{"title":"Tea","price":"1.50","amount":2}]}'
     )
+
+
+def test_receipts_lost_at_the_till_are_numbered_never_sent_and_recorded() -> None:
+    issued = _run(count=2000, seed=5)
+    lossy = _run(count=2000, seed=5, lost_at_source_rate=0.02)
+    lost = [f for f in lossy.faults if f["kind"] == "lost_at_source"]
+    lost_keys = {tuple(f["natural_key"]) for f in lost}
+    # The same tills issued the same receipts; about 2 % never left them.
+    assert {r.natural_key for r in _receipts(issued)} == (
+        {r.natural_key for r in _receipts(lossy)} | lost_keys
+    )
+    assert 20 <= len(lost) <= 60 and lossy.summary["lost_at_source"] == len(lost)
+    assert len(lossy.receipts) == 2000 - len(lost) == lossy.summary["unique_receipts"]
+    sent = {
+        (b["operation_id"], b["vendor_fiscal_module"], b["transaction_id"])
+        for b in (json.loads(m.value) for m in lossy.messages)
+    }
+    assert not sent & lost_keys
+    assert all("never left the till" in f["detail"] for f in lost)

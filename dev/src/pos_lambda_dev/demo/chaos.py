@@ -94,6 +94,7 @@ STREAM_FAULT_RATES = {
     "out_of_order_rate": 0.01,
     "clock_skew_max_s": 30.0,
     "malformed_rate": 0.005,
+    "lost_at_source_rate": 0.002,  # numbered by the till, never sent: gaps
 }
 
 DEFAULT_COUNT = 100_000

@@ -92,6 +92,7 @@ STREAM_FAULT_RATES = {
     "out_of_order_rate": 0.02,
     "clock_skew_max_s": 30.0,
     "malformed_rate": 0.01,
+    "lost_at_source_rate": 0.002,  # numbered by the till, never sent: gaps
 }
 CONFLICT_RATE = 0.01
 DEFAULT_COUNT, DEFAULT_RATE, DEFAULT_SEED = 12000, 20.0, 73
