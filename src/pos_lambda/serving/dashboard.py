@@ -1,6 +1,7 @@
 """The dashboard page: a store's day as its 15-minute bars coloured by source, the
-horizon marked, totals, the same weekday a week before, the hour-of-week heatmap and the
-pipeline-health panel. Server-rendered (Jinja2) with inline SVG: no JavaScript, no build
+horizon marked, totals, whether every receipt of the UTC day arrived (the gaps view),
+the same weekday a week before, the hour-of-week heatmap and the pipeline-health panel.
+Server-rendered (Jinja2) with inline SVG: no JavaScript, no build
 step, nothing fetched from the internet.
 
 The day is the store's local day by default (`view=local`: 96 bars, 92 or 100 on a DST
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from pos_lambda.serving.errors import BrokenStore, QueryError, UnknownStore, UnregisteredStore
+from pos_lambda.serving.gaps import GapsAnswer
 from pos_lambda.serving.local_week import DayComparison, HourOfWeek
 from pos_lambda.serving.model import Totals, Window
 from pos_lambda.serving.requests import FIRST_DAY
@@ -257,11 +259,13 @@ def page(serving: Serving, store: int | None, day: date | None, view: View = "lo
     zone = registered.zone if registered is not None and view == "local" else UTC
     day = day or _default_day(health.horizon, zone)
     shown, missing = None, None
+    gaps: GapsAnswer | None = None
     week: HourOfWeek | None = None
     comparison: DayComparison | None = None
     if store is not None:
         try:
             shown = _day_of(serving, store, day, registered, view, broken)
+            gaps = serving.gaps(store, day)  # the gaps view is by UTC day
             if registered is not None:
                 days = min(HEATMAP_DAYS, serving.settings.serve.max_range_days)
                 first = max(day - timedelta(days=days - 1), FIRST_DAY)
@@ -283,6 +287,7 @@ def page(serving: Serving, store: int | None, day: date | None, view: View = "lo
         chart=chart(shown.windows, health.horizon, shown.zone) if shown else None,
         totals=shown.totals if shown else Totals(),
         comparison=comparison,
+        gaps=gaps,
         week=week,
         heat=heatmap(week) if week else None,
         top=top.stores,

@@ -12,6 +12,7 @@ from pos_lambda.batch_layer.runs import BatchRun
 from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.serving import dashboard
 from pos_lambda.serving.errors import BrokenStore, UnregisteredStore
+from pos_lambda.serving.gaps import DeviceGaps, GapsAnswer, MissingRange
 from pos_lambda.serving.local_days import local_day_totals
 from pos_lambda.serving.local_week import compare, hour_of_week
 from pos_lambda.serving.merge import merge_windows, totals
@@ -107,6 +108,17 @@ class FakeServing:
     def store_entry(self, store: int) -> Store:
         raise UnregisteredStore(store)  # store 101 has no zone here: the page shows UTC
 
+    def gaps(self, store: int, day: date) -> GapsAnswer:
+        return GapsAnswer(
+            store,
+            day,
+            "provisional",
+            (
+                DeviceGaps(2, 3309, 3320, 10, (MissingRange(3311, 3312, "missing"),)),
+                DeviceGaps(3, 1, 40, 40, (), (1,)),
+            ),
+        )
+
 
 def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     fake: Any = FakeServing()
@@ -123,6 +135,12 @@ def test_page_defaults_to_the_horizon_day_and_its_top_store() -> None:
     assert len(re.findall(r'<line class="horizon" x1="560.0"', html)) == 1
     assert "<td>30.00</td>" in html and "3: invalid_json 2 · missing_field 1</td>" in html
     assert "pos-speed-views" in html and "committed" in html
+    # The gaps panel: the answer's line, and each till's missing ranges with their status.
+    assert (
+        '<p id="gaps-line" class="down">store 101 2026-03-02 (provisional): 2 missing '
+        "(3311-3312 on till 2)</p>" in html
+    )
+    assert "<td>3311-3312 (missing)</td>" in html and "<td>none</td>" in html
     # Nothing to run or fetch: no scripts, no external stylesheets, fonts or images.
     assert "<script" not in html and not re.search(r'(src|href)="https?:', html)
 
