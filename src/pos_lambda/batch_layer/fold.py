@@ -78,7 +78,14 @@ AGGREGATE_COLUMNS = ("version", *BATCH_AGGREGATE_COLUMNS)
 CONFLICT_BATCH_COLUMNS = ("version", *CONFLICT_COLUMNS, MASTER_VERSION)
 GAP_BATCH_COLUMNS = ("version", *GAP_COLUMNS)
 # What the gaps view reads of a receipt row.
-GAP_INPUT_COLUMNS = ("operation_id", "day", "vendor_fiscal_module", "transaction_id", "happened_at")
+GAP_INPUT_COLUMNS = (
+    "operation_id",
+    "day",
+    "vendor_fiscal_module",
+    "transaction_id",
+    "happened_at",
+    "revenue",
+)
 
 
 @dataclass(frozen=True)

@@ -169,7 +169,8 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
         # A store-day that has receipts but no rows here under that version was committed
         # before this view existed: not yet backfilled (`pos-batch rebuild` backfills).
         # missing: ranges as '1041-1042' or '1041'; restarts: the first number of each
-        # run after the first (a restarted or renumbered device, not a gap).
+        # run after the first (a restarted or renumbered device, not a gap); revenue: the
+        # receipts' sum (a till's day-close total is reconciled against it).
         f"""CREATE TABLE IF NOT EXISTS {keyspace}.{GAPS_BATCH_TABLE} (
   operation_id {contract.cql_type_of("operation_id")},
   day date,
@@ -181,6 +182,7 @@ def _batch_tables(keyspace: str, receipt_cols: list[tuple[str, str]]) -> list[st
   missing_count int,
   missing list<text>,
   restarts list<{contract.cql_type_of("transaction_id")}>,
+  revenue decimal,
   PRIMARY KEY ((operation_id, day, version), vendor_fiscal_module)
 )""",
         # The pointer: one partition per view, one row per day. A run commits all its

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Literal
 
 from pos_lambda.views.gaps import Range, device_day, range_text
@@ -39,6 +40,7 @@ class BatchDeviceGaps:
     receipts: int
     missing: tuple[Range, ...]
     restarts: tuple[int, ...]
+    revenue: Decimal
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class SpeedNumber:
     device: int
     number: int
     happened_at: datetime
+    revenue: Decimal
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class DeviceGaps:
     receipts: int
     missing: tuple[MissingRange, ...]
     restarts: tuple[int, ...] = ()
+    revenue: Decimal = Decimal("0.00")  # the received receipts' sum
 
     @property
     def missing_count(self) -> int:
@@ -109,6 +113,7 @@ def from_batch(store: int, day: date, rows: Iterable[BatchDeviceGaps]) -> GapsAn
             r.receipts,
             tuple(MissingRange(lo, hi, "missing") for lo, hi in r.missing),
             r.restarts,
+            r.revenue,
         )
         for r in sorted(rows, key=lambda r: r.device)
     )
@@ -137,5 +142,8 @@ def from_speed(
             MissingRange(lo, hi, "missing" if now >= at[hi + 1] + lateness else "may still arrive")
             for lo, hi in got.missing
         )
-        devices.append(DeviceGaps(device, got.first, got.last, got.count, missing, got.restarts))
+        revenue = sum((n.revenue for n in by_device[device]), Decimal("0.00"))
+        devices.append(
+            DeviceGaps(device, got.first, got.last, got.count, missing, got.restarts, revenue)
+        )
     return GapsAnswer(store, day, basis, tuple(devices))

@@ -110,9 +110,9 @@ STATEMENTS = {
     # The gaps view (pos_lambda.serving.gaps): a store-day's rows of the served version,
     # and the speed view's numbers of the day (one partition).
     "gaps_batch": "SELECT vendor_fiscal_module, first_number, last_number, receipt_count, "
-    f"missing, restarts FROM {cql.GAPS_BATCH_TABLE} "
+    f"missing, restarts, revenue FROM {cql.GAPS_BATCH_TABLE} "
     "WHERE operation_id = ? AND day = ? AND version = ?",
-    "gaps_speed": "SELECT vendor_fiscal_module, transaction_id, happened_at "
+    "gaps_speed": "SELECT vendor_fiscal_module, transaction_id, happened_at, revenue "
     f"FROM {cql.RAW_TABLE} WHERE operation_id = ? AND day = ?",
     "batch_runs": f"SELECT * FROM {cql.BATCH_RUNS_TABLE} WHERE view_name = ? LIMIT ?",
     "speed_progress": f"SELECT * FROM {cql.SPEED_PROGRESS_TABLE} WHERE query_name = ? LIMIT 1",
@@ -583,7 +583,12 @@ class Views:
             calls.append(("gaps_batch", (store, day, version)))
         results = self.many(calls)
         speed = [
-            SpeedNumber(r.vendor_fiscal_module, r.transaction_id, _utc(r.happened_at))
+            SpeedNumber(
+                r.vendor_fiscal_module,
+                r.transaction_id,
+                _utc(r.happened_at),
+                Decimal(r.revenue if r.revenue is not None else "0.00"),
+            )
             for r in results[0]
         ]
         batch = [
@@ -594,6 +599,7 @@ class Views:
                 r.receipt_count,
                 tuple(parse_range(m) for m in r.missing or ()),
                 tuple(r.restarts or ()),
+                Decimal(r.revenue if r.revenue is not None else "0.00"),
             )
             for r in (results[1] if version is not None else [])
         ]

@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pos_lambda.views.aggregation import (
     AGGREGATE_COLUMNS,
     MEASURE_TYPES,
+    REVENUE_TYPE,
     aggregate_15m,
     window_start,
 )
@@ -193,6 +194,7 @@ GAP_COLUMNS = (
     "missing_count",
     "missing",
     "restarts",
+    "revenue",
 )
 _GAP_TYPE = T.StructType(
     [
@@ -224,7 +226,7 @@ def _device_day_row(receipts: list[Any], max_jump: int) -> tuple[Any, ...]:
 
 def device_gaps(receipts: DataFrame, max_jump: int) -> DataFrame:
     """GAP_COLUMNS per (operation_id, day, vendor_fiscal_module) of `receipts` (receipt
-    rows: one per natural key, or copies, which change nothing). A device's day is small
+    rows, one per natural key: the winners; revenue is their sum). A device's day is small
     (its receipts' numbers and instants), so it is gathered whole and handed to the
     shared logic, which the serving layer runs on the speed view's rows."""
     summary = F.udf(lambda rs: _device_day_row(rs, max_jump), _GAP_TYPE)
@@ -235,6 +237,10 @@ def device_gaps(receipts: DataFrame, max_jump: int) -> DataFrame:
                 F.unix_micros("happened_at").alias("at_us"),
                 F.col("transaction_id").cast("long").alias("number"),
             )
-        ).alias("receipts")
+        ).alias("receipts"),
+        # What the till's day-close total is reconciled against (one row per receipt).
+        F.sum("revenue").cast(REVENUE_TYPE).alias("revenue"),
     )
-    return gathered.select(*device, summary("receipts").alias("g")).select(*device, "g.*")
+    return gathered.select(*device, summary("receipts").alias("g"), "revenue").select(
+        *device, "g.*", "revenue"
+    )

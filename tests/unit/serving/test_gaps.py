@@ -40,6 +40,7 @@ def speed_receipt(ks: MemoryKeyspace, device: int, number: int, happened_at: dat
         happened_at=happened_at,
         vendor_fiscal_module=device,
         transaction_id=number,
+        revenue=Decimal("1.90"),
     )
 
 
@@ -66,8 +67,15 @@ def test_before_the_lateness_bound_a_gap_may_still_arrive(ks: MemoryKeyspace) ->
         DAY,
         "provisional",
         (
-            DeviceGaps(2, 3309, 3314, 4, (MissingRange(3311, 3312, "may still arrive"),)),
-            DeviceGaps(3, 77, 77, 1, ()),
+            DeviceGaps(
+                2,
+                3309,
+                3314,
+                4,
+                (MissingRange(3311, 3312, "may still arrive"),),
+                revenue=Decimal("7.60"),
+            ),
+            DeviceGaps(3, 77, 77, 1, (), revenue=Decimal("1.90")),
         ),
     )
     assert answer.line() == "store 104 2026-03-02 (provisional): 2 missing (3311-3312 on till 2)"
@@ -97,6 +105,7 @@ def test_a_final_day_answers_from_the_batch_rows(ks: MemoryKeyspace) -> None:
         missing_count=3,
         missing=["3311-3312", "3318"],
         restarts=[],
+        revenue=Decimal("17.10"),
     )
     answer = serving(ks, at(20)).gaps(104, DAY)
     assert answer == GapsAnswer(
@@ -110,6 +119,7 @@ def test_a_final_day_answers_from_the_batch_rows(ks: MemoryKeyspace) -> None:
                 3320,
                 9,
                 (MissingRange(3311, 3312, "missing"), MissingRange(3318, 3318, "missing")),
+                revenue=Decimal("17.10"),
             ),
         ),
     )
@@ -164,6 +174,7 @@ def test_the_http_route_and_the_cli_give_the_same_answer(
         "receipts": 4,
         "missing": [{"first": 3311, "last": 3312, "status": "may still arrive"}],
         "restarts": [],
+        "revenue": "7.60",
     }
     assert unknown.status_code == 404
     args = cli._parser().parse_args(["gaps", "--store", "104", "--day", "2026-03-02"])

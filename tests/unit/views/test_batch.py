@@ -144,13 +144,13 @@ def test_device_gaps_per_store_day_and_device(local_spark: Any) -> None:
         ],
         "operation_id int, day date, vendor_fiscal_module int, transaction_id long, "
         "happened_at timestamp",
-    )
+    ).withColumn("revenue", F.lit("1.90").cast("decimal(18,2)"))
     rows = {
         (r.operation_id, r.vendor_fiscal_module): tuple(r)[3:]
         for r in device_gaps(receipts, max_jump=1000).collect()
     }
     assert rows == {
-        (104, 2): (3309, 3314, 4, 2, ["3311-3312"], []),
-        (104, 3): (87, 2, 4, 0, [], [1]),
-        (107, 2): (5, 6, 2, 0, [], []),
+        (104, 2): (3309, 3314, 4, 2, ["3311-3312"], [], Decimal("7.60")),
+        (104, 3): (87, 2, 4, 0, [], [1], Decimal("7.60")),
+        (107, 2): (5, 6, 2, 0, [], [], Decimal("3.80")),
     }
