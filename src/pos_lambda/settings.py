@@ -368,6 +368,47 @@ class SpeedSettings(_Section):
             "500 ms default would be paid in nearly every micro-batch."
         ),
     )
+    kafka_api_timeout_ms: int = Field(
+        default=3_000,
+        ge=1,
+        description=(
+            "default.api.timeout.ms of the speed layer's Kafka clients: the deadline of the "
+            "driver's offset lookup (the admin client's listOffsets) each micro-batch. Kafka "
+            "3.4's admin client sends a partition's ListOffsets to the leader it looked up first "
+            "and, once that broker is dead and fenced, holds the call until the broker returns or "
+            "this deadline passes (60 s by Kafka's default): a broker's absence stalled the "
+            "views for all of it. Past the deadline Spark retries with a new admin client, which "
+            "finds the new leader (speed_offset_fetch_retries). At least "
+            "speed_kafka_request_timeout_ms."
+        ),
+    )
+    kafka_request_timeout_ms: int = Field(
+        default=3_000,
+        ge=1,
+        description=(
+            "request.timeout.ms of the speed layer's Kafka clients: how long a request waits for "
+            "its answer before the connection is given up and the client refreshes its metadata. "
+            "It matters when a broker is frozen (SIGSTOP, a long pause): its connections stay "
+            "open and nothing answers, for 30 s by Kafka's default. Fetches are answered within "
+            "speed_kafka_fetch_max_wait_ms."
+        ),
+    )
+    offset_fetch_retries: int = Field(
+        default=60,
+        ge=1,
+        description=(
+            "fetchOffset.numRetries of Spark's Kafka source: how many times the driver's offset "
+            "lookup is tried (each up to speed_kafka_api_timeout_ms, a new admin client each "
+            "time) before the query fails. 60 tries of 3 s wait about as long for a broker as "
+            "Spark's default (3 tries of Kafka's 60 s)."
+        ),
+    )
+    offset_fetch_retry_interval_ms: int = Field(
+        default=250,
+        ge=0,
+        description="fetchOffset.retryIntervalMs of Spark's Kafka source: the pause between two "
+        "tries of the driver's offset lookup (1 s by Spark's default).",
+    )
     max_lateness_hours: float = Field(
         default=48.0,
         gt=0,
@@ -531,6 +572,18 @@ class SpeedSettings(_Section):
         "offset), micro-batches, receipts, resends, conflicts, late and invalid records, "
         "driver up and restarts, standby up (docs/operations.md, Metrics). 0: no metrics port.",
     )
+
+    @model_validator(mode="after")
+    def _api_timeout_covers_a_request(self) -> SpeedSettings:
+        """Kafka's admin client refuses a default.api.timeout.ms below request.timeout.ms:
+        refused here, by the settings' names, rather than by the driver at its first batch."""
+        if self.kafka_api_timeout_ms < self.kafka_request_timeout_ms:
+            raise ValueError(
+                f"speed_kafka_api_timeout_ms ({self.kafka_api_timeout_ms}) must be at least "
+                f"speed_kafka_request_timeout_ms ({self.kafka_request_timeout_ms}): a call's "
+                "deadline covers at least one request"
+            )
+        return self
 
 
 class BatchSettings(_Section):

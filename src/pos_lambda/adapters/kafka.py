@@ -29,6 +29,19 @@ def read_transactions(spark: SparkSession, settings: Settings) -> DataFrame:
         # for that fetch. 6,070 records in 4 partitions on 2 cores read in 0.26-0.34 s
         # with 10 ms against 1.26-1.33 s with 500 (one session, alternated).
         .option("kafka.fetch.max.wait.ms", settings.speed.kafka_fetch_max_wait_ms)
+        # A broker away. The driver looks up each micro-batch's end offsets with an admin
+        # client (Spark's KafkaOffsetReaderAdmin): kafka-clients 3.4 pins a partition's
+        # ListOffsets to the leader it looked up first, and once that broker is dead and
+        # fenced the call waits unassigned until the broker returns or the call's deadline
+        # (default.api.timeout.ms, 60 s) passes; Spark then tries again (fetchOffset.*) with a
+        # new admin client, which finds the new leader. A short deadline and quick, many
+        # retries bound the stall near the leader's move (docs/cluster.md). The executors'
+        # consumers follow the new leader by themselves; a frozen broker's open connections
+        # answer nothing until request.timeout.ms (30 s by default).
+        .option("kafka.default.api.timeout.ms", settings.speed.kafka_api_timeout_ms)
+        .option("kafka.request.timeout.ms", settings.speed.kafka_request_timeout_ms)
+        .option("fetchOffset.numRetries", settings.speed.offset_fetch_retries)
+        .option("fetchOffset.retryIntervalMs", settings.speed.offset_fetch_retry_interval_ms)
         .option("maxOffsetsPerTrigger", settings.speed.max_offsets_per_trigger)
         # A topic deleted or compacted under us is an operator error, but it must not
         # crash the stream: log and continue from what is there.
