@@ -218,8 +218,8 @@ class StoreWeek:
 
 
 DeviceDayKey = tuple[int, date, int]  # (operation_id, UTC day, vendor_fiscal_module)
-# first number, last number, receipts, missing ranges ('1041-1042' or '1041')
-DeviceDayRow = tuple[int, int, int, tuple[str, ...]]
+# first number, last number, receipts, missing ranges ('1041-1042' or '1041'), revenue
+DeviceDayRow = tuple[int, int, int, tuple[str, ...], Decimal]
 
 
 def device_days(receipts: Iterable[ReceiptFact]) -> dict[DeviceDayKey, DeviceDayRow]:
@@ -227,8 +227,11 @@ def device_days(receipts: Iterable[ReceiptFact]) -> dict[DeviceDayKey, DeviceDay
     device's receipts consecutively and never restarts one, so a device's day is one
     run, and every hole between two of its numbers in `receipts` is missing from them."""
     numbers: dict[DeviceDayKey, set[int]] = {}
+    revenue: dict[DeviceDayKey, Decimal] = {}
     for f in receipts:
-        numbers.setdefault((f.store, f.day, f.key[1]), set()).add(f.key[2])
+        key = (f.store, f.day, f.key[1])
+        numbers.setdefault(key, set()).add(f.key[2])
+        revenue[key] = revenue.get(key, Decimal("0.00")) + f.revenue
     out = {}
     for key, found in numbers.items():
         ns = sorted(found)
@@ -237,7 +240,7 @@ def device_days(receipts: Iterable[ReceiptFact]) -> dict[DeviceDayKey, DeviceDay
             for a, b in itertools.pairwise(ns)
             if b - a > 1
         )
-        out[key] = (ns[0], ns[-1], len(ns), missing)
+        out[key] = (ns[0], ns[-1], len(ns), missing, revenue[key])
     return out
 
 

@@ -341,8 +341,8 @@ class _Context:
         return ViewResult("serving_receipts", exact, tally, beyond_bound=beyond, note=note)
 
     def serving_gaps(self) -> ViewResult:
-        """Serving.gaps per store-day: each device's first and last number, receipts and
-        missing ranges; a final answer (the batch's gaps view) against every receipt of
+        """Serving.gaps per store-day: each device's first and last number, receipts,
+        missing ranges and revenue; a final answer (the batch's gaps view) against every receipt of
         the ledger, a provisional one (the speed view's) against those within the bound."""
         every = ex.device_days(self.ledger.receipts.values())
         within = ex.device_days(self.within)
@@ -357,7 +357,7 @@ class _Context:
             observed += [
                 (
                     (store, day, d.device),
-                    (d.first, d.last, d.receipts, tuple(m.text() for m in d.missing)),
+                    (d.first, d.last, d.receipts, tuple(m.text() for m in d.missing), d.revenue),
                 )
                 for d in answer.devices
             ]

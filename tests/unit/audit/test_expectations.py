@@ -314,7 +314,7 @@ def test_device_days_are_the_ledgers_numbers_and_holes_per_utc_day(tmp_path: Pat
     ledger = ex.load(write(tmp_path, receipts, []))
     d2, d3 = datetime(2026, 3, 2).date(), datetime(2026, 3, 3).date()
     assert ex.device_days(ledger.receipts.values()) == {
-        (104, d2, 2): (3309, 3316, 4, ("3311-3312", "3314-3315")),
-        (104, d3, 2): (3317, 3317, 1, ()),
-        (107, d2, 2): (5, 5, 1, ()),
+        (104, d2, 2): (3309, 3316, 4, ("3311-3312", "3314-3315"), Decimal("4.00")),
+        (104, d3, 2): (3317, 3317, 1, (), Decimal("1.00")),
+        (107, d2, 2): (5, 5, 1, (), Decimal("1.00")),
     }
