@@ -69,6 +69,13 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from pos_lambda.adapters.kafka_clients import (
+    KafkaClients,
+    KafkaConsumer,
+    KafkaMessage,
+    KafkaProducer,
+)
+
 TP = tuple[str, int]
 DeliveryCallback = Callable[[KafkaError | None, "Message"], None]
 
@@ -201,7 +208,7 @@ class Entry:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]] | None
+    headers: list[tuple[str, str | bytes | None]] | None
     timestamp_ms: int
     txn: Txn | None = None
     marker: str | None = None  # "commit" / "abort"
@@ -243,7 +250,7 @@ class Message:
     def value(self) -> bytes | None:
         return self._entry.value if self._entry else None
 
-    def headers(self) -> list[tuple[str, bytes]] | None:
+    def headers(self) -> list[tuple[str, str | bytes | None]] | None:
         return self._entry.headers if self._entry else None
 
     def __repr__(self) -> str:
@@ -320,7 +327,7 @@ class MemoryBroker:
         partition: int,
         value: bytes | None,
         key: bytes | None = None,
-        headers: Sequence[tuple[str, bytes]] | None = None,
+        headers: Sequence[tuple[str, str | bytes | None]] | None = None,
         txn: Txn | None = None,
         marker: str | None = None,
     ) -> Entry:
@@ -969,7 +976,7 @@ class MemoryProducer(_Client):
         partition: int = -1,
         on_delivery: DeliveryCallback | None = None,
         timestamp: int = 0,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
         callback: DeliveryCallback | None = None,
     ) -> None:
         fault = self._enter("produce")
@@ -1046,3 +1053,21 @@ class MemoryProducer(_Client):
 
     def __len__(self) -> int:
         return len(self.reports) + len(self.unflushed_failures)
+
+
+# mypy holds the fake to the port's Protocols here (`make check`): a call the project
+# makes that the fake lacks, or answers with another type, is a type error.
+def _satisfies_the_port(broker: MemoryBroker) -> KafkaClients:
+    return broker.clients()
+
+
+def _consumer_satisfies_the_port(consumer: MemoryConsumer) -> KafkaConsumer:
+    return consumer
+
+
+def _producer_satisfies_the_port(producer: MemoryProducer) -> KafkaProducer:
+    return producer
+
+
+def _message_satisfies_the_port(message: Message) -> KafkaMessage:
+    return message

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaAdmin, KafkaOffsetsReader
 from pos_lambda.settings import Settings
 
 log = logging.getLogger("pos.archive")
@@ -86,9 +87,7 @@ def lag(
     return ArchiveLag(needed=needed, committed={p: committed.get(p) for p in needed})
 
 
-def _consumer(settings: Settings) -> Any:
-    from pos_lambda.adapters.kafka_clients import ConfluentClients
-
+def _consumer(settings: Settings) -> KafkaOffsetsReader:
     # read_committed: the log's end as the speed layer reads it, the last stable offset.
     clients = ConfluentClients.from_settings(settings)
     return clients.offsets_reader(settings.speed.archiver_group, log_level=2)
@@ -137,15 +136,11 @@ class OffsetsCommitter:
     long as the chaos run watched (minutes), while a new one commits at once.
     """
 
-    def __init__(self, settings: Settings, admin: Callable[[dict[str, Any]], Any] | None = None):
+    def __init__(self, settings: Settings, admin: Callable[[], KafkaAdmin] | None = None):
         self.group = settings.speed.archiver_group
         self.topic = settings.topics.transactions
-        self._conf: dict[str, Any] = {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "log_level": 2,
-        } | dict(settings.kafka.security_config)
-        self._new_admin = admin or _admin_client
-        self._admin: Any = self._new_admin(self._conf)
+        self._new_admin = admin or ConfluentClients.from_settings(settings).admin
+        self._admin: KafkaAdmin | None = self._new_admin()
         self._last: dict[int, int] = {}  # committed
         self._wanted: dict[int, int] = {}  # the newest asked for
 
@@ -167,13 +162,14 @@ class OffsetsCommitter:
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         offsets = self._wanted
-        if self._admin is None or not offsets or offsets == self._last:
+        admin = self._admin
+        if admin is None or not offsets or offsets == self._last:
             return
         request = ConsumerGroupTopicPartitions(
             self.group, [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
         )
         try:
-            for future in self._admin.alter_consumer_group_offsets([request]).values():
+            for future in admin.alter_consumer_group_offsets([request]).values():
                 future.result(timeout=30)
         except Exception as exc:  # Kafka away, or this client wedged since a broker restart
             log.warning(
@@ -182,12 +178,6 @@ class OffsetsCommitter:
                 self.group,
                 str(exc) or type(exc).__name__,  # a timeout's message is empty
             )
-            self._admin = self._new_admin(self._conf)
+            self._admin = self._new_admin()
             return
         self._last = dict(offsets)
-
-
-def _admin_client(conf: dict[str, Any]) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(conf)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaAdmin
 from pos_lambda.adapters.service import ServiceError
 
 MISSING_TOPIC_HINT = "create it with `make topics` (or `pos-infra topics`)"
 
 
-def _admin(bootstrap: str, security: Mapping[str, str] | None = None) -> object:
-    from pos_lambda.adapters.kafka_clients import ConfluentClients
-
+def _admin(bootstrap: str, security: Mapping[str, str] | None = None) -> KafkaAdmin:
     # `security`: Settings.kafka.security_config (SASL login, TLS), if any.
     return ConfluentClients(bootstrap, security or {}).admin()
 
@@ -26,7 +25,7 @@ def existing_topics(
     from confluent_kafka import KafkaException
 
     try:
-        return set(_admin(bootstrap, security).list_topics(timeout=timeout_s).topics)  # type: ignore[attr-defined]
+        return set(_admin(bootstrap, security).list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
         raise ServiceError(
             f"cannot reach Kafka at {bootstrap}: is it running? try `make up` ({exc})"
@@ -67,7 +66,7 @@ def create_topics(
     if not new:
         return []
     admin = _admin(bootstrap, security)  # keep the client alive until the futures resolve
-    futures = admin.create_topics(new, operation_timeout=30)  # type: ignore[attr-defined]
+    futures = admin.create_topics(new, operation_timeout=30)
     created = []
     for topic, future in futures.items():
         try:

@@ -26,12 +26,13 @@ errors a real broker raises rarely (abortable transactions, fencing, rebalances,
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 if TYPE_CHECKING:
-    from confluent_kafka import KafkaError
+    from confluent_kafka import KafkaError, TopicPartition
 
     from pos_lambda.settings import Settings
 
@@ -44,6 +45,143 @@ _LOG_LEVEL = 3
 METADATA_REFRESH_MS = 5000
 
 
+# --- the clients' surfaces ------------------------------------------------------------
+# What the project calls on the clients the port builds, typed: confluent-kafka's classes
+# and the unit tests' in-memory broker (tests/support/memory_kafka.py) both satisfy these
+# Protocols, and mypy checks both (`make check`). Only the calls the project makes are
+# here; a call that is missing is a type error, so a fake cannot fall behind unnoticed.
+
+# Record headers as confluent-kafka returns them (a list of pairs, or a dict).
+Headers = Sequence[tuple[str, "str | bytes | None"]] | Mapping[str, "str | bytes | None"]
+# The opaque handle of `consumer_group_metadata()`, passed on to
+# `send_offsets_to_transaction` (librdkafka's ConsumerGroupMetadata; a fake has its own).
+GroupMetadata = Any
+
+
+class KafkaMessage(Protocol):
+    """A record, or an event (`error()` set: end of partition, a fatal error)."""
+
+    def error(self) -> KafkaError | None: ...
+    def topic(self) -> str | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> Headers | None: ...
+
+
+DeliveryCallback = Callable[["KafkaError | None", KafkaMessage], None]
+RebalanceCallback = Callable[[Any, list["TopicPartition"]], None]
+
+
+class PartitionMetadata(Protocol):
+    @property
+    def leader(self) -> int: ...
+
+
+class TopicMetadata(Protocol):
+    @property
+    def error(self) -> KafkaError | None: ...
+    @property
+    def partitions(self) -> Mapping[int, Any]: ...
+
+
+class ClusterMetadata(Protocol):
+    """`list_topics()`'s answer: the topics asked for (all without a name) and the
+    brokers."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicMetadata]: ...
+    @property
+    def brokers(self) -> Mapping[int, Any]: ...
+
+
+class KafkaConsumer(Protocol):
+    """A consumer: a group member (`subscribe`) or a reader (`assign`)."""
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = ...,
+        on_revoke: RebalanceCallback | None = ...,
+        on_lost: RebalanceCallback | None = ...,
+    ) -> None: ...
+    def poll(self, timeout: float = ...) -> KafkaMessage | None: ...
+    def consume(self, num_messages: int = ..., timeout: float = ...) -> Sequence[KafkaMessage]: ...
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
+    def unassign(self) -> None: ...
+    def assignment(self) -> list[TopicPartition]: ...
+    def seek(self, partition: TopicPartition) -> None: ...
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]: ...
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = ...
+    ) -> list[TopicPartition]: ...
+    @overload
+    def commit(self, *, asynchronous: Literal[False]) -> list[TopicPartition] | None: ...
+    @overload
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition] | None: ...
+    def consumer_group_metadata(self) -> GroupMetadata: ...
+    def get_watermark_offsets(
+        self, partition: TopicPartition, timeout: float = ..., cached: bool = ...
+    ) -> tuple[int, int]: ...
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> ClusterMetadata: ...
+    def close(self) -> None: ...
+
+
+class KafkaOffsetsReader(KafkaConsumer, Protocol):
+    """The real adapter's `offsets_reader`: a consumer that also finds offsets by time."""
+
+    def offsets_for_times(
+        self, partitions: list[TopicPartition], timeout: float = ...
+    ) -> list[TopicPartition]: ...
+
+
+class KafkaProducer(Protocol):
+    """A producer, idempotent or transactional."""
+
+    def produce(
+        self,
+        topic: str,
+        *,
+        value: bytes | None = ...,
+        key: bytes | None = ...,
+        partition: int = ...,
+        on_delivery: DeliveryCallback | None = ...,
+        timestamp: int = ...,
+        headers: list[tuple[str, str | bytes | None]] | None = ...,
+    ) -> None: ...
+    def poll(self, timeout: float = ...) -> int: ...
+    def flush(self, timeout: float = ...) -> int: ...
+    def init_transactions(self, timeout: float = ...) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: GroupMetadata, timeout: float = ...
+    ) -> None: ...
+    def commit_transaction(self, timeout: float = ...) -> None: ...
+    def abort_transaction(self, timeout: float = ...) -> None: ...
+    def __len__(self) -> int: ...
+
+
+class KafkaAdmin(Protocol):
+    """An admin client (the real adapter's only): each request answers with futures."""
+
+    def list_topics(self, topic: str | None = ..., timeout: float = ...) -> ClusterMetadata: ...
+    def create_topics(self, new_topics: list[Any], **kwargs: Any) -> dict[str, Future[Any]]: ...
+    def delete_topics(self, topics: list[str], **kwargs: Any) -> dict[str, Future[Any]]: ...
+    def delete_consumer_groups(
+        self, group_ids: list[str], **kwargs: Any
+    ) -> dict[str, Future[Any]]: ...
+    def alter_consumer_group_offsets(
+        self, alter_consumer_group_offsets_request: list[Any], **kwargs: Any
+    ) -> dict[str, Future[Any]]: ...
+    def list_offsets(
+        self, topic_partition_offsets: dict[TopicPartition, Any], **kwargs: Any
+    ) -> dict[TopicPartition, Future[Any]]: ...
+
+
 class KafkaClients(Protocol):
     """What the pipeline's Kafka clients are built by (a real broker, or a fake)."""
 
@@ -54,22 +192,24 @@ class KafkaClients(Protocol):
         instance_id: str | None = None,
         session_timeout_ms: int | None = None,
         partition_eof: bool = False,
-    ) -> Any:
+    ) -> KafkaConsumer:
         """A group member reading committed records from the earliest offset, no
         auto-commit; `instance_id` makes it a static member (KIP-345)."""
         ...
 
-    def reader(self) -> Any:
+    def reader(self) -> KafkaConsumer:
         """A consumer outside any group: `assign()` only, read_committed, reports the end
         of a partition (`_PARTITION_EOF`), commits nothing."""
         ...
 
-    def group_offsets_reader(self, group_id: str) -> Any:
+    def group_offsets_reader(self, group_id: str) -> KafkaConsumer:
         """A consumer that never subscribes: `committed()` gives `group_id`'s committed
         offsets and their metadata at once, open transactions or not."""
         ...
 
-    def producer(self, *, idempotence: bool = True, error_cb: ErrorCallback | None = None) -> Any:
+    def producer(
+        self, *, idempotence: bool = True, error_cb: ErrorCallback | None = None
+    ) -> KafkaProducer:
         """A producer: idempotent (acks=all) unless `idempotence` is off."""
         ...
 
@@ -78,7 +218,7 @@ class KafkaClients(Protocol):
         transactional_id: str,
         transaction_timeout_ms: int,
         error_cb: ErrorCallback | None = None,
-    ) -> Any:
+    ) -> KafkaProducer:
         """An idempotent producer with `transactional.id` (init_transactions fences any
         predecessor with the same id)."""
         ...
@@ -189,15 +329,15 @@ class ConfluentClients:
 
     # --- clients ----------------------------------------------------------------------
 
-    def admin(self) -> Any:
+    def admin(self) -> KafkaAdmin:
         """An AdminClient: topics, offsets by spec (`list_offsets`), group offsets."""
         from confluent_kafka.admin import AdminClient
 
         return AdminClient(self.admin_config())
 
-    def offsets_reader(self, group_id: str, **overrides: Any) -> Any:
+    def offsets_reader(self, group_id: str, **overrides: Any) -> KafkaOffsetsReader:
         """A consumer of `offsets_reader_config`; `overrides` (e.g. a quieter
-        `log_level`) win over it."""
+        `log_level`, or a `logger` for librdkafka's lines) win over it."""
         from confluent_kafka import Consumer
 
         return Consumer({**self.offsets_reader_config(group_id), **overrides})
@@ -209,7 +349,7 @@ class ConfluentClients:
         instance_id: str | None = None,
         session_timeout_ms: int | None = None,
         partition_eof: bool = False,
-    ) -> Any:
+    ) -> KafkaConsumer:
         from confluent_kafka import Consumer
 
         return Consumer(
@@ -221,27 +361,36 @@ class ConfluentClients:
             )
         )
 
-    def reader(self) -> Any:
+    def reader(self) -> KafkaConsumer:
         from confluent_kafka import Consumer
 
         return Consumer(self.reader_config())
 
-    def group_offsets_reader(self, group_id: str) -> Any:
+    def group_offsets_reader(self, group_id: str) -> KafkaConsumer:
         from confluent_kafka import Consumer
 
         return Consumer(self.group_offsets_reader_config(group_id))
 
-    def producer(self, *, idempotence: bool = True, error_cb: ErrorCallback | None = None) -> Any:
+    def producer(
+        self,
+        *,
+        idempotence: bool = True,
+        error_cb: ErrorCallback | None = None,
+        **overrides: Any,
+    ) -> KafkaProducer:
+        """`overrides` (e.g. a `logger` for librdkafka's lines) win over the
+        configuration."""
         from confluent_kafka import Producer
 
-        return Producer(_with_error_cb(self.producer_config(idempotence=idempotence), error_cb))
+        config = _with_error_cb(self.producer_config(idempotence=idempotence), error_cb)
+        return Producer({**config, **overrides})
 
     def transactional_producer(
         self,
         transactional_id: str,
         transaction_timeout_ms: int,
         error_cb: ErrorCallback | None = None,
-    ) -> Any:
+    ) -> KafkaProducer:
         from confluent_kafka import Producer
 
         config = self.transactional_producer_config(transactional_id, transaction_timeout_ms)

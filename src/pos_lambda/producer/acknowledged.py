@@ -18,7 +18,6 @@ import enum
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pos_lambda.adapters.kafka_clients import KafkaClients
 
@@ -104,7 +103,7 @@ def read_back(
         if ack.offset < 0:
             low, _ = wanted.get(ack.partition, (0, 0))
             wanted[ack.partition] = (max(0, low - LOOKBACK), TO_THE_END)
-    reader: Any = clients.reader()
+    reader = clients.reader()
     records: dict[tuple[int, int], Record] = {}
     logs: dict[int, tuple[int, int]] = {}
     try:
@@ -131,16 +130,19 @@ def read_back(
             message = reader.poll(1.0)
             if message is None:
                 continue
-            partition, offset = message.partition(), message.offset()
-            if message.error() is not None:
+            part, offset = message.partition(), message.offset()
+            err = message.error()
+            if err is not None:
                 # The end of a partition: its last offsets may be transaction markers
                 # (the processors forward into this topic), which are never returned.
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    todo.pop(partition, None)
+                if err.code() == KafkaError._PARTITION_EOF and part is not None:
+                    todo.pop(part, None)
                 continue
-            records[(partition, offset)] = (message.key(), message.value())
-            if partition in todo and offset >= todo[partition]:
-                del todo[partition]
+            if part is None or offset is None:  # a record always has both
+                continue
+            records[(part, offset)] = (message.key(), message.value())
+            if part in todo and offset >= todo[part]:
+                del todo[part]
     finally:
         reader.close()
     return records, logs

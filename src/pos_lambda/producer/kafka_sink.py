@@ -18,10 +18,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 
 from pos_lambda.adapters import kafka_admin
-from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
+from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients, KafkaProducer
 from pos_lambda.adapters.service import ServiceError
 from pos_lambda.producer.acknowledged import Ack, read_back, unconfirmed
 from pos_lambda.producer.simulation import OutgoingMessage
@@ -107,7 +107,7 @@ def produce(
     progress_every_s: float = 1.0,
     quiet: bool = False,
     flush_timeout_s: float = 60.0,
-    producer: Producer | None = None,
+    producer: KafkaProducer | None = None,
     security: Mapping[str, str] | None = None,
     clients: KafkaClients | None = None,
     check_acks: bool = True,
@@ -203,7 +203,7 @@ def produce(
 
 
 def check_acknowledged(
-    producer: Any,
+    producer: KafkaProducer,
     clients: KafkaClients,
     topic: str,
     acks: list[Ack],

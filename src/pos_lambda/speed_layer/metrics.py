@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pos_lambda.adapters.kafka_clients import KafkaAdmin
 from pos_lambda.schemas.cql import SPEED_QUERY_OF_JOB
 from pos_lambda.settings import Settings
 from pos_lambda.speed_layer.batch_plan import logged_offsets
@@ -213,7 +214,7 @@ class SpeedCollector(Collector):
     def __init__(self, settings: Settings, drivers: Callable[[], list[DriverState]]) -> None:
         self.settings = settings
         self.drivers = drivers
-        self._admin: Any = None
+        self._admin: KafkaAdmin | None = None
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -243,14 +244,15 @@ class SpeedCollector(Collector):
 
         from pos_lambda.adapters.kafka_clients import ConfluentClients
 
-        if self._admin is None:
-            self._admin = ConfluentClients.from_settings(self.settings).admin()
-        metadata = self._admin.list_topics(topic, timeout=5).topics[topic]
+        admin = self._admin
+        if admin is None:
+            admin = self._admin = ConfluentClients.from_settings(self.settings).admin()
+        metadata = admin.list_topics(topic, timeout=5).topics[topic]
         if metadata.error is not None:
             raise RuntimeError(str(metadata.error))
         latest: Any = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         asked = {TopicPartition(topic, p): latest for p in metadata.partitions}
-        answers = self._admin.list_offsets(
+        answers = admin.list_offsets(
             asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=5
         )
         return {tp.partition: int(f.result(timeout=10).offset) for tp, f in answers.items()}

@@ -15,10 +15,11 @@ retriable errors, guards against hangs and raises `CallFailed`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from confluent_kafka import TopicPartition
 
+from pos_lambda.adapters.kafka_clients import KafkaConsumer, KafkaProducer
 from pos_lambda.transactional.lifecycle import Call, ErrorKind
 
 T = TypeVar("T")
@@ -39,7 +40,7 @@ class CallRunner(Protocol):
 
 
 class Committer(Protocol):
-    producer: Any
+    producer: KafkaProducer
 
     def start(self) -> None:
         """Before the first record is read."""
@@ -64,7 +65,11 @@ class Committer(Protocol):
 
 class ExactlyOnce:
     def __init__(
-        self, producer: Any, consumer: Any, call: CallRunner, coordinator_wait_s: float
+        self,
+        producer: KafkaProducer,
+        consumer: KafkaConsumer,
+        call: CallRunner,
+        coordinator_wait_s: float,
     ) -> None:
         self.producer, self.consumer, self.call = producer, consumer, call
         self.coordinator_wait_s = coordinator_wait_s
@@ -113,7 +118,11 @@ class ExactlyOnce:
 
 class AtLeastOnce:
     def __init__(
-        self, producer: Any, consumer: Any, call: CallRunner, flush: Callable[[], None]
+        self,
+        producer: KafkaProducer,
+        consumer: KafkaConsumer,
+        call: CallRunner,
+        flush: Callable[[], None],
     ) -> None:
         self.producer, self.consumer, self.call = producer, consumer, call
         self.flush = flush  # every output delivered, or CallFailed

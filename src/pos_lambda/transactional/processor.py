@@ -78,7 +78,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients
+from pos_lambda.adapters.kafka_clients import ConfluentClients, KafkaClients, KafkaConsumer
 from pos_lambda.backoff import Backoff, retry
 from pos_lambda.failpoints import Failpoints
 from pos_lambda.schemas.contract import Receipt, parse_message
@@ -573,7 +573,9 @@ class Processor(Generic[S]):
     def _history(self, partition: int) -> History:
         return self.histories.get(partition) or History.starting(self.count)
 
-    def _restore(self, consumer: Any, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    def _restore(
+        self, consumer: KafkaConsumer, partitions: list[TopicPartition]
+    ) -> list[TopicPartition]:
         """Make each partition's state match its committed offset under the partition
         count `self.count`; where to start reading."""
         owned = {tp.partition for tp in partitions}
@@ -676,7 +678,7 @@ class Processor(Generic[S]):
             reader.close()
         return {tp.partition: (max(tp.offset, 0), tp.metadata) for tp in committed}
 
-    def _partition_count(self, consumer: Any, partitions: list[TopicPartition]) -> int:
+    def _partition_count(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> int:
         """The input's partition count now (a fresh metadata request), at least what the
         assignment implies. A broker that is restarting answers late or without the
         topic's leaders for a while: retried for COORDINATOR_WAIT_S, as `_committed`."""
@@ -702,7 +704,9 @@ class Processor(Generic[S]):
             ),
         )
 
-    def _committed(self, consumer: Any, partitions: list[TopicPartition]) -> list[TopicPartition]:
+    def _committed(
+        self, consumer: KafkaConsumer, partitions: list[TopicPartition]
+    ) -> list[TopicPartition]:
         """The group's committed offsets of `partitions`. Retriable errors (a coordinator
         moving or loading; KIP-447: another member's open transaction holding the offsets
         past the call's timeout) are retried with backoff for COORDINATOR_WAIT_S."""
@@ -718,7 +722,7 @@ class Processor(Generic[S]):
             ),
         )
 
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         count = self._partition_count(consumer, partitions)
         if count != self.count:
             if self.count:
@@ -734,14 +738,14 @@ class Processor(Generic[S]):
         self.owned |= {tp.partition for tp in partitions}
         self.log.info("assigned partitions %s", sorted(tp.partition for tp in partitions))
 
-    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         # The life cycle commits an open transaction while the partitions are still ours;
         # the next owner starts from there (its offset fetch waits for it, KIP-447).
         self._on(lifecycle.Revoked(frozenset(tp.partition for tp in partitions)))
         self.owned -= {tp.partition for tp in partitions}
         self.log.info("revoked partitions %s", sorted(tp.partition for tp in partitions))
 
-    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         # The group moved on without us: our offsets can no longer be committed.
         self.owned -= {tp.partition for tp in partitions}
         self._on(lifecycle.Lost(frozenset(tp.partition for tp in partitions)))
@@ -751,7 +755,7 @@ class Processor(Generic[S]):
     ) -> Callable[[Any, list[TopicPartition]], None]:
         """Rebalance callbacks run inside consume(): keep their errors for the loop."""
 
-        def run(consumer: Any, partitions: list[TopicPartition]) -> None:
+        def run(consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
             if self.pending is not None:
                 return
             try:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from pos_lambda.adapters.kafka_clients import KafkaClients
+from pos_lambda.adapters.kafka_clients import KafkaClients, KafkaConsumer
 from pos_lambda.transactional.step import Source, Step
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,8 @@ def replay(
             # consume() waits its whole timeout unless BATCH records arrive: keep it short,
             # a restore of a few records must not cost a second per partition.
             for msg in consumer.consume(BATCH, timeout=0.1):
-                if msg.error() is not None and _informational(msg.error(), topic, partition):
+                err = msg.error()
+                if err is not None and _informational(err, topic, partition):
                     continue
                 if _done(msg, until):
                     return applied
@@ -121,7 +122,7 @@ def replay(
         consumer.close()
 
 
-def _low_watermark(consumer: Any, topic: str, partition: int) -> int:
+def _low_watermark(consumer: KafkaConsumer, topic: str, partition: int) -> int:
     """The partition's first offset, for the retention warning only: 0 when the broker
     does not answer in time (the rebuild itself goes on and is bounded by progress)."""
     try:
@@ -150,7 +151,7 @@ def _done(msg: Any, until: int) -> bool:
     return bool(msg.offset() >= until)
 
 
-def _position(consumer: Any, topic: str, partition: int) -> int:
+def _position(consumer: KafkaConsumer, topic: str, partition: int) -> int:
     # Transaction markers occupy offsets but are never returned: the position still
     # passes them, so `until` is reached even when the last offsets below it are markers.
     [tp] = consumer.position([TopicPartition(topic, partition)])

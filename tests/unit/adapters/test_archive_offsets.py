@@ -71,11 +71,11 @@ def test_a_failed_commit_is_sent_again_by_a_fresh_client_even_with_no_new_micro_
 
     sent: list[dict[int, int]] = []
     clients = iter([_Wedged(True, sent), _Wedged(False, sent)])
-    made: list[dict[str, Any]] = []
+    made: list[_Wedged] = []
 
-    def admin(conf: dict[str, Any]) -> _Wedged:
-        made.append(conf)
-        return next(clients)
+    def admin() -> _Wedged:
+        made.append(next(clients))
+        return made[-1]
 
     committer = OffsetsCommitter(load_settings(), admin=admin)
     committer.commit({0: 747, 1: 1459})  # times out: a fresh client is made
