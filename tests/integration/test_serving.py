@@ -340,6 +340,30 @@ def test_cli_json_equals_the_ledger(pipeline: Pipeline) -> None:
     assert unknown.returncode == 3 and "store 999999 is unknown" in unknown.stderr
 
 
+def test_gaps_cli_equals_the_ledgers_numbers(pipeline: Pipeline) -> None:
+    """`pos-serve gaps` on a day the batch covers in part (to 14:00): provisional, from
+    the speed view; each device's numbers as the ledger's receipts of that UTC day give
+    them (the simulator numbers consecutively and loses nothing here: no hole)."""
+    p = pipeline
+    store = p.stores[1]
+    done = subprocess.run(
+        [str(VENV_BIN / "pos-serve"), "gaps", "--store", str(store), "--day", "2026-03-02",
+         "--json"],
+        env=env_for(p.settings), capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    answer = json.loads(done.stdout)
+    numbers: dict[int, list[int]] = {}
+    for r in ledger_files.load_receipts(p.ledger).values():
+        if r["operation_id"] == store and r["happened_at"].startswith("2026-03-02"):
+            numbers.setdefault(r["vendor_fiscal_module"], []).append(r["transaction_id"])
+    assert answer["basis"] == "provisional"
+    assert [(d["device"], d["first"], d["last"], d["receipts"], d["missing"])
+            for d in answer["devices"]] == [
+        (device, min(ns), max(ns), len(ns), []) for device, ns in sorted(numbers.items())
+    ]  # fmt: skip
+    assert all(max(ns) - min(ns) + 1 == len(ns) for ns in numbers.values())
+
+
 def test_cookbook_queries_run_against_the_views(pipeline: Pipeline) -> None:
     p = pipeline
     version = p.cql.execute(

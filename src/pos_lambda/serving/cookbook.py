@@ -81,6 +81,15 @@ RECIPES = (
         "AND winner_day = '{day}' AND version = '{generation}';",
     ),
     Recipe(
+        "did we get every receipt? each device's numbers of a store-day and the ranges "
+        "missing from them (the batch's gaps view, of the version the pointer names for the "
+        "day; final once covered_until is the day's end)",
+        "SELECT vendor_fiscal_module, first_number, last_number, receipt_count, missing_count,\n"
+        "       missing, restarts, revenue\n"
+        f"  FROM {{keyspace}}.{cql.GAPS_BATCH_TABLE} WHERE operation_id = {{store}} "
+        "AND day = '{day}'\n   AND version = '{version}';",
+    ),
+    Recipe(
         "dead letters of one Kafka partition",
         "SELECT kafka_offset, reason, detail\n"
         f"  FROM {{keyspace}}.{cql.DEAD_LETTERS_TABLE} WHERE kafka_topic = '{{topic}}' "
