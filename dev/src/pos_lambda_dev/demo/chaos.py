@@ -245,7 +245,7 @@ def check_input_topic(chaos: Chaos, acknowledged: int) -> None:
     Then the topic is read whole, and the ledger's receipts none of whose copies it holds
     (`chaos.broker_lost`) are named in a note: the audit then finds them lost, and the
     verdict fails the run (docs/broker-loss.md)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     from pos_lambda.adapters.kafka_clients import ConfluentClients
     from pos_lambda.producer import ledger
@@ -253,7 +253,7 @@ def check_input_topic(chaos: Chaos, acknowledged: int) -> None:
     s = chaos.settings
     topic = s.topics.transactions
     clients = ConfluentClients.from_settings(s)
-    consumer = Consumer({**clients.offsets_reader_config("pos-chaos-count"), "log_level": 2})
+    consumer = clients.offsets_reader("pos-chaos-count", log_level=2)
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -294,9 +294,8 @@ def check_input_topic(chaos: Chaos, acknowledged: int) -> None:
 
 
 def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> threading.Thread:
-    from confluent_kafka import Producer
-
-    from pos_lambda.producer.kafka_sink import produce, producer_config
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+    from pos_lambda.producer.kafka_sink import produce
 
     # Held at each planned fault's point until the fault strikes (see `storm`).
     holds = tuple(sorted({fault_point(f, len(messages)) for f in chaos.plan.faults}))
@@ -305,9 +304,8 @@ def produce_in_background(chaos: Chaos, messages: list[OutgoingMessage]) -> thre
     s = chaos.settings
     # librdkafka's own lines (connection refused while the broker restarts) go to the
     # log file through `logger`, not to the terminal.
-    client = Producer(
-        producer_config(s.bootstrap_servers, True, s.kafka.security_config)
-        | {"logger": logging.getLogger("pos.chaos.producer")}
+    client = ConfluentClients.from_settings(s).producer(
+        logger=logging.getLogger("pos.chaos.producer")
     )
 
     def run() -> None:

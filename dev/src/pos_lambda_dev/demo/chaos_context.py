@@ -277,13 +277,12 @@ class Chaos:
 
     def send(self, message: OutgoingMessage) -> None:
         """One message of the stream, sent apart from it (idempotent producer)."""
-        from confluent_kafka import Producer
-
-        from pos_lambda.producer.kafka_sink import producer_config
+        from pos_lambda.adapters.kafka_clients import ConfluentClients
 
         s = self.settings
-        client = Producer(producer_config(s.bootstrap_servers, True, s.kafka.security_config)
-                          | {"logger": logging.getLogger("pos.chaos.producer")})  # fmt: skip
+        client = ConfluentClients.from_settings(s).producer(
+            logger=logging.getLogger("pos.chaos.producer")
+        )
         failed: list[Any] = []
         client.produce(
             s.topics.transactions, key=message.key, value=message.value,

@@ -338,12 +338,13 @@ class ClusterRun:
 def _committed(settings: Settings, group: str) -> dict[int, int]:
     """The group's committed input offsets; librdkafka's lines about the node that is
     away go to the run's log, not the terminal."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     from pos_lambda.adapters.kafka_clients import ConfluentClients
 
-    config = ConfluentClients.from_settings(settings).offsets_reader_config(group)
-    consumer = Consumer(config | {"logger": logging.getLogger("pos.chaos.sampler")})
+    consumer = ConfluentClients.from_settings(settings).offsets_reader(
+        group, logger=logging.getLogger("pos.chaos.sampler")
+    )
     try:
         topic = settings.topics.transactions
         md = consumer.list_topics(topic, timeout=10)
@@ -420,14 +421,12 @@ def _prepare(run: ClusterRun) -> tuple[list[Any], dict[str, Any], tuple[datetime
 
 
 def _produce(run: ClusterRun, stream: Counting) -> threading.Thread:
-    from confluent_kafka import Producer
-
-    from pos_lambda.producer.kafka_sink import produce, producer_config
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
+    from pos_lambda.producer.kafka_sink import produce
 
     s = run.settings
-    client = Producer(
-        producer_config(s.bootstrap_servers, True, s.kafka.security_config)
-        | {"logger": logging.getLogger("pos.chaos.producer")}
+    client = ConfluentClients.from_settings(s).producer(
+        logger=logging.getLogger("pos.chaos.producer")
     )
     errors: list[BaseException] = []
 

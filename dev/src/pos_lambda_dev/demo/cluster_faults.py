@@ -103,10 +103,9 @@ class ClusterFault(ABC):
 
 
 def _partition_leaders(run: ClusterRun, topic: str) -> dict[int, int]:
-    from confluent_kafka.admin import AdminClient
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
 
-    admin = AdminClient({"bootstrap.servers": run.settings.bootstrap_servers, "log_level": 2})
-    md = admin.list_topics(topic=topic, timeout=10)
+    md = ConfluentClients.from_settings(run.settings).admin().list_topics(topic, timeout=10)
     return {p: meta.leader for p, meta in md.topics[topic].partitions.items()}
 
 

@@ -188,18 +188,11 @@ def await_or_fail(condition: Any, timeout: float, what: str, interval: float = 1
 # --- Kafka -----------------------------------------------------------------------
 
 
-def _admin(settings: Settings) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, "log_level": 2}
-    return AdminClient(conf | settings.kafka.security_config)
-
-
 def reset_topics(settings: Settings, topics: dict[str, int], groups: list[str]) -> None:
     """Delete these topics (and these consumer groups) if they exist; create them anew."""
     from pos_lambda.adapters import kafka_admin
 
-    admin = _admin(settings)
+    admin = ConfluentClients.from_settings(settings).admin()
     existing = kafka_admin.existing_topics(
         settings.bootstrap_servers, security=settings.kafka.security_config
     )
@@ -232,11 +225,9 @@ def reset_topics(settings: Settings, topics: dict[str, int], groups: list[str]) 
 
 def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
     """Partition -> high watermark."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer(
-        ConfluentClients.from_settings(settings).offsets_reader_config("pos-demo-offsets")
-    )
+    consumer = ConfluentClients.from_settings(settings).offsets_reader("pos-demo-offsets")
     try:
         md = consumer.list_topics(topic, timeout=30)
         out = {}
@@ -249,9 +240,9 @@ def end_offsets(settings: Settings, topic: str) -> dict[int, int]:
 
 def committed(settings: Settings, group: str, topic: str) -> dict[int, int]:
     """Partition -> the group's committed offset (read_committed; -1001 counts as 0)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer(ConfluentClients.from_settings(settings).offsets_reader_config(group))
+    consumer = ConfluentClients.from_settings(settings).offsets_reader(group)
     try:
         md = consumer.list_topics(topic, timeout=30)
         tps = [TopicPartition(topic, p) for p in sorted(md.topics[topic].partitions)]

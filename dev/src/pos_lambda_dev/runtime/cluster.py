@@ -149,12 +149,13 @@ def _say(say: Callable[[str], None] | None, msg: str) -> None:
 def kafka_brokers_up(settings: Settings, layout: Layout, timeout: float = 5.0) -> set[int]:
     """The node ids the cluster's metadata lists as brokers now."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
+
+    from pos_lambda.adapters.kafka_clients import ConfluentClients
 
     try:
-        # log_level 2: refused connections to a node still starting are expected here.
-        admin = AdminClient({"bootstrap.servers": layout.bootstrap_servers, "log_level": 2})
-        md = admin.list_topics(timeout=timeout)
+        # The port's admin logs at level 2: refused connections to a node still starting
+        # are expected here.
+        md = ConfluentClients(layout.bootstrap_servers).admin().list_topics(timeout=timeout)
     except KafkaException:
         return set()
     return set(md.brokers)

@@ -28,12 +28,10 @@ class ForeignAlert(Fault[tuple[int, int]]):
 
     def strike(self, run: Chaos) -> tuple[int, int]:
         """The record written; where it is (partition, offset)."""
-        from confluent_kafka import Producer
-
-        from pos_lambda.producer.kafka_sink import producer_config
+        from pos_lambda.adapters.kafka_clients import ConfluentClients
 
         s = run.settings
-        client = Producer(producer_config(s.bootstrap_servers, True, s.kafka.security_config))
+        client = ConfluentClients.from_settings(s).producer()
         where: list[tuple[int, int]] = []
 
         def delivered(err: Any, msg: Any) -> None:
