@@ -41,7 +41,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -278,6 +278,44 @@ def _written(spark: SparkSession, settings: Settings, table: str, keys: DataFram
     ).count()
 
 
+@dataclass(frozen=True)
+class _Resolved:
+    """A recompute's frames: every record judged (`checked`), the winners of the target's
+    days with their version, their duplicates, aggregates, and the resolution (its ranked
+    copies give a build's index)."""
+
+    checked: DataFrame
+    winners: DataFrame
+    duplicates: DataFrame
+    aggregates: DataFrame
+    ranked: DataFrame
+
+    def unpersist(self) -> None:
+        for df in (self.checked, self.winners, self.duplicates, self.aggregates):
+            df.unpersist()
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """What a recompute's run records: input and invalid records, receipts and beyond-bound
+    receipts per day, aggregate rows per day, duplicates removed and conflicts."""
+
+    input_rows: int
+    invalid_rows: int
+    per_day: dict[date, tuple[int, int]]  # day -> (receipts, beyond the speed bound)
+    aggs_per_day: dict[date, int]
+    duplicates: int
+    conflicts: int
+
+    @property
+    def receipts(self) -> int:
+        return sum(n for n, _ in self.per_day.values())
+
+    @property
+    def aggregate_rows(self) -> int:
+        return sum(self.aggs_per_day.values())
+
+
 def _recompute(
     spark: SparkSession,
     settings: Settings,
@@ -297,101 +335,20 @@ def _recompute(
     target = plan.recompute_target(
         mode, interval, snap.version, snap.table_id, delta_version, new_table, run_id
     )
-    version, lo, hi = target.version, target.since, target.until
+    version = target.version
     log.info("run %s (%s): %s at table version %d", run_id, mode, version, snap.version)
     # Known before any row is written, so `pos-batch gc` spares a version being written.
     store.record_run(run_id, {"version": version, "delta_version": snap.version})
-
-    # Every record judged again (the master dataset keeps them unjudged), kept for the
-    # counts below; the received bytes are not needed past the check.
-    checked = (
-        records.check(records.from_archive(snap.rows), native_first=True)
-        .drop("raw_value", "detail")
-        .persist()
-    )
-    # Every valid copy, wherever its day: a key's winner depends on all its copies.
-    copies = records.receipt_rows(
-        checked,
-        LATE_THRESHOLD_US,
-        int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
-    )
-    resolution = resolve(copies)
-    winners = resolution.winners
-    duplicates = resolution.duplicates
-    if lo is not None and hi is not None:
-        winners = winners.where(in_range("happened_at", lo, hi))
-        duplicates = duplicates.where(in_range("winner_happened_at", lo, hi))
-    winners = (
-        winners.withColumn("version", F.lit(version))
-        .withColumn(folding.MASTER_VERSION, F.lit(snap.version).cast("long"))
-        .persist()
-    )
-    duplicates = duplicates.persist()
-    aggregates = batch_aggregates(winners, duplicates).withColumn("version", F.lit(version))
-    aggregates = aggregates.persist()
+    frames = _resolve(settings, snap.rows, target, snap.version)
     try:
-        # An invalid record's day is the day it reached Kafka.
-        invalid = ~records.is_valid()
-        if lo is not None:
-            arrived = F.to_date("kafka_timestamp").between(interval.days[0], interval.days[-1])
-            invalid = invalid & arrived
-        stats = checked.agg(
-            F.count(F.lit(1)).alias("input"), F.count(F.when(invalid, 1)).alias("invalid")
-        ).first()
-        assert stats is not None
-        dup = duplicates.agg(
-            F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("conflict"), 1)).alias("c")
-        ).first()
-        assert dup is not None
-        per_day = {
-            r["day"]: (int(r["receipts"]), int(r["beyond"]))
-            for r in winners.groupBy("day")
-            .agg(
-                F.count(F.lit(1)).alias("receipts"),
-                F.count(F.when(F.col("beyond_bound"), 1)).alias("beyond"),
-            )
-            .collect()
-        }
-        aggs_per_day = {
-            r["day"]: int(r["n"])
-            for r in aggregates.groupBy("day").count().withColumnRenamed("count", "n").collect()
-        }
-        receipts = sum(n for n, _ in per_day.values())
-        aggregate_rows = sum(aggs_per_day.values())
-
-        ks = settings.cassandra.keyspace
-        cassandra.upsert(winners, ks, cql.RECEIPTS_BATCH_TABLE, RECEIPT_COLUMNS)
-        crash = _crash_point(settings, "after_receipts")
-        if crash is not None:
-            crash()
-        cassandra.upsert(aggregates, ks, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
-        folding.upsert_gaps(winners, ks, version, settings.speed.gap_max_jump)
-        if int(dup["c"]):
-            folding.upsert_conflicts(conflicts_of(duplicates), ks, version, snap.version)
-        index_rows = 0
-        if mode is Mode.BUILD:
-            # Every key's winner, for the folds that continue from this generation.
-            index = resolution.ranked.where(F.col("_copy_rank") == 1).select(
-                F.lit(version).alias(folding.GENERATION),
-                *(F.col(c) for c in folding.INDEX_TABLE_COLUMNS[1:-1]),
-                folding.key_bucket().alias(folding.KEY_BUCKET),
-            )
-            cassandra.upsert(index, ks, cql.RECEIPT_KEYS_BATCH_TABLE, folding.INDEX_TABLE_COLUMNS)
-            index_rows = receipts
-
-        # The pointer moves only after the version's rows are all there.
-        keys = ("operation_id", "day", "version")
-        got = (
-            _written(spark, settings, cql.RECEIPTS_BATCH_TABLE, winners.select(*keys)),
-            _written(spark, settings, cql.AGG_BATCH_TABLE, aggregates.select(*keys)),
-        )
-        if got != (receipts, aggregate_rows):
-            raise RuntimeError(
-                f"version {version}: wrote {receipts} receipts and {aggregate_rows} aggregate "
-                f"rows but read back {got[0]} and {got[1]}; not committing"
-            )
+        counts = _count(frames, interval if target.since is not None else None)
+        index_rows = _write(spark, settings, frames, counts, mode, version, snap.version)
         decided = plan.recompute_commit(
-            target, read, interval, {d: n for d, (n, _) in per_day.items()}, aggs_per_day
+            target,
+            read,
+            interval,
+            {d: n for d, (n, _) in counts.per_day.items()},
+            counts.aggs_per_day,
         )
         _log_left(target, decided, snap.version)
         if decided.days:
@@ -403,22 +360,132 @@ def _recompute(
             version=version,
             delta_version=snap.version,
             horizon=decided.horizon,
-            input_rows=int(stats["input"]),
-            invalid_rows=int(stats["invalid"]),
-            receipts=receipts,
-            duplicates_removed=int(dup["n"]),
-            conflicts=int(dup["c"]),
-            beyond_speed_bound=sum(b for _, b in per_day.values()),
-            aggregate_rows=aggregate_rows,
+            input_rows=counts.input_rows,
+            invalid_rows=counts.invalid_rows,
+            receipts=counts.receipts,
+            duplicates_removed=counts.duplicates,
+            conflicts=counts.conflicts,
+            beyond_speed_bound=sum(b for _, b in counts.per_day.values()),
+            aggregate_rows=counts.aggregate_rows,
             days_committed=len(decided.days),
-            view_rows_written=receipts + aggregate_rows + int(dup["c"]),
+            view_rows_written=counts.receipts + counts.aggregate_rows + counts.conflicts,
             index_rows_written=index_rows,
         )
         _record_done(store, result, "committed" if decided.days else "written")
         return result
     finally:
-        for df in (checked, winners, duplicates, aggregates):
-            df.unpersist()
+        frames.unpersist()
+
+
+def _resolve(
+    settings: Settings, rows: DataFrame, target: plan.RecomputeTarget, table_version: int
+) -> _Resolved:
+    """Every record judged again (the master dataset keeps them unjudged), every valid
+    copy resolved with all its copies, wherever their days, then cut to the target's
+    days (a build's: all)."""
+    checked = (
+        records.check(records.from_archive(rows), native_first=True)
+        .drop("raw_value", "detail")
+        .persist()
+    )
+    # Every valid copy, wherever its day: a key's winner depends on all its copies.
+    copies = records.receipt_rows(
+        checked,
+        LATE_THRESHOLD_US,
+        int(settings.speed.max_lateness_hours * 3600 * 1_000_000),
+    )
+    resolution = resolve(copies)
+    winners, duplicates = resolution.winners, resolution.duplicates
+    lo, hi = target.since, target.until
+    if lo is not None and hi is not None:
+        winners = winners.where(in_range("happened_at", lo, hi))
+        duplicates = duplicates.where(in_range("winner_happened_at", lo, hi))
+    winners = (
+        winners.withColumn("version", F.lit(target.version))
+        .withColumn(folding.MASTER_VERSION, F.lit(table_version).cast("long"))
+        .persist()
+    )
+    duplicates = duplicates.persist()
+    aggregates = batch_aggregates(winners, duplicates).withColumn("version", F.lit(target.version))
+    return _Resolved(checked, winners, duplicates, aggregates.persist(), resolution.ranked)
+
+
+def _count(frames: _Resolved, interval: Interval | None) -> _Counts:
+    """The run's counts. `interval`: the days whose invalid records count (an invalid
+    record's day is the day it reached Kafka); None: every day's (a build)."""
+    invalid = ~records.is_valid()
+    if interval is not None:
+        arrived = F.to_date("kafka_timestamp").between(interval.days[0], interval.days[-1])
+        invalid = invalid & arrived
+    stats = frames.checked.agg(
+        F.count(F.lit(1)).alias("input"), F.count(F.when(invalid, 1)).alias("invalid")
+    ).first()
+    assert stats is not None
+    dup = frames.duplicates.agg(
+        F.count(F.lit(1)).alias("n"), F.count(F.when(F.col("conflict"), 1)).alias("c")
+    ).first()
+    assert dup is not None
+    per_day = {
+        r["day"]: (int(r["receipts"]), int(r["beyond"]))
+        for r in frames.winners.groupBy("day")
+        .agg(
+            F.count(F.lit(1)).alias("receipts"),
+            F.count(F.when(F.col("beyond_bound"), 1)).alias("beyond"),
+        )
+        .collect()
+    }
+    aggs_per_day = {
+        r["day"]: int(r["n"])
+        for r in frames.aggregates.groupBy("day").count().withColumnRenamed("count", "n").collect()
+    }
+    return _Counts(
+        int(stats["input"]), int(stats["invalid"]), per_day, aggs_per_day, int(dup["n"]),
+        int(dup["c"]),
+    )  # fmt: skip
+
+
+def _write(
+    spark: SparkSession,
+    settings: Settings,
+    frames: _Resolved,
+    counts: _Counts,
+    mode: Mode,
+    version: str,
+    table_version: int,
+) -> int:
+    """The version's rows: receipts, aggregates, gaps, conflicts, and a build's index
+    rows (returned: how many), then read back, so that the pointer moves only after the
+    version's rows are all there."""
+    ks = settings.cassandra.keyspace
+    cassandra.upsert(frames.winners, ks, cql.RECEIPTS_BATCH_TABLE, RECEIPT_COLUMNS)
+    crash = _crash_point(settings, "after_receipts")
+    if crash is not None:
+        crash()
+    cassandra.upsert(frames.aggregates, ks, cql.AGG_BATCH_TABLE, AGGREGATE_COLUMNS)
+    folding.upsert_gaps(frames.winners, ks, version, settings.speed.gap_max_jump)
+    if counts.conflicts:
+        folding.upsert_conflicts(conflicts_of(frames.duplicates), ks, version, table_version)
+    index_rows = 0
+    if mode is Mode.BUILD:
+        # Every key's winner, for the folds that continue from this generation.
+        index = frames.ranked.where(F.col("_copy_rank") == 1).select(
+            F.lit(version).alias(folding.GENERATION),
+            *(F.col(c) for c in folding.INDEX_TABLE_COLUMNS[1:-1]),
+            folding.key_bucket().alias(folding.KEY_BUCKET),
+        )
+        cassandra.upsert(index, ks, cql.RECEIPT_KEYS_BATCH_TABLE, folding.INDEX_TABLE_COLUMNS)
+        index_rows = counts.receipts
+    keys = ("operation_id", "day", "version")
+    got = (
+        _written(spark, settings, cql.RECEIPTS_BATCH_TABLE, frames.winners.select(*keys)),
+        _written(spark, settings, cql.AGG_BATCH_TABLE, frames.aggregates.select(*keys)),
+    )
+    if got != (counts.receipts, counts.aggregate_rows):
+        raise RuntimeError(
+            f"version {version}: wrote {counts.receipts} receipts and {counts.aggregate_rows} "
+            f"aggregate rows but read back {got[0]} and {got[1]}; not committing"
+        )
+    return index_rows
 
 
 def _log_left(target: plan.RecomputeTarget, decided: plan.Commit, table_version: int) -> None:
