@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from pos_lambda.adapters.kafka_clients import KafkaClients
-from pos_lambda.alerts.rules import AlertStep, PartitionState, Rules
+from pos_lambda.alerts.rules import AlertConfig, AlertStep, PartitionState
 from pos_lambda.settings import Settings
 from pos_lambda.stores.model import Store
 from pos_lambda.stores.registry import StoreRegistry
@@ -60,9 +60,9 @@ __all__ = [
 log = logging.getLogger("pos.alerts")
 
 
-def rules_from(settings: Settings, stores: Iterable[Store] = ()) -> Rules:
+def rules_from(settings: Settings, stores: Iterable[Store] = ()) -> AlertConfig:
     """The rules of the POS_ALERTS_* settings with `stores`' own hours (the calendar)."""
-    return Rules(
+    return AlertConfig(
         high_value=settings.alerts.high_value_threshold,
         large_return=settings.alerts.large_return_threshold,
         silence=timedelta(minutes=settings.alerts.silence_minutes),
@@ -108,7 +108,7 @@ class Processor(shell.Processor[PartitionState]):
     def __init__(
         self,
         settings: Settings,
-        rules: Rules,
+        rules: AlertConfig,
         restart: Callable[[str], None] | None = None,
         lease: Lease | None = None,
         clients: KafkaClients | None = None,

@@ -6,7 +6,7 @@ Everything is decided by the records themselves (event time is `happened_at`), s
 replaying a partition from its start gives the same alerts, byte for byte. The
 processor (src/pos_lambda/alerts/processor.py) relies on that to rebuild the state after a restart.
 
-Rules (thresholds in `Rules`, from the POS_ALERTS_* settings):
+The rules (their thresholds in `AlertConfig`, from the POS_ALERTS_* settings):
 
 - **high_value**: the receipt's total (sum of price x quantity) exceeds a threshold.
 - **large_return**: its returned lines (negative quantities) are worth more than a
@@ -17,8 +17,8 @@ Rules (thresholds in `Rules`, from the POS_ALERTS_* settings):
   content. Resends (same content) never alert.
 - **device_silent**: a device's receipt comes more than `silence` of store hours after
   the latest `happened_at` seen from that device before. Store hours are the store's
-  own, per weekday in its IANA time zone (the `stores` table, `Rules.stores`; DST days
-  included, pos_lambda.stores.store_time); a store the table does not know gets the
+  own, per weekday in its IANA time zone (the `stores` table, `AlertConfig.stores`; DST
+  days included, pos_lambda.stores.store_time); a store the table does not know gets the
   default daily window `store_opens`-`store_closes`, UTC. A device that never sends
   again is not reported: there is no event time to say it is silent.
 
@@ -58,7 +58,7 @@ DEFAULT_HOURS_ZONE = "UTC"
 
 
 @dataclass(frozen=True)
-class Rules:
+class AlertConfig:
     """Thresholds and the store calendar: an input value, like the records, so the
     alerts stay a pure function of both (the processor reads the calendar once, at
     start: src/pos_lambda/alerts/processor.py says why)."""
@@ -234,7 +234,7 @@ class PartitionState:
     records: int = 0  # applied, valid or not
     invalid: int = 0
 
-    def apply(self, rules: Rules, value: bytes | None, source: Source) -> list[Alert]:
+    def apply(self, rules: AlertConfig, value: bytes | None, source: Source) -> list[Alert]:
         """Feed one record (in offset order); the alerts it triggers, in rule order."""
         self.records += 1
         parsed = parse_message(value) if value is not None else None
@@ -249,7 +249,7 @@ class PartitionState:
             return [_conflict(parsed, digest, seen, source)]
         return [*_value_alerts(rules, parsed, source), *self._silence(rules, parsed, source)]
 
-    def _silence(self, rules: Rules, r: Receipt, source: Source) -> list[Alert]:
+    def _silence(self, rules: AlertConfig, r: Receipt, source: Source) -> list[Alert]:
         device = (r.operation_id, r.vendor_fiscal_module)
         last = self.last_activity.get(device)
         if last is None or r.happened_at > last:
@@ -287,7 +287,7 @@ def _alert(
     )
 
 
-def _value_alerts(rules: Rules, r: Receipt, source: Source) -> list[Alert]:
+def _value_alerts(rules: AlertConfig, r: Receipt, source: Source) -> list[Alert]:
     alerts = []
     if r.revenue > rules.high_value:
         detail = {"revenue": str(r.revenue), "threshold": str(rules.high_value)}
@@ -314,7 +314,7 @@ class AlertStep:
     """The rules as a transactional processor's step (transactional/step.py): each alert
     keyed by its id."""
 
-    rules: Rules
+    rules: AlertConfig
 
     def initial(self) -> PartitionState:
         return PartitionState()

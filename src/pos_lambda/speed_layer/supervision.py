@@ -56,7 +56,7 @@ class Phase(Enum):
 
 
 @dataclass(frozen=True)
-class Rules:
+class SupervisionRules:
     """What does not change while `pos-speed run` runs."""
 
     name: str  # the driver's queries, for the log: "pos-speed-views"
@@ -194,7 +194,7 @@ def standby_wait(policy: RestartPolicy, deaths: int) -> float:
     return Backoff(first, cap_s=max(policy.window_s, first)).delay(deaths - 1)
 
 
-def wake_at(rules: Rules, slot: Slot) -> float | None:
+def wake_at(rules: SupervisionRules, slot: Slot) -> float | None:
     """When the slot wants a `Tick` (a restart's backoff, a standby's), if it waits."""
     if slot.finished or slot.stopping:
         return None
@@ -204,7 +204,7 @@ def wake_at(rules: Rules, slot: Slot) -> float | None:
     return min(times, default=None)
 
 
-def step(rules: Rules, slot: Slot, event: Event) -> tuple[Slot, list[Action]]:
+def step(rules: SupervisionRules, slot: Slot, event: Event) -> tuple[Slot, list[Action]]:
     """The slot after `event`, and what to do about it."""
     if slot.finished:
         return slot, []
@@ -236,7 +236,9 @@ def step(rules: Rules, slot: Slot, event: Event) -> tuple[Slot, list[Action]]:
     return slot, []  # a report that no longer matters (e.g. a second "ready")
 
 
-def _driver_died(rules: Rules, slot: Slot, now: float, code: int) -> tuple[Slot, list[Action]]:
+def _driver_died(
+    rules: SupervisionRules, slot: Slot, now: float, code: int
+) -> tuple[Slot, list[Action]]:
     if slot.stopping:
         return _finish_if_done(replace(slot, exit_code=exit_status(code)), [])
     if rules.one_shot and code == 0:  # its run is done
@@ -288,7 +290,7 @@ def _restart(slot: Slot, actions: list[Action]) -> tuple[Slot, list[Action]]:
 
 
 def _standby_died(
-    rules: Rules, slot: Slot, now: float, code: int | None, actions: list[Action]
+    rules: SupervisionRules, slot: Slot, now: float, code: int | None, actions: list[Action]
 ) -> tuple[Slot, list[Action]]:
     if slot.stopping:
         return _finish_if_done(slot, actions)
@@ -300,7 +302,7 @@ def _standby_died(
     return slot, [*actions, EndLeftovers("standby"), said]
 
 
-def _wants_standby(rules: Rules, slot: Slot) -> bool:
+def _wants_standby(rules: SupervisionRules, slot: Slot) -> bool:
     return (
         rules.standby
         and not slot.stopping
@@ -310,7 +312,7 @@ def _wants_standby(rules: Rules, slot: Slot) -> bool:
 
 
 def _standby_if_due(
-    rules: Rules, slot: Slot, now: float, actions: list[Action]
+    rules: SupervisionRules, slot: Slot, now: float, actions: list[Action]
 ) -> tuple[Slot, list[Action]]:
     if _wants_standby(rules, slot) and now >= slot.standby_at:
         return replace(slot, standby=Phase.STARTING), [*actions, StartStandby()]

@@ -42,7 +42,6 @@ from pos_lambda.speed_layer.supervision import (
     Event,
     Finish,
     Phase,
-    Rules,
     Say,
     Slot,
     StandbyDied,
@@ -50,6 +49,7 @@ from pos_lambda.speed_layer.supervision import (
     StartDriver,
     StartStandby,
     Stop,
+    SupervisionRules,
     TakeOver,
     TakeoverFailed,
     Tick,
@@ -149,7 +149,7 @@ def supervise(
         _Slot(
             index,
             driver,
-            Rules(
+            SupervisionRules(
                 ", ".join(SPEED_QUERY_OF_JOB[j] for j in driver.jobs),
                 RestartPolicy.of(settings.speed),
                 standby=settings.speed.standby and not one_shot,
@@ -240,7 +240,9 @@ class _Slot:
     decides. Its thread (`run`) is the only one that changes them; the threads that
     watch the processes report to its inbox."""
 
-    def __init__(self, index: int, driver: Driver, rules: Rules, shared: _Shared) -> None:
+    def __init__(
+        self, index: int, driver: Driver, rules: SupervisionRules, shared: _Shared
+    ) -> None:
         self.index = index
         self.driver = driver
         self.rules = rules

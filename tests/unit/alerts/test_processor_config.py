@@ -15,7 +15,7 @@ from pos_lambda.alerts.processor import (
     store_calendar,
     transactional_id,
 )
-from pos_lambda.alerts.rules import Rules
+from pos_lambda.alerts.rules import AlertConfig
 from pos_lambda.settings import load_settings
 from pos_lambda.stores.model import Store, parse_week
 from pos_lambda.stores.registry import InMemoryStores
@@ -28,7 +28,7 @@ def test_defaults_and_transactional_id() -> None:
         "pos-alerts",
         "pos-alerts-1",
     )
-    assert rules_from(s) == Rules(
+    assert rules_from(s) == AlertConfig(
         Decimal("100.00"), Decimal("10.00"), timedelta(minutes=30), time(7), time(21)
     )
 

@@ -13,15 +13,15 @@ import pytest
 
 from pos_lambda.alerts.rules import (
     Alert,
+    AlertConfig,
     PartitionState,
-    Rules,
     Source,
     alert_id,
 )
 from pos_lambda.stores.model import Store, parse_week
 from pos_lambda.stores.store_time import store_time
 
-RULES = Rules(
+RULES = AlertConfig(
     high_value=Decimal("50.00"),
     large_return=Decimal("5.00"),
     silence=timedelta(minutes=30),
@@ -51,7 +51,7 @@ def msg(
 
 
 def feed(
-    values: list[bytes | None], state: PartitionState | None = None, rules: Rules = RULES
+    values: list[bytes | None], state: PartitionState | None = None, rules: AlertConfig = RULES
 ) -> list[Alert]:
     state = state if state is not None else PartitionState()
     out: list[Alert] = []
@@ -176,7 +176,7 @@ KATHMANDU = Store.create(102, "Thamel", "Asia/Kathmandu", parse_week(["daily=07:
 NEW_YORK = Store.create(
     103, "SoHo", "America/New_York", parse_week(["mon-fri=07:00-22:00", "weekend=08:00-20:00"])
 )
-WITH_STORES = Rules(
+WITH_STORES = AlertConfig(
     Decimal("50.00"), Decimal("5.00"), timedelta(minutes=30), time(7), time(21),
     stores={102: KATHMANDU, 103: NEW_YORK},
 )  # fmt: skip
@@ -235,7 +235,7 @@ def test_the_calendar_does_not_change_the_rule_state() -> None:
 
 def test_stores_must_be_keyed_by_their_own_id() -> None:
     with pytest.raises(ValueError, match="keyed by their operation_id"):
-        Rules(Decimal(1), Decimal(1), timedelta(minutes=1), time(7), time(21),
+        AlertConfig(Decimal(1), Decimal(1), timedelta(minutes=1), time(7), time(21),
               stores={101: KATHMANDU})  # fmt: skip
 
 
@@ -273,4 +273,4 @@ def test_alert_record_format() -> None:
 
 def test_store_hours_must_open_before_they_close() -> None:
     with pytest.raises(ValueError, match="open before they close"):
-        Rules(Decimal(1), Decimal(1), timedelta(minutes=1), time(22), time(6))
+        AlertConfig(Decimal(1), Decimal(1), timedelta(minutes=1), time(22), time(6))

@@ -17,7 +17,6 @@ from pos_lambda.speed_layer.supervision import (
     Event,
     Finish,
     Phase,
-    Rules,
     Say,
     Slot,
     StandbyDied,
@@ -25,6 +24,7 @@ from pos_lambda.speed_layer.supervision import (
     StartDriver,
     StartStandby,
     Stop,
+    SupervisionRules,
     TakeOver,
     TakeoverFailed,
     Tick,
@@ -35,12 +35,14 @@ from pos_lambda.speed_layer.supervision import (
 
 # 3 restarts within 60 s; 2 s, 4 s, ... up to 5 s between.
 POLICY = RestartPolicy(max_restarts=3, window_s=60, backoff_s=2, backoff_max_s=5)
-WITH_STANDBY = Rules("pos-speed-views", POLICY, standby=True, resume_hint="/ckpt")
-WITHOUT = Rules("pos-speed-views", POLICY, standby=False, resume_hint="/ckpt")
+WITH_STANDBY = SupervisionRules("pos-speed-views", POLICY, standby=True, resume_hint="/ckpt")
+WITHOUT = SupervisionRules("pos-speed-views", POLICY, standby=False, resume_hint="/ckpt")
 KILLED = -signal.SIGKILL
 
 
-def play(rules: Rules, events: list[Event], slot: Slot | None = None) -> tuple[Slot, list[Action]]:
+def play(
+    rules: SupervisionRules, events: list[Event], slot: Slot | None = None
+) -> tuple[Slot, list[Action]]:
     """The slot after `events`, and every action they led to, in order."""
     slot = slot or Slot()
     done: list[Action] = []
@@ -76,7 +78,7 @@ def test_the_standby_starts_once_the_driver_is_ready_never_while_it_starts() -> 
 
 
 def test_a_new_standby_waits_after_its_driver_is_ready_so_the_replay_gets_the_cores() -> None:
-    later = Rules("pos-speed-views", POLICY, standby=True, standby_after_ready_s=30)
+    later = SupervisionRules("pos-speed-views", POLICY, standby=True, standby_after_ready_s=30)
     slot, actions = play(later, [Begin(0), DriverReady(10)])
     assert actions == [StartDriver(warm_up=True)]
     assert wake_at(later, slot) == 40
@@ -165,7 +167,9 @@ def test_a_second_kill_is_taken_over_at_once_the_backoff_is_for_failed_queries()
 
 
 def test_a_spent_budget_ends_the_standby_and_finishes_1_once_it_is_gone() -> None:
-    never = Rules("pos-speed-views", RestartPolicy(0, 60, 2, 30), standby=True, resume_hint="/c")
+    never = SupervisionRules(
+        "pos-speed-views", RestartPolicy(0, 60, 2, 30), standby=True, resume_hint="/c"
+    )
     slot = play(never, [Begin(0), DriverReady(30), StandingBy(60)])[0]
     slot, actions = play(never, [DriverDied(100, KILLED)], slot)
     assert said(actions) == [
@@ -280,7 +284,7 @@ def test_any_death_is_restarted_until_the_budget_is_spent_then_1() -> None:
 
 
 def test_a_one_shot_drivers_exit_0_is_done_and_its_kill_is_restarted() -> None:
-    once = Rules("pos-speed-layer", POLICY, standby=False, one_shot=True)
+    once = SupervisionRules("pos-speed-layer", POLICY, standby=False, one_shot=True)
     slot, actions = play(once, [Begin(0), DriverDied(10, KILLED), DriverReady(11)])
     assert deeds(actions) == [
         StartDriver(warm_up=True),
