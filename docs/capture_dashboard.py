@@ -9,6 +9,7 @@ per 15-minute window of the local day (92 on New York's spring-forward day), som
 from the batch and some from the speed view, the dashed horizon line with its label, the
 week-before table and the 7 x 24 hour-of-week heatmap with shaded cells; it saves
 `docs/dashboard.png`, then the heatmap alone (`docs/screenshots/dashboard-heatmap.png`),
+the gaps panel (its line and a row per till: `docs/screenshots/dashboard-gaps.png`),
 follows the local day's "receipts" link (JSON of that local day: its zone, its UTC range,
 every receipt inside it; `docs/screenshots/dashboard-local-receipts.png`), then the
 "UTC day" toggle, checks 96 bars and saves `docs/screenshots/dashboard-utc-day.png`.
@@ -21,8 +22,8 @@ keyspace (`pos_dashboard`), topic (`pos.dashboard.<timestamp>`) and data dir
 
 1. `pos-producer simulate --store-hours` 12,000 receipts of the catalog's 7 stores (New
    York, Kathmandu, Adelaide, ...; the `stores` table seeded) from 2026-03-01 00:00 UTC,
-   following each store's local hours, with resends, late receipts and malformed
-   messages;
+   following each store's local hours, with resends, late receipts, malformed
+   messages and 1 % of receipts lost at the till (holes for the gaps panel);
 2. `pos-speed run --available-now`: the speed views and the master dataset;
 3. `pos-batch run --start 2026-03-01T00:00Z --end 2026-03-08T16:00Z`: the batch horizon at
    noon in New York on its spring-forward day, so that day shows batch bars before it and
@@ -118,7 +119,7 @@ def seed(base: Settings) -> Settings:
         "--mean-gap", "30", "--seed", "7", "--start", f"{FIRST_DAY}T00:00:00+00:00",
         "--ledger", str(settings.data_dir / "ledger"),
         "--resend-rate", "0.006", "--late-rate", "0.02", "--late-max-delay", "7200",
-        "--malformed-rate", "0.002", "--quiet",
+        "--malformed-rate", "0.002", "--lost-at-source-rate", "0.01", "--quiet",
     )  # fmt: skip
     _run(settings, "pos-speed", "run", "--available-now")
     _run(settings, "pos-batch", "run", "--start", f"{FIRST_DAY}T00:00:00Z", "--end", BATCH_END)
@@ -204,6 +205,27 @@ def _check_local_extras(page: Any, problems: list[str]) -> None:
         problems.append(f"heatmap not drawn at full width: {box}")
 
 
+def _check_gaps(page: Any, shots: Path, problems: list[str]) -> None:
+    """The gaps panel: its line, and a row per till; a screenshot of the two."""
+    line = page.locator("p#gaps-line")
+    tills = page.locator("table#gaps tr")
+    if line.count() != 1 or tills.count() < 2:
+        problems.append(f"gaps panel: {line.count()} line(s), {tills.count()} table row(s)")
+        return
+    print(f"gaps: {line.inner_text()}")
+    line.scroll_into_view_if_needed()
+    box = page.locator("table#gaps").bounding_box()
+    top = line.bounding_box()
+    if box is not None and top is not None:
+        clip = {
+            "x": 0,
+            "y": top["y"] - 40,
+            "width": 1180,
+            "height": box["y"] + box["height"] - top["y"] + 50,
+        }
+        page.screenshot(path=str(shots / "dashboard-gaps.png"), clip=clip, full_page=True)
+
+
 def _check_receipts_link(page: Any, zone: str | None, shots: Path, problems: list[str]) -> None:
     """Follow the local day's "receipts" link: a JSON page of that local day (its zone,
     its UTC range, receipts inside it), kept as a screenshot; then back to the page."""
@@ -266,6 +288,7 @@ def capture(
         shots.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out), full_page=True)
         page.locator("svg#heatmap").screenshot(path=str(shots / "dashboard-heatmap.png"))
+        _check_gaps(page, shots, problems)
         _check_receipts_link(page, zone, shots, problems)
         toggle = page.locator("a#view-utc")
         if toggle.count() != 1:
