@@ -1,7 +1,14 @@
-"""The one place that builds a cassandra-driver `Cluster` for the pipeline's own
-sessions (serving, batch bookkeeping, alert sink, schema, status): contact points,
-port, the login (PasswordAuthenticator) and the consistency levels all come from
+"""The Cassandra port: the one place that builds a cassandra-driver `Cluster` for the
+pipeline's own sessions (serving, batch bookkeeping, alert sink, schema, status): contact
+points, port, the login (PasswordAuthenticator) and the consistency levels all come from
 settings, so pointing the jobs at a secured, replicated cluster is configuration only.
+
+`open_session(settings, ...)` is what a caller uses: a connected session that closes its
+cluster on leaving a `with` block (or on `close()`, for one kept open), and never leaves
+a cluster behind when connecting fails:
+
+    with cassandra_client.open_session(settings, writes=True) as session:
+        session.execute(...)
 
 Speculative execution: the driver marks a node down when its connection fails, not when
 it stops answering. A frozen node (SIGSTOP, a long GC pause, a stalled disk) keeps its
@@ -16,6 +23,7 @@ a write that sets a non-frozen list (`sets_a_list`).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import TracebackType
 from typing import Any
 
 from pos_lambda.settings import Settings
@@ -82,6 +90,48 @@ def cluster(
     )
 
 
+class OpenSession:
+    """A connected driver session and the cluster it belongs to: `with` it (the cluster
+    shuts down on exit), or keep it and `close()` it."""
+
+    def __init__(self, cluster: Any, session: Any) -> None:
+        self.cluster, self.session = cluster, session
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+    def __enter__(self) -> Any:
+        return self.session
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_session(
+    settings: Settings,
+    *,
+    keyspace: bool = True,
+    writes: bool = False,
+    timeout: float | None = None,
+    only_host: str | None = None,
+) -> OpenSession:
+    """A session of `cluster(settings, ...)` (the same options), in the settings' keyspace
+    unless `keyspace` is off. Connecting raises what the driver raises (NoHostAvailable,
+    InvalidRequest for a missing keyspace), with the cluster shut down."""
+    c = cluster(settings, writes=writes, timeout=timeout, only_host=only_host)
+    try:
+        session = c.connect(settings.cassandra.keyspace if keyspace else None)
+    except BaseException:
+        c.shutdown()
+        raise
+    return OpenSession(c, session)
+
+
 def sets_a_list(cql_types: Iterable[str]) -> bool:
     """Whether a write of columns of these CQL types sets a non-frozen list, which must
     not run twice. Cassandra keys a list's elements by time UUIDs its coordinator makes;
@@ -113,19 +163,16 @@ def require_keyspace(settings: Settings) -> None:
     from pos_lambda.adapters.service import ServiceError
 
     where = f"{','.join(settings.cassandra_contact_points)}:{settings.cassandra.port}"
-    c = cluster(settings, timeout=10)
     try:
-        session = c.connect()
-        row = session.execute(
-            "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
-            (settings.cassandra.keyspace,),
-        ).one()
+        with open_session(settings, keyspace=False, timeout=10) as session:
+            row = session.execute(
+                "SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+                (settings.cassandra.keyspace,),
+            ).one()
     except NoHostAvailable as exc:
         raise ServiceError(
             f"cannot reach Cassandra at {where}: is it running? try `make up` ({exc})"
         ) from exc
-    finally:
-        c.shutdown()
     if row is None:
         raise ServiceError(
             f"keyspace '{settings.cassandra.keyspace}' does not exist in Cassandra at {where}: "
@@ -135,11 +182,8 @@ def require_keyspace(settings: Settings) -> None:
 
 def has_tables(settings: Settings, keyspace: str, tables: list[str]) -> bool:
     """Whether `keyspace` exists with all of `tables` (one read of the schema tables)."""
-    c = cluster(settings, timeout=10)
-    try:
-        rows = c.connect().execute(
+    with open_session(settings, keyspace=False, timeout=10) as session:
+        rows = session.execute(
             "SELECT table_name FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,)
         )
         return set(tables) <= {r.table_name for r in rows}
-    finally:
-        c.shutdown()

@@ -91,15 +91,14 @@ def apply_cql(settings: Settings, keyspace: str | None = None) -> int:
     from pos_lambda.schemas import cql
 
     ks = keyspace or settings.cassandra.keyspace
-    cluster = cassandra_client.cluster(settings, writes=True)
     try:
-        session = cluster.connect()
+        opened = cassandra_client.open_session(settings, keyspace=False, writes=True)
     except NoHostAvailable as exc:
         raise ServiceError(
             f"cannot reach Cassandra at {settings.cassandra_contact_points}:"
             f"{settings.cassandra.port}: is it running? try `make up` ({exc})"
         ) from exc
-    try:
+    with opened as session:
         statements = cql.ddl(ks, settings.cassandra.replication_factor)
         run = 0
         for stmt in statements:
@@ -113,8 +112,6 @@ def apply_cql(settings: Settings, keyspace: str | None = None) -> int:
             session.execute(stmt, timeout=60)
             run += 1
         return run
-    finally:
-        cluster.shutdown()
 
 
 def pipeline_topics(settings: Settings) -> dict[str, int]:

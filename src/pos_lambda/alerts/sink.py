@@ -80,11 +80,11 @@ def run_sink(
 
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(settings, writes=True)
     try:
-        session = cluster.connect(settings.cassandra.keyspace)
+        opened = cassandra_client.open_session(settings, writes=True)
     except NoHostAvailable as exc:
         raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
+    session = opened.session
     insert = cassandra_client.prepare_idempotent(
         session,
         f"INSERT INTO {cql.ALERTS_TABLE} ({', '.join(COLUMNS)}) "
@@ -110,7 +110,7 @@ def run_sink(
                 break
     finally:
         consumer.close()
-        cluster.shutdown()
+        opened.close()
     log.info("wrote %d alert rows, skipped %d foreign records", written, foreign)
     return SinkResult(written, foreign)
 

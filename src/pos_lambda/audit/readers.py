@@ -24,6 +24,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pos_lambda.adapters.cassandra_client import OpenSession
 from pos_lambda.adapters.kafka_clients import KafkaConsumer
 from pos_lambda.audit.expectations import (
     AlertIdentity,
@@ -70,28 +71,26 @@ class Sources:
         self.settings = settings
         self.serving = Serving(settings)
         self.views = self.serving.views
-        self._cluster: Any = None
-        self._session: Any = None
+        self._opened: OpenSession | None = None
 
     def close(self) -> None:
         self.serving.close()
-        if self._cluster is not None:
-            self._cluster.shutdown()
+        if self._opened is not None:
+            self._opened.close()
 
     def _cql(self) -> Any:
-        if self._session is None:
+        if self._opened is None:
             from cassandra.cluster import NoHostAvailable
 
             from pos_lambda.adapters import cassandra_client
 
-            self._cluster = cassandra_client.cluster(self.settings, timeout=30)
             try:
-                self._session = self._cluster.connect(self.settings.cassandra.keyspace)
+                self._opened = cassandra_client.open_session(self.settings, timeout=30)
             except NoHostAvailable as exc:
                 raise AuditError(
                     f"cannot reach Cassandra ({exc}): is it running? try `make up`"
                 ) from exc
-        return self._session
+        return self._opened.session
 
     # --- through the serving layer -------------------------------------------------
 

@@ -37,24 +37,16 @@ def authenticates(configured: list[str]) -> bool:
 
 def cluster_authenticates(settings: Settings) -> bool:
     """Ask the node itself (its `system_views.settings` virtual table)."""
-    cluster, session = _connect(settings)
-    try:
-        rows = session.execute(  # type: ignore[attr-defined]
+    with _connect(settings) as session:
+        rows = session.execute(
             "SELECT value FROM system_views.settings WHERE name IN (%s, %s)",
             AUTHENTICATOR_SETTINGS,
         )
         return authenticates([row.value for row in rows])
-    finally:
-        cluster.shutdown()  # type: ignore[attr-defined]
 
 
-def _connect(settings: Settings) -> tuple[object, object]:
-    cluster = cassandra_client.cluster(settings, writes=True)
-    try:
-        return cluster, cluster.connect()
-    except BaseException:
-        cluster.shutdown()
-        raise
+def _connect(settings: Settings) -> cassandra_client.OpenSession:
+    return cassandra_client.open_session(settings, keyspace=False, writes=True)
 
 
 def ensure_admin(settings: Settings) -> bool:
@@ -64,8 +56,7 @@ def ensure_admin(settings: Settings) -> bool:
     from cassandra.cluster import NoHostAvailable
 
     try:
-        cluster, _ = _connect(settings)
-        cluster.shutdown()  # type: ignore[attr-defined]
+        _connect(settings).close()
         return False
     except NoHostAvailable as exc:
         refused = any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
@@ -73,19 +64,17 @@ def ensure_admin(settings: Settings) -> bool:
             raise ServiceError(f"cannot log in to Cassandra as the administrator: {exc}") from exc
     default = settings.with_overrides(**{"cassandra_password": SecretStr(DEFAULT_SUPERUSER[1])})
     try:
-        cluster, session = _connect(default)
+        opened = _connect(default)
     except NoHostAvailable as exc:
         raise ServiceError(
             "Cassandra refused both the configured administrator password and the default "
             f"one: {exc}"
         ) from exc
-    try:
-        session.execute(  # type: ignore[attr-defined]
+    with opened as session:
+        session.execute(
             "ALTER ROLE cassandra WITH PASSWORD = %s",
             (settings.cassandra.password.get_secret_value(),),
         )
-    finally:
-        cluster.shutdown()  # type: ignore[attr-defined]
     return True
 
 
@@ -96,14 +85,11 @@ def ensure_role(settings: Settings, role: str, password: str) -> None:
         raise ServiceError(f"role name {role!r}: use lower-case letters, digits and _")
     if not password:
         raise ServiceError("POS_CASSANDRA_ROLE_PASSWORD is empty: the role needs a password")
-    cluster, session = _connect(settings)
-    try:
-        run = session.execute  # type: ignore[attr-defined]
+    with _connect(settings) as session:
+        run = session.execute
         run(
             f'CREATE ROLE IF NOT EXISTS "{role}" WITH PASSWORD = %s AND LOGIN = true',
             (password,),
         )
         run(f'ALTER ROLE "{role}" WITH PASSWORD = %s', (password,))
         run(f'GRANT ALL PERMISSIONS ON KEYSPACE {settings.cassandra.keyspace} TO "{role}"')
-    finally:
-        cluster.shutdown()  # type: ignore[attr-defined]

@@ -32,12 +32,9 @@ def cassandra_ready(settings: Settings, timeout: float = 5.0) -> bool:
     """CQL answers a query on the native port."""
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(settings, timeout=timeout)
     try:
-        session = cluster.connect()
-        session.execute("SELECT release_version FROM system.local", timeout=timeout)
+        with cassandra_client.open_session(settings, keyspace=False, timeout=timeout) as session:
+            session.execute("SELECT release_version FROM system.local", timeout=timeout)
         return True
     except Exception:  # NoHostAvailable, OperationTimedOut, OSError: not ready, whatever the cause
         return False
-    finally:
-        cluster.shutdown()

@@ -60,16 +60,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from pos_lambda.adapters.cassandra_client import OpenSession
+
 JOBS = ("archiver", "views")
 log = logging.getLogger("pos.speed")
 
 
-def _progress_writer(settings: Settings) -> tuple[Any, Any]:
-    """A cassandra-driver upsert into speed_progress (and the cluster to close)."""
+def _progress_writer(settings: Settings) -> tuple[Any, OpenSession]:
+    """A cassandra-driver upsert into speed_progress (and the session to close)."""
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(settings, writes=True)
-    session = cluster.connect(settings.cassandra.keyspace)
+    opened = cassandra_client.open_session(settings, writes=True)
+    session = opened.session
     cols = (
         "query_name",
         "batch_id",
@@ -102,7 +104,7 @@ def _progress_writer(settings: Settings) -> tuple[Any, Any]:
             )
         session.execute(statements[present], [row[c] for c in present])
 
-    return write, cluster
+    return write, opened
 
 
 def run(
@@ -131,7 +133,7 @@ def run(
     spark = build_session(
         settings, "pos-speed-layer" if len(jobs) > 1 else cql.SPEED_QUERY_OF_JOB[jobs[0]]
     )
-    cluster = None
+    progress: OpenSession | None = None
     queries: list[StreamingQuery] = []
     failed: str | None = None
     in_place_at: list[float] = []  # when this driver restarted a failed query in place
@@ -141,7 +143,7 @@ def run(
                 return 0  # nothing started: nothing to stop but the session (below)
             # Its warm-up is done (or cut short): as a restarted driver, straight to the replay.
             settings = settings.with_overrides(speed_warm_up=False)
-        writer, cluster = _progress_writer(settings)
+        writer, progress = _progress_writer(settings)
         recorder = ProgressRecorder(settings.speed_status_file, writer)
         spark.streams.addListener(recorder.listener())
         starters: dict[str, Callable[[], StreamingQuery]] = {}
@@ -187,8 +189,8 @@ def run(
             if q.name == archiver_job.QUERY_NAME:
                 archiver_job.commit_last(settings, q)
         spark.stop()
-        if cluster is not None:
-            cluster.shutdown()
+        if progress is not None:
+            progress.close()
     if failed is not None:
         log.error("%s", failed)
         return EXIT_RETRY
@@ -231,11 +233,8 @@ def _services_missing(settings: Settings) -> str | None:
     from pos_lambda.adapters import cassandra_client, kafka_admin
 
     try:
-        cluster = cassandra_client.cluster(settings, timeout=2.0)
-        try:
-            cluster.connect().execute("SELECT release_version FROM system.local")
-        finally:
-            cluster.shutdown()
+        with cassandra_client.open_session(settings, keyspace=False, timeout=2.0) as session:
+            session.execute("SELECT release_version FROM system.local")
     except Exception as exc:  # NoHostAvailable, OperationTimedOut, ...
         return f"Cassandra does not answer ({type(exc).__name__})"
     try:
@@ -297,12 +296,11 @@ def status(settings: Settings, as_json: bool) -> int:
 
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(settings)
     try:
-        session = cluster.connect(settings.cassandra.keyspace)
+        opened = cassandra_client.open_session(settings)
     except NoHostAvailable as exc:
         raise ServiceError(f"cannot reach Cassandra: is it running? try `make up` ({exc})") from exc
-    try:
+    with opened as session:
         rows = []
         for name in cql.SPEED_QUERY_OF_JOB.values():
             row = session.execute(
@@ -310,8 +308,6 @@ def status(settings: Settings, as_json: bool) -> int:
             ).one()
             if row is not None:
                 rows.append(row._asdict())
-    finally:
-        cluster.shutdown()
     if as_json:
         print(json.dumps(rows, default=str, indent=2))
     elif not rows:

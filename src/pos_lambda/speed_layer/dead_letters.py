@@ -90,9 +90,7 @@ def read_dead_letters(settings: Any, reason: str = "") -> list[DeadLetter]:
     from pos_lambda.adapters import cassandra_client
     from pos_lambda.schemas import cql
 
-    cluster = cassandra_client.cluster(settings)
-    try:
-        session = cluster.connect(settings.cassandra.keyspace)
+    with cassandra_client.open_session(settings) as session:
         rows = session.execute(
             "SELECT kafka_topic, kafka_partition, kafka_offset, raw_value, value_length, "
             f"value_sha256, reason, kafka_timestamp, kafka_key FROM {cql.DEAD_LETTERS_TABLE}"
@@ -113,8 +111,6 @@ def read_dead_letters(settings: Any, reason: str = "") -> list[DeadLetter]:
             for r in rows
             if (r.reason or "").startswith(reason)
         ]
-    finally:
-        cluster.shutdown()
 
 
 def archived_values(settings: Any, wanted: list[Coordinates]) -> dict[Coordinates, bytes]:

@@ -23,17 +23,13 @@ def main() -> None:
     from pos_lambda.adapters import cassandra_client
 
     settings = load_settings()
-    cluster = cassandra_client.cluster(settings)
-    session = cluster.connect(settings.cassandra.keyspace)
-    try:
+    with cassandra_client.open_session(settings) as session:
         aggs = list(session.execute(f"SELECT * FROM {cql.AGG_SPEED_TABLE}"))
         receipts = session.execute(f"SELECT COUNT(*) FROM {cql.RAW_TABLE}").one()[0]
         reasons = Counter(
             r.reason.split(":")[0]
             for r in session.execute(f"SELECT reason FROM {cql.DEAD_LETTERS_TABLE}")
         )
-    finally:
-        cluster.shutdown()
     print(
         f"{receipts} receipts in {cql.RAW_TABLE}; {len(aggs)} store-windows in "
         f"{cql.AGG_SPEED_TABLE}; {sum(reasons.values())} dead letters {dict(reasons)}"

@@ -85,7 +85,8 @@ def start(
     checkpoint = settings.checkpoint_dir / "views"
     limits = _thresholds(settings)
     # A CQL session of its own for the driver's reads and writes, closed with the query.
-    session = cassandra_client.cluster(settings).connect() if limits.uses_driver else None
+    opened = cassandra_client.open_session(settings, keyspace=False) if limits.uses_driver else None
+    session = opened.session if opened is not None else None
     try:
         if warm_up.wanted(settings.speed.warm_up, available_now, checkpoint):
             _warm_up(spark, settings, limits, session)
@@ -94,8 +95,8 @@ def start(
             spark, settings, settings.cassandra.keyspace, limits, session, failpoints
         )
     except BaseException:
-        if session is not None:
-            session.cluster.shutdown()
+        if opened is not None:
+            opened.close()
         raise
 
     # A micro-batch's size, before it is read: from the offsets the checkpoint logged
@@ -122,11 +123,11 @@ def start(
             spark, stream, QUERY_NAME, settings.speed.trigger_seconds, available_now
         )
     except BaseException:
-        if session is not None:
-            session.cluster.shutdown()
+        if opened is not None:
+            opened.close()
         raise
-    if session is not None:
-        _close_after(spark, query, session.cluster.shutdown)
+    if opened is not None:
+        _close_after(spark, query, opened.close)
     return query
 
 
@@ -137,12 +138,11 @@ def run_warm_up(
     (cli.stand_by), which then waits holding no connection; no further pass once
     `cut_short()` says so."""
     limits = _thresholds(settings)
-    session = cassandra_client.cluster(settings).connect() if limits.uses_driver else None
-    try:
+    if not limits.uses_driver:
+        _warm_up(spark, settings, limits, None, cut_short)
+        return
+    with cassandra_client.open_session(settings, keyspace=False) as session:
         _warm_up(spark, settings, limits, session, cut_short)
-    finally:
-        if session is not None:
-            session.cluster.shutdown()
 
 
 def _thresholds(settings: Settings) -> Thresholds:

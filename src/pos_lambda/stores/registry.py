@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from pos_lambda.adapters.cassandra_client import OpenSession
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings
 from pos_lambda.stores.model import Store, StoreError, store_from_row
@@ -81,8 +82,7 @@ class CassandraStores:
         self._writes = writes  # the write consistency level (pos-stores), else the read one
         self._timeout = timeout or settings.serve.timeout_seconds
         self._lock = threading.Lock()
-        self._cluster: Any = None
-        self._session: Any = None
+        self._opened: OpenSession | None = None
         self._prepared: dict[str, Any] = {}
 
     def _run(self, name: str, *params: Any) -> Any:
@@ -93,23 +93,23 @@ class CassandraStores:
         where = f"{','.join(s.cassandra_contact_points)}:{s.cassandra.port}"
         try:
             with self._lock:
-                if self._session is None:
+                opened = self._opened
+                if opened is None:
                     from pos_lambda.adapters import cassandra_client
 
-                    cluster = cassandra_client.cluster(
+                    opened = cassandra_client.open_session(
                         s, writes=self._writes, timeout=self._timeout
                     )
                     try:
-                        session = cluster.connect(s.cassandra.keyspace)
                         self._prepared = {
-                            k: cassandra_client.prepare_idempotent(session, v)
+                            k: cassandra_client.prepare_idempotent(opened.session, v)
                             for k, v in STATEMENTS.items()
                         }
                     except BaseException:
-                        cluster.shutdown()
+                        opened.close()
                         raise
-                    self._cluster, self._session = cluster, session
-            return self._session.execute(self._prepared[name], params)
+                    self._opened = opened
+            return opened.session.execute(self._prepared[name], params)
         except NoHostAvailable:
             raise RegistryUnavailable(
                 f"Cassandra at {where} is unreachable; is it running? try `make up`"
@@ -139,6 +139,6 @@ class CassandraStores:
 
     def close(self) -> None:
         with self._lock:
-            if self._cluster is not None:
-                self._cluster.shutdown()
-            self._cluster = self._session = None
+            if self._opened is not None:
+                self._opened.close()
+            self._opened = None

@@ -36,9 +36,12 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pos_lambda.adapters.service import ServiceError
+
+if TYPE_CHECKING:
+    from pos_lambda.adapters.cassandra_client import OpenSession
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,7 @@ class Lease:
         self.lost: Holder | None = None  # set by the heartbeat when another owner took it
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._cluster: Any = None
+        self._opened: OpenSession | None = None
         self._session: Any = None
 
     # --- the shell ---------------------------------------------------------------------
@@ -142,31 +145,30 @@ class Lease:
 
         from pos_lambda.adapters import cassandra_client
 
-        self._cluster = cassandra_client.cluster(self.settings, writes=True, timeout=10)
         try:
-            self._session = self._cluster.connect()
-            self._acquire()
+            opened = cassandra_client.open_session(
+                self.settings, keyspace=False, writes=True, timeout=10
+            )
+            self._opened, self._session = opened, opened.session
+            try:
+                self._acquire()
+            except BaseException:
+                opened.close()
+                raise
         except NoHostAvailable as exc:
-            self._cluster.shutdown()
             raise ServiceError(
                 f"cannot reach Cassandra at {','.join(self.settings.cassandra_contact_points)}:"
                 f"{self.settings.cassandra.port} for the lease on {self.name}: is it running? "
                 f"({exc})"
             ) from exc
         except InvalidRequest as exc:  # no keyspace or table
-            self._cluster.shutdown()
             raise ServiceError(
                 f"no lease table {self.table}: apply the schema (`make schema`) ({exc})"
             ) from exc
         except IdInUse:
-            self._cluster.shutdown()
             raise
         except Exception as exc:  # a timeout, an unavailable replica: say so, exit 1
-            self._cluster.shutdown()
             raise ServiceError(f"the lease on {self.name}: Cassandra: {exc}") from exc
-        except BaseException:
-            self._cluster.shutdown()
-            raise
         os.environ[OWNER_ENV] = self.owner
         self.lost = None  # a take-over that lost a race on the way is history now
         self._thread = threading.Thread(target=self._heartbeat, name="lease", daemon=True)
@@ -252,7 +254,7 @@ class Lease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self._session is None:
+        if self._opened is None:
             return
         try:
             self._session.execute(
@@ -262,7 +264,7 @@ class Lease:
         except Exception as exc:  # it expires after the TTL anyway
             log.warning("lease on %s not released: %s", self.name, exc)
         finally:
-            self._cluster.shutdown()
+            self._opened.close()
 
 
 def _holder(row: Any) -> Holder | None:

@@ -183,19 +183,15 @@ def hint_holders(rows_by_node: dict[int, list[Any]]) -> int:
 def _pending_hints(run: ClusterRun) -> int:
     """Nodes that still hold hints for another. Each live node answers for itself (a
     virtual table is node-local): a CQL query routed to it, not a nodetool JVM."""
-    from pos_lambda.adapters.cassandra_client import cluster as cql_cluster
+    from pos_lambda.adapters.cassandra_client import open_session
 
     rows: dict[int, list[Any]] = {}
     for node_id in range(1, cluster.NODES + 1):
         if cluster.cassandra_process(run.base, node_id).pid() is None:
             continue
         host = run.layout.hosts[node_id - 1]
-        node = cql_cluster(run.settings, timeout=10, only_host=host)
-        try:
-            session = node.connect()
+        with open_session(run.settings, keyspace=False, timeout=10, only_host=host) as session:
             rows[node_id] = list(session.execute(HINTS_QUERY))
-        finally:
-            node.shutdown()
     return hint_holders(rows)
 
 

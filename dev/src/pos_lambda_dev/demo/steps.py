@@ -16,11 +16,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pos_lambda.adapters import schema_apply
+from pos_lambda.adapters.cassandra_client import OpenSession
 from pos_lambda.adapters.kafka_clients import ConfluentClients
 from pos_lambda.adapters.service import wait_for
 from pos_lambda.settings import Settings
@@ -299,27 +300,19 @@ def speed_caught_up(settings: Settings, jobs: tuple[str, ...] = ("archiver", "vi
 # --- Cassandra ----------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def cql_session(settings: Settings) -> Iterator[Any]:
+def cql_session(settings: Settings) -> OpenSession:
+    """A session in the pipeline's keyspace, for a `with` block (the Cassandra port)."""
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(settings)
-    try:
-        yield cluster.connect(settings.cassandra.keyspace)
-    finally:
-        cluster.shutdown()
+    return cassandra_client.open_session(settings)
 
 
 def reset_keyspace(settings: Settings) -> None:
     """Drop the keyspace if it exists, then create it and its tables anew."""
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(settings, writes=True)
-    try:
-        session = cluster.connect()
+    with cassandra_client.open_session(settings, keyspace=False, writes=True) as session:
         session.execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra.keyspace}", timeout=120)
-    finally:
-        cluster.shutdown()
     schema_apply.apply_cql(settings)
 
 

@@ -303,11 +303,8 @@ def _prepare(up: Upgrade) -> list[Any]:
 def _drop_keyspace(s: Settings) -> None:
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(s, writes=True)
-    try:
-        cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {s.cassandra.keyspace}", timeout=120)
-    finally:
-        cluster.shutdown()
+    with cassandra_client.open_session(s, keyspace=False, writes=True) as session:
+        session.execute(f"DROP KEYSPACE IF EXISTS {s.cassandra.keyspace}", timeout=120)
 
 
 def _start_previous(up: Upgrade, serve_port: int) -> None:

@@ -249,14 +249,13 @@ def cassandra_nodes_up(settings: Settings, layout: Layout, timeout: float = 10.0
     """The addresses the ring, as a driver sees it from any live node, holds as up."""
     from pos_lambda.adapters import cassandra_client
 
-    cluster = cassandra_client.cluster(client_settings(settings, layout), timeout=timeout)
     try:
-        cluster.connect()
-        return {h.address for h in cluster.metadata.all_hosts() if h.is_up}
+        with cassandra_client.open_session(
+            client_settings(settings, layout), keyspace=False, timeout=timeout
+        ) as session:
+            return {h.address for h in session.cluster.metadata.all_hosts() if h.is_up}
     except Exception:  # NoHostAvailable, OperationTimedOut: none up, whatever the cause
         return set()
-    finally:
-        cluster.shutdown()
 
 
 def await_cassandra_ring(settings: Settings, layout: Layout, hosts: Sequence[str]) -> None:
