@@ -87,19 +87,26 @@ batch: up ## recompute the batch views of [START, END) (default: the last hour),
 # one worker), then one at a time the tests marked `serial` (they restart a shared
 # service, or their items share a node id, which pytest-xdist cannot tell apart).
 # Unit and integration tests never share a worker: a worker's Spark session is the first
-# one built, and the unit tests' has none of the connectors' jars.
+# one built, and the unit tests' has none of the connectors' jars. The unit tests keep a
+# core busy each (local Spark, Hypothesis): two workers. The integration tests mostly wait
+# on a service (a micro-batch, a DAG parse, an alert's `for:`): three. Files are dealt out
+# longest first (LONGEST_FIRST in tests/conftest.py; --no-loadscope-reorder keeps that
+# order), so that no worker is left running a long file alone at the end. Each part
+# prints its ten slowest tests.
 TEST_WORKERS ?= 2
-test: setup ## run the tests: unit + integration (starts the services it needs), two workers side by side; CI adds deploy, upgrade, chaos and cluster chaos
+INTEGRATION_WORKERS ?= 3
+XDIST := --dist loadfile --no-loadscope-reorder
+test: setup ## run the tests: unit (two workers) + integration (three; starts the services it needs) side by side; CI adds deploy, upgrade, chaos and cluster chaos
 	$(VENV)/bin/pos-infra up
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/unit $(PYTEST_ARGS)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --serial=exclude tests/integration $(PYTEST_ARGS)
-	$(PY) -m pytest --serial=only tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(XDIST) --durations=10 tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(INTEGRATION_WORKERS) $(XDIST) --durations=10 --serial=exclude tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest --serial=only --durations=10 tests/integration $(PYTEST_ARGS)
 
 test-unit: $(INSTALLED) ## run the unit tests: pure logic and local Spark (JDK 17), no services
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-pure: $(INSTALLED) ## run the pure unit tests only (no Spark, no services), two workers side by side
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/unit -m "not spark" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(XDIST) tests/unit -m "not spark" $(PYTEST_ARGS)
 
 # The developer loop: the tests of one layer (LAYERS in tests/conftest.py maps each test
 # file to its layers by path), in `make test`'s three parts. A part with nothing to run
@@ -108,8 +115,8 @@ test-pure: $(INSTALLED) ## run the pure unit tests only (no Spark, no services),
 SERIAL ?= yes
 define layer_tests
 	$(VENV)/bin/pos-infra up
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --layer $(1) tests/unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --serial=exclude --layer $(1) tests/integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -n $(TEST_WORKERS) $(XDIST) --layer $(1) tests/unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -n $(INTEGRATION_WORKERS) $(XDIST) --serial=exclude --layer $(1) tests/integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(if $(filter no,$(SERIAL)),@echo "serial tests of $(1) left out (SERIAL=no)",$(PY) -m pytest --serial=only --layer $(1) tests/integration $(PYTEST_ARGS) || [ $$? -eq 5 ])
 endef
 

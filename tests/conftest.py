@@ -50,6 +50,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "unit/adapters/test_class_archive.py",
         "unit/adapters/test_driver_lookup.py",
         "unit/adapters/test_driver_writes.py",
+        "unit/adapters/test_kafka_source_options.py",
         "unit/adapters/test_memory_store.py",
         "unit/adapters/test_spark_python_daemon.py",
         "integration/test_speed_*.py",
@@ -124,6 +125,57 @@ LAYERS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The slowest test files, longest first, with the seconds they took in a run of `make
+# test` on two workers (measured 2026-12-05, issue 76; docs/testing.md). `make test`
+# hands each file whole to a worker (`--dist loadfile`) in the order collected, with
+# `--no-loadscope-reorder`: these go first, the rest after in path order. pytest-xdist's
+# own order (most tests first) dealt the long files of one or two tests (Airflow, the
+# Prometheus alert, a restarted driver) out last, and a worker ran one alone at the end.
+# The figures only order the files: a file missing here, or slower than said, is no error.
+LONGEST_FIRST: dict[str, int] = {
+    "integration/test_batch_layer.py": 300,
+    "integration/test_speed_hostile.py": 260,
+    "integration/test_batch_airflow.py": 240,
+    "integration/test_batch_rebuild_races.py": 230,
+    "integration/test_speed_faults.py": 200,
+    "integration/test_speed_layer.py": 160,
+    "integration/test_serving.py": 150,
+    "integration/test_prometheus.py": 140,
+    "integration/test_local_days.py": 110,
+    "integration/test_speed_restart.py": 95,
+    "integration/test_input_growth.py": 90,
+    "integration/test_spark_cluster.py": 85,
+    "integration/test_audit.py": 80,
+    "integration/test_receipt_status.py": 70,
+    "integration/test_dead_letter_replay.py": 65,
+    "integration/test_class_archive.py": 55,
+    "integration/test_processor_broker_errors.py": 45,
+    "unit/speed_layer/test_views_batch.py": 80,
+    "unit/views/test_winners.py": 50,
+    "unit/views/test_records.py": 30,
+    "unit/speed_layer/test_supervisor_standby.py": 25,
+    "unit/views/test_native_check.py": 20,
+}
+
+
+def longest_first(items: list[pytest.Item]) -> None:
+    """Reorder `items` in place: the files of LONGEST_FIRST first, longest first, then the
+    others in their collected order; each file's tests keep theirs."""
+    position: dict[Path, int] = {}
+    for item in items:
+        position.setdefault(item.path, len(position))
+
+    def cost(path: Path) -> int:
+        try:
+            relative = path.resolve().relative_to(TESTS).as_posix()
+        except ValueError:
+            return 0
+        return LONGEST_FIRST.get(relative, 0)
+
+    costs = {path: cost(path) for path in position}
+    items.sort(key=lambda item: (-costs[item.path], position[item.path]))
+
+
 def layers_of(path: Path) -> list[str]:
     """The layers (or "other") whose patterns match a test file (none outside tests/)."""
     try:
@@ -179,4 +231,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if wanted else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    longest_first(kept)
+    items[:] = kept

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import LAYERS, TESTS, layers_of
+from tests.conftest import LAYERS, LONGEST_FIRST, TESTS, layers_of, longest_first
 
 
 def collected_files() -> list[Path]:
@@ -58,3 +58,27 @@ def test_what_a_few_files_touch() -> None:
     assert layers_of(TESTS / "unit/producer/test_ledger.py") == ["other"]
     assert layers_of(TESTS / "e2e/test_chaos.py") == ["other"]
     assert layers_of(TESTS.parent / "bench" / "test_outside.py") == []  # not a test file of ours
+
+
+def test_the_longest_files_named_exist_and_go_first() -> None:
+    """LONGEST_FIRST (the order `make test` deals files to its workers) names files that
+    exist; longest_first puts them first, longest first, each file's tests in their order,
+    and leaves the others in the order collected."""
+    names = {f.relative_to(TESTS).as_posix() for f in collected_files()}
+    assert not set(LONGEST_FIRST) - names, sorted(set(LONGEST_FIRST) - names)
+
+    class Item:
+        def __init__(self, path: str, name: str) -> None:
+            self.path, self.name = TESTS / path, name
+
+    items = [
+        Item("integration/test_runtime.py", "a"),
+        Item("integration/test_speed_restart.py", "b"),  # 95 s
+        Item("integration/test_runtime.py", "c"),
+        Item("integration/test_batch_layer.py", "d"),  # 300 s
+        Item("integration/test_batch_layer.py", "e"),
+        Item("integration/test_audit.py", "f"),  # 80 s
+        Item("integration/test_alerts_sink.py", "g"),
+    ]
+    longest_first(items)  # type: ignore[arg-type]
+    assert [i.name for i in items] == ["d", "e", "b", "f", "a", "c", "g"]
