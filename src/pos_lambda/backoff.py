@@ -8,7 +8,7 @@ Every wait the project makes between two tries of the same thing comes from here
 transactional processor's retried client calls and committed-offset reads, its back-off
 after aborts in a row (transactional/lifecycle.py), the speed layer's driver restarts
 (speed_layer/restart_policy.py) and standby restarts (speed_layer/supervision.py), and
-the batch pointer's conditional commit through timeouts (batch_layer/store.py).
+the batch pointer's conditional commit through timeouts (batch_layer/pointer.py).
 """
 
 from __future__ import annotations

@@ -434,7 +434,7 @@ def test_no_command_makes_final_wrong_future_interval_pinned_rerun_take_over(
     older table version writes its version but never rolls a served day back, unless
     asked with take_over."""
     from pos_lambda.batch_layer.interval import IntervalError
-    from pos_lambda.batch_layer.store import BatchStore
+    from pos_lambda.batch_layer.pointer import BatchStore
 
     settings, cql = isolated
     ledger = tmp_path / "ledger"

@@ -12,7 +12,7 @@ import pytest
 
 from pos_lambda.batch_layer import job
 from pos_lambda.batch_layer.interval import Interval
-from pos_lambda.batch_layer.store import NothingToDo
+from pos_lambda.batch_layer.pointer import NothingToDo
 from pos_lambda.settings import Settings
 from tests.integration.speed_helpers import VENV_BIN, env_for
 

@@ -1,5 +1,5 @@
 """An in-memory batch pointer behind the `BatchPointer` port
-(src/pos_lambda/batch_layer/store.py), for unit tests only.
+(src/pos_lambda/batch_layer/pointer.py), for unit tests only.
 
 What it mirrors of `BatchStore` (Cassandra):
 - **The conditional commit.** The pointer's partition has one static `commits` counter;
@@ -25,7 +25,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from pos_lambda.batch_layer import runs
-from pos_lambda.batch_layer.store import (
+from pos_lambda.batch_layer.pointer import (
     CommitConflict,
     DayCommit,
     Folded,

@@ -1,4 +1,4 @@
-"""The serving layer's views in memory: the `Statements` port (pos_lambda.serving.store)
+"""The serving layer's views in memory: the `Statements` port (pos_lambda.serving.views)
 over tables built from the keyspace's DDL, for unit tests without Cassandra.
 
 `Serving(settings, views=memory_views(keyspace))` runs the real `Views` adapter, its
@@ -29,7 +29,7 @@ from typing import Any
 from pos_lambda.schemas import cql
 from pos_lambda.serving.model import AggregateRow, Conflict, DayVersion, Fix, Pointer, Receipt
 from pos_lambda.serving.receipt_status import DeadLetter, IndexedReceipt, ReceiptKey
-from pos_lambda.serving.store import STATEMENTS, Views
+from pos_lambda.serving.views import STATEMENTS, Views
 from pos_lambda.settings import Settings
 
 

@@ -1,6 +1,6 @@
 """The auditor's reads (imperative shell): the views as users read them, plus progress.
 
-Cassandra views go through the serving layer's own adapter (`pos_lambda.serving.store.Views`:
+Cassandra views go through the serving layer's own adapter (`pos_lambda.serving.views.Views`:
 the batch pointer, the committed batch versions, the speed views, conflicts) and its
 API (`serving.Serving.windows`, the merged answer); the tables the serving layer does
 not read (receipt_keys, dead letters with their raw bytes, the alerts table) through
@@ -41,7 +41,7 @@ from pos_lambda.serving.errors import UnknownStore
 from pos_lambda.serving.gaps import GapsAnswer
 from pos_lambda.serving.merge import day_bounds
 from pos_lambda.serving.model import Pointer, Receipt, Segment, Window
-from pos_lambda.serving.store import utc
+from pos_lambda.serving.views import utc
 from pos_lambda.settings import Settings
 from pos_lambda.views.windows import window_start
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from pos_lambda.adapters import cassandra_client
-from pos_lambda.batch_layer.store import BatchStore
+from pos_lambda.batch_layer.pointer import BatchStore
 from pos_lambda.schemas import cql
 
 # Each versioned table, and the column that names its partitions' day.

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from pos_lambda import cli_args
 from pos_lambda.batch_layer.interval import Interval, IntervalError, parse_instant
-from pos_lambda.batch_layer.store import CommitConflict, NothingToDo
+from pos_lambda.batch_layer.pointer import CommitConflict, NothingToDo
 from pos_lambda.settings import Settings, load_settings
 
 log = logging.getLogger("pos.batch")
@@ -352,7 +352,7 @@ def _rebuild(spark: Any, settings: Settings, args: argparse.Namespace) -> None:
 def _gc(settings: Settings, args: argparse.Namespace) -> int:
     """Plain CQL, no Spark session: it only lists partitions and deletes some."""
     from pos_lambda.batch_layer import cleanup
-    from pos_lambda.batch_layer.store import BatchStore
+    from pos_lambda.batch_layer.pointer import BatchStore
 
     if args.grace_hours < 0:
         print("pos-batch gc: --grace-hours must not be negative", file=sys.stderr)

@@ -46,7 +46,7 @@ from pos_lambda.adapters import cassandra, cassandra_client, master_dataset
 from pos_lambda.adapters.driver_lookup import DriverLookup, local_frame, spark_value
 from pos_lambda.batch_layer.interval import Interval
 from pos_lambda.batch_layer.plan import fold_days, fold_version
-from pos_lambda.batch_layer.store import BatchStore, DayCommit, PointerState
+from pos_lambda.batch_layer.pointer import BatchStore, DayCommit, PointerState
 from pos_lambda.schemas import contract, cql
 from pos_lambda.settings import Settings
 from pos_lambda.views import records

@@ -52,7 +52,7 @@ from pos_lambda.batch_layer import plan
 from pos_lambda.batch_layer.interval import Interval
 from pos_lambda.batch_layer.plan import Mode
 from pos_lambda.batch_layer.plan import TableReplaced as TableReplaced  # job's API
-from pos_lambda.batch_layer.store import (
+from pos_lambda.batch_layer.pointer import (
     BatchPointer,
     BatchStore,
     CommitConflict,

@@ -28,7 +28,7 @@ from datetime import date, datetime, time, timedelta
 from enum import StrEnum
 
 from pos_lambda.batch_layer.interval import END_TOLERANCE, Interval
-from pos_lambda.batch_layer.store import DayCommit, Folded, PointerState, Served, advancing
+from pos_lambda.batch_layer.pointer import DayCommit, Folded, PointerState, Served, advancing
 from pos_lambda.views.windows import window_start
 
 

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pos_lambda.adapters import cassandra, cassandra_client
 from pos_lambda.adapters.driver_lookup import local_frame, spark_value
 from pos_lambda.batch_layer.interval import Interval
-from pos_lambda.batch_layer.store import BatchStore
+from pos_lambda.batch_layer.pointer import BatchStore
 from pos_lambda.schemas import cql
 from pos_lambda.settings import Settings
 from pos_lambda.views.batch import FIX_COLUMNS, fixes, in_range

@@ -84,7 +84,7 @@ def report(
     """The task: the check recorded by the newest run over [start, end) that started
     after `since` (the DAG run's start, ISO-8601), logged and returned."""
     from pos_lambda.batch_layer.await_archive import settings_with
-    from pos_lambda.batch_layer.store import BatchStore
+    from pos_lambda.batch_layer.pointer import BatchStore
 
     lo, hi = datetime.fromisoformat(start), datetime.fromisoformat(end)
     with BatchStore(settings_with(pos_env)) as store:

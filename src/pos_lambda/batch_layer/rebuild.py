@@ -49,7 +49,7 @@ from pos_lambda.batch_layer import plan as commit_plan
 from pos_lambda.batch_layer.interval import Interval
 from pos_lambda.batch_layer.plan import RebuildError as RebuildError  # rebuild's API
 from pos_lambda.batch_layer.plan import generation_of as generation_of
-from pos_lambda.batch_layer.store import (
+from pos_lambda.batch_layer.pointer import (
     BatchPointer,
     BatchStore,
     CommitConflict,

@@ -293,7 +293,7 @@ DEAD_LETTER_KEY_COLUMNS = (
     ("transaction_id", contract.cql_type_of("transaction_id")),
 )
 
-# Serving layer (src/pos_lambda/serving/store.py): Storage-Attached Indexes (Cassandra 5 SAI) on
+# Serving layer (src/pos_lambda/serving/views.py): Storage-Attached Indexes (Cassandra 5 SAI) on
 # parts of the aggregates' composite partition keys, for the questions that cross
 # stores. "Which stores sold on day D" reads the day's rows of every store through
 # `day` (+ `version` for the committed batch version): its cost follows that day's

@@ -1,7 +1,7 @@
 """Plain rows the serving layer works with: what the views hold and what it answers.
 
 All instants are timezone-aware UTC; money is Decimal. The Cassandra adapter
-(`pos_lambda.serving.store`) turns driver rows into these, so the merge and everything above it
+(`pos_lambda.serving.views`) turns driver rows into these, so the merge and everything above it
 are pure functions over plain values, tested with literal rows.
 """
 

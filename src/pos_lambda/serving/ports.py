@@ -1,6 +1,6 @@
 """What the serving layer reads of the views (the port `Serving` takes).
 
-`pos_lambda.serving.store.Views` is the adapter: Cassandra's reads, mapped to the plain
+`pos_lambda.serving.views.Views` is the adapter: Cassandra's reads, mapped to the plain
 rows of `pos_lambda.serving.model`. Unit tests hand `Serving` the same adapter over
 tables in memory built from the keyspace's DDL (tests/support/memory_views.py), so the
 statements, the mapping and the merge they feed are the ones production runs.

@@ -40,7 +40,7 @@ A receipt neither layer has processed yet (the speed layer's Kafka lag) is `unkn
 until one does, so a terminal that resends it sends a copy the views absorb as a
 resend.
 
-`look_up` reads through the `ReceiptViews` port (`pos_lambda.serving.store.Views` is the
+`look_up` reads through the `ReceiptViews` port (`pos_lambda.serving.views.Views` is the
 Cassandra adapter; unit tests use an in-memory fake) and `classify` decides, pure.
 """
 

@@ -13,7 +13,7 @@
         serving.compare_week_before(102, date(2026, 3, 2)).revenue_change_percent
 
 Each method validates its input (`QueryError`), reads what it needs through
-the `serving.ports.ServingViews` port (`serving.store.Views`: Cassandra's reads, unless
+the `serving.ports.ServingViews` port (`serving.views.Views`: Cassandra's reads, unless
 another is given) and answers with the pure merge of `serving.merge`. A store no
 view has ever held raises `UnknownStore`; Cassandra trouble raises `Unavailable`.
 """
@@ -58,7 +58,7 @@ from pos_lambda.serving.requests import (
     decode_page,
     encode_page,
 )
-from pos_lambda.serving.store import Views
+from pos_lambda.serving.views import Views
 from pos_lambda.settings import Settings
 from pos_lambda.stores.model import Store
 from pos_lambda.stores.registry import CassandraStores, StoreRegistry

@@ -60,7 +60,7 @@ def test_a_version_s_grace_counts_from_its_runs_last_progress() -> None:
     still needed; counted from the last progress, it stays."""
     from types import SimpleNamespace
 
-    from pos_lambda.batch_layer.store import BatchStore
+    from pos_lambda.batch_layer.pointer import BatchStore
 
     five_h, one_h = NOW - timedelta(hours=5), NOW - timedelta(hours=1)
     rows = [

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pos_lambda.batch_layer import cli
-from pos_lambda.batch_layer.store import CommitConflict
+from pos_lambda.batch_layer.pointer import CommitConflict
 
 INTERVAL = ["--start", "2026-03-02T08:00Z", "--end", "2026-03-02T09:00Z"]
 

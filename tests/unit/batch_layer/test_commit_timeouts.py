@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pos_lambda.batch_layer.store import commit_through_timeouts
+from pos_lambda.batch_layer.pointer import commit_through_timeouts
 
 
 class CasTimedOut(Exception):

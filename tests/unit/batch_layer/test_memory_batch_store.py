@@ -11,7 +11,7 @@ from datetime import UTC, date, datetime
 import pytest
 
 from pos_lambda.batch_layer import rebuild
-from pos_lambda.batch_layer.store import (
+from pos_lambda.batch_layer.pointer import (
     BatchPointer,
     BatchStore,
     CommitConflict,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pos_lambda.batch_layer import plan
 from pos_lambda.batch_layer.interval import Interval, IntervalError
 from pos_lambda.batch_layer.plan import Mode, RebuildError, TableReplaced
-from pos_lambda.batch_layer.store import DayCommit, Folded, PointerState, Served
+from pos_lambda.batch_layer.pointer import DayCommit, Folded, PointerState, Served
 
 TABLE = "0f8e2a7c-1111-2222-3333-444455556666"
 OTHER_TABLE = "9a9b9c9d-1111-2222-3333-444455556666"

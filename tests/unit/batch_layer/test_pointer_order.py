@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from pos_lambda.batch_layer.store import DayCommit, Served, advancing
+from pos_lambda.batch_layer.pointer import DayCommit, Served, advancing
 
 D1, D2 = date(2026, 3, 1), date(2026, 3, 2)
 

@@ -25,7 +25,7 @@ import pytest
 from pos_lambda.batch_layer import plan, rebuild
 from pos_lambda.batch_layer.fold import Folding
 from pos_lambda.batch_layer.interval import Interval
-from pos_lambda.batch_layer.store import CommitConflict, Folded, PointerState, Served
+from pos_lambda.batch_layer.pointer import CommitConflict, Folded, PointerState, Served
 from tests.support.memory_batch_store import MemoryBatchStore
 
 TABLE = "0f8e2a7c-1111-2222-3333-444455556666"

@@ -27,7 +27,7 @@ from pos_lambda.serving.http import create_app
 from pos_lambda.serving.model import AggregateRow, Conflict, DayVersion, Fix, Pointer, Segment
 from pos_lambda.serving.receipt_status import DeadLetter, KafkaCopy
 from pos_lambda.serving.requests import PageToken, encode_page
-from pos_lambda.serving.store import Views
+from pos_lambda.serving.views import Views
 from pos_lambda.settings import Settings
 from tests.support.memory_views import MemoryKeyspace, memory_views
 

@@ -11,7 +11,7 @@ import pytest
 from pos_lambda.schemas import cql
 from pos_lambda.schemas.aggregate import Aggregate
 from pos_lambda.serving.model import AggregateRow, DayVersion, Pointer
-from pos_lambda.serving.store import STATEMENTS
+from pos_lambda.serving.views import STATEMENTS
 from tests.support.memory_views import MemoryKeyspace, Select, memory_views
 
 DAY = date(2026, 3, 2)
@@ -82,7 +82,7 @@ def test_pages_carry_on_where_the_last_one_stopped() -> None:
 def test_no_host_available_is_said_whether_the_driver_gives_hosts_or_errors() -> None:
     from cassandra.cluster import NoHostAvailable
 
-    from pos_lambda.serving.store import unreachable_reasons
+    from pos_lambda.serving.views import unreachable_reasons
 
     # Connecting with a keyspace that does not exist: a list of hosts, not a dict.
     missing = NoHostAvailable("Unable to connect to any servers using keyspace 'pos'", ["h1"])

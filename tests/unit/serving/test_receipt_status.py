@@ -32,7 +32,7 @@ from pos_lambda.serving.receipt_status import (
     classify,
     look_up,
 )
-from pos_lambda.serving.store import Views
+from pos_lambda.serving.views import Views
 from pos_lambda.settings import Settings
 from tests.support.memory_views import MemoryKeyspace, memory_views
 
