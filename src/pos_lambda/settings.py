@@ -369,16 +369,19 @@ class SpeedSettings(_Section):
         ),
     )
     kafka_api_timeout_ms: int = Field(
-        default=3_000,
+        default=6_000,
         ge=1,
         description=(
-            "default.api.timeout.ms of the speed layer's Kafka clients: the deadline of the "
-            "driver's offset lookup (the admin client's listOffsets) each micro-batch. Kafka "
-            "3.4's admin client sends a partition's ListOffsets to the leader it looked up first "
-            "and, once that broker is dead and fenced, holds the call until the broker returns or "
-            "this deadline passes (60 s by Kafka's default): a broker's absence stalled the "
-            "views for all of it. Past the deadline Spark retries with a new admin client, which "
-            "finds the new leader (speed_offset_fetch_retries). At least "
+            "default.api.timeout.ms of the speed layer's Kafka clients, a bound with two sides "
+            "when a broker dies. The driver's offset lookup each micro-batch (the admin client's "
+            "listOffsets) is pinned by kafka-clients 3.4 to the leader it looked up first: once "
+            "that broker is fenced the call waits until the broker returns or this deadline "
+            "(60 s by Kafka's default), then Spark tries again with a new admin client, which "
+            "finds the new leader (speed_offset_fetch_retries): shorter, a shorter stall. But "
+            "the executors' consumers ask the partition's leader for its offset range after "
+            "every poll (Spark 3.5), waiting up to this long for the leader to move, and a task "
+            "that times out fails the query (local mode retries no task): it must outlast a "
+            "leader's move, 3-6 s on the replicated cluster here (docs/cluster.md). At least "
             "speed_kafka_request_timeout_ms."
         ),
     )
@@ -394,12 +397,12 @@ class SpeedSettings(_Section):
         ),
     )
     offset_fetch_retries: int = Field(
-        default=60,
+        default=30,
         ge=1,
         description=(
             "fetchOffset.numRetries of Spark's Kafka source: how many times the driver's offset "
             "lookup is tried (each up to speed_kafka_api_timeout_ms, a new admin client each "
-            "time) before the query fails. 60 tries of 3 s wait about as long for a broker as "
+            "time) before the query fails. 30 tries of 6 s wait about as long for a broker as "
             "Spark's default (3 tries of Kafka's 60 s)."
         ),
     )

@@ -33,11 +33,12 @@ def read_transactions(spark: SparkSession, settings: Settings) -> DataFrame:
         # client (Spark's KafkaOffsetReaderAdmin): kafka-clients 3.4 pins a partition's
         # ListOffsets to the leader it looked up first, and once that broker is dead and
         # fenced the call waits unassigned until the broker returns or the call's deadline
-        # (default.api.timeout.ms, 60 s) passes; Spark then tries again (fetchOffset.*) with a
-        # new admin client, which finds the new leader. A short deadline and quick, many
-        # retries bound the stall near the leader's move (docs/cluster.md). The executors'
-        # consumers follow the new leader by themselves; a frozen broker's open connections
-        # answer nothing until request.timeout.ms (30 s by default).
+        # (default.api.timeout.ms, 60 s) passes ("Timed out waiting for a node assignment");
+        # Spark then tries again (fetchOffset.*) with a new admin client, which finds the new
+        # leader. The same deadline bounds the executors' consumers, which ask the leader for
+        # the partition's offset range after every poll: it must outlast a leader's move, or
+        # the task, and with it the query, fails (docs/cluster.md). A frozen broker's open
+        # connections answer nothing until request.timeout.ms (30 s by default).
         .option("kafka.default.api.timeout.ms", settings.speed.kafka_api_timeout_ms)
         .option("kafka.request.timeout.ms", settings.speed.kafka_request_timeout_ms)
         .option("fetchOffset.numRetries", settings.speed.offset_fetch_retries)

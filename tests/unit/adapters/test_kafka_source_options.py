@@ -53,9 +53,9 @@ def _source_options(settings: Settings) -> dict[str, str]:
 
 def test_the_source_gets_the_broker_absence_timeouts_by_default() -> None:
     opts = _source_options(Settings())
-    assert opts["kafka.default.api.timeout.ms"] == "3000"
+    assert opts["kafka.default.api.timeout.ms"] == "6000"
     assert opts["kafka.request.timeout.ms"] == "3000"
-    assert opts["fetchOffset.numRetries"] == "60"
+    assert opts["fetchOffset.numRetries"] == "30"
     assert opts["fetchOffset.retryIntervalMs"] == "250"
     # What was there before stays.
     assert opts["kafka.isolation.level"] == "read_committed"
