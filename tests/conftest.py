@@ -150,11 +150,11 @@ LONGEST_FIRST: dict[str, int] = {
     "integration/test_dead_letter_replay.py": 65,
     "integration/test_class_archive.py": 55,
     "integration/test_processor_broker_errors.py": 45,
-    "unit/speed_layer/test_views_batch.py": 80,
-    "unit/views/test_winners.py": 50,
-    "unit/views/test_records.py": 30,
-    "unit/speed_layer/test_supervisor_standby.py": 25,
+    "unit/speed_layer/test_views_batch.py": 60,
+    "unit/speed_layer/test_supervisor_standby.py": 20,
     "unit/views/test_native_check.py": 20,
+    "unit/views/test_winners.py": 20,
+    "unit/views/test_records.py": 15,
 }
 
 
