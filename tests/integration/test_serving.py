@@ -65,7 +65,7 @@ def _speed(spark: Any, settings: Settings) -> None:
     from pos_lambda.speed_layer.cli import _progress_writer
     from pos_lambda.speed_layer.progress import ProgressRecorder
 
-    writer, cluster = _progress_writer(settings)
+    writer, opened = _progress_writer(settings)
     try:
         recorder = ProgressRecorder(settings.speed_status_file, writer)
         queries = [
@@ -76,7 +76,7 @@ def _speed(spark: Any, settings: Settings) -> None:
             q.awaitTermination()
             assert q.exception() is None, q.exception()
     finally:
-        cluster.shutdown()
+        opened.close()
 
 
 def _at(h: int, m: int = 0, s: int = 0) -> datetime:
