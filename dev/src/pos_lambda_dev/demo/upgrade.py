@@ -409,8 +409,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if producer.errors:  # type: ignore[attr-defined]
             raise StepFailed(f"the producer failed: {producer.errors[0]}")  # type: ignore[attr-defined]
         _catch_up(up)
-        for job in SPEED_QUERIES:
-            _first_after(up, job)
         up.stop.set()
         probe.stop.set()
         sampler.join(timeout=30)
@@ -475,6 +473,10 @@ def _upgrade_each_layer(up: Upgrade, probe: Probe) -> None:
             {job: {"last_batch_before": _committed_batches(up, job)[-1]} for job in SPEED_QUERIES}
         )),
     )  # fmt: skip
+    # Read at once: the checkpoint keeps the last 100 batches' commit files only
+    # (minBatchesToRetain), and the steps below run on for minutes.
+    for job in SPEED_QUERIES:
+        _first_after(up, job)
     window = (first, first + timedelta(hours=2))
     up.step("batch (the DAG's task)", probe, lambda: _batch(up, VENV_BIN, *window, "batch-current"))
     up.step("serving", probe, lambda: _serve_blue_green(up, probe, free_port()))
@@ -495,12 +497,21 @@ def _committed_batches(up: Upgrade, job: str) -> list[int]:
 
 
 def _first_after(up: Upgrade, job: str) -> None:
-    """Record this release's first committed batch of `job` (once the stream is caught
-    up): `last + 1` when it resumed the previous release's checkpoint, None if it never
-    committed after it (a fresh checkpoint would have started again at 0)."""
+    """Record this release's first committed batch of `job`, awaited: `last + 1` when it
+    resumed the previous release's checkpoint. A fresh checkpoint would start again at 0,
+    and never commit past `last` in the step's time: the wait fails, saying so."""
     resumed = up.checkpoints[job]
-    later = [b for b in _committed_batches(up, job) if b > (resumed["last_batch_before"] or 0)]
-    resumed["first_batch_after"] = later[0] if later else None
+    before = resumed["last_batch_before"] or 0
+
+    def later() -> list[int]:
+        up.check_alive()
+        return [b for b in _committed_batches(up, job) if b > before]
+
+    await_or_fail(
+        lambda: bool(later()), up.args.step_timeout,
+        f"this release's {job} query to commit a batch past {before}",
+    )  # fmt: skip
+    resumed["first_batch_after"] = later()[0]
 
 
 def _schema(up: Upgrade, release: Path) -> None:
