@@ -87,16 +87,16 @@ batch: up ## recompute the batch views of [START, END) (default: the last hour),
 # one worker), then one at a time the tests marked `serial` (they restart a shared
 # service, or their items share a node id, which pytest-xdist cannot tell apart).
 # Unit and integration tests never share a worker: a worker's Spark session is the first
-# one built, and the unit tests' has none of the connectors' jars. The unit tests keep a
-# core busy each (local Spark, Hypothesis): two workers. The integration tests mostly wait
-# on a service (a micro-batch, a DAG parse, an alert's `for:`): three. Files are dealt out
-# longest first (LONGEST_FIRST in tests/conftest.py; --no-loadscope-reorder keeps that
-# order), so that no worker is left running a long file alone at the end. Each part
-# prints its ten slowest tests.
+# one built, and the unit tests' has none of the connectors' jars. Two workers for both:
+# a third integration worker made the tests 1.5 times slower on two cores (issue 76,
+# docs/testing.md), which undid what the third ran beside them. Files are dealt out longest first
+# (LONGEST_FIRST in tests/conftest.py; --no-loadscope-reorder keeps that order), so that
+# no worker is left running a long file alone at the end. Each part prints its ten
+# slowest tests.
 TEST_WORKERS ?= 2
-INTEGRATION_WORKERS ?= 3
+INTEGRATION_WORKERS ?= 2
 XDIST := --dist loadfile --no-loadscope-reorder
-test: setup ## run the tests: unit (two workers) + integration (three; starts the services it needs) side by side; CI adds deploy, upgrade, chaos and cluster chaos
+test: setup ## run the tests: unit + integration (starts the services it needs), two workers side by side; CI adds deploy, upgrade, chaos and cluster chaos
 	$(VENV)/bin/pos-infra up
 	$(PY) -m pytest -n $(TEST_WORKERS) $(XDIST) --durations=10 tests/unit $(PYTEST_ARGS)
 	$(PY) -m pytest -n $(INTEGRATION_WORKERS) $(XDIST) --durations=10 --serial=exclude tests/integration $(PYTEST_ARGS)
