@@ -5,7 +5,7 @@ Both layers answer with the one logic of `pos_lambda.views.gaps`:
 
 - **final**: the batch layer covers the whole UTC day and its version holds the gaps
   view (`device_gaps_batch`, computed from the master dataset); a missing range is then
-  missing for good (lost before Kafka: the day-close reconciliation tells the till).
+  missing for good: lost before Kafka.
 - **provisional**: otherwise the speed view's receipts of the day (`receipts_raw`) go
   through the same logic here, on read. A missing range *may still arrive* while the
   speed layer's lateness bound (`POS_SPEED_MAX_LATENESS_HOURS`) has not passed since the
