@@ -115,16 +115,12 @@ def upsert_conflicts(
     cassandra.upsert(rows, keyspace, cql.CONFLICTS_BATCH_TABLE, CONFLICT_BATCH_COLUMNS)
 
 
-def upsert_gaps(receipts: DataFrame, keyspace: str, version: str, max_jump: int) -> int:
+def upsert_gaps(receipts: DataFrame, keyspace: str, version: str, max_jump: int) -> None:
     """The gaps view of `receipts`' store-days (every receipt of each: a device's gaps
     depend on all its numbers of the day) under `version`, the version their day's
-    aggregates are written under; returns the rows written."""
-    rows = device_gaps(receipts, max_jump).withColumn("version", F.lit(version)).persist()
-    try:
-        cassandra.upsert(rows, keyspace, cql.GAPS_BATCH_TABLE, GAP_BATCH_COLUMNS)
-        return rows.count()
-    finally:
-        rows.unpersist()
+    aggregates are written under."""
+    rows = device_gaps(receipts, max_jump).withColumn("version", F.lit(version))
+    cassandra.upsert(rows, keyspace, cql.GAPS_BATCH_TABLE, GAP_BATCH_COLUMNS)
 
 
 def key_bucket() -> Any:
