@@ -217,6 +217,9 @@ def _check_gaps(page: Any, shots: Path, problems: list[str]) -> None:
     box = page.locator("table#gaps").bounding_box()
     top = line.bounding_box()
     if box is not None and top is not None:
+        # Boxes are the viewport's; a full-page clip takes the page's coordinates.
+        scrolled = page.evaluate("window.scrollY")
+        top, box = {**top, "y": top["y"] + scrolled}, {**box, "y": box["y"] + scrolled}
         clip = {
             "x": 0,
             "y": top["y"] - 40,
